@@ -1,0 +1,131 @@
+"""netns backend: one network namespace per host, veth pairs to a bridge.
+
+The bridge lives in a namespace of its own (``tb-<run>-sw``), so nothing is ever created
+in, or moved out of, the machine's own network namespace: every interface the testbed
+makes is inside a namespace it made, and deleting the namespaces deletes them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Sequence
+
+from ..errors import CommandError
+from ..runner import run
+from ..state import PREFIX, RunState, namespace_name
+from ..topology import Topology
+
+log = logging.getLogger(__name__)
+
+SWITCH = "sw"
+BRIDGE = "br0"
+HOST_IF = "eth0"
+
+
+def switch_namespace(run_id: str) -> str:
+    return namespace_name(run_id, SWITCH)
+
+
+def planned_namespaces(run_id: str, topology: Topology) -> list[str]:
+    """Every namespace the run will create, switch first."""
+    return [switch_namespace(run_id)] + [namespace_name(run_id, h.name) for h in topology.hosts]
+
+
+def build_commands(run_id: str, topology: Topology) -> list[list[str]]:
+    """The ``ip`` commands that build the topology, in order (pure; unit-tested)."""
+    sw = switch_namespace(run_id)
+    cmds = [
+        ["ip", "netns", "add", sw],
+        ["ip", "-n", sw, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0",
+         "forward_delay", "0", "mcast_snooping", "0"],
+        ["ip", "-n", sw, "link", "set", BRIDGE, "up"],
+    ]
+    for host in topology.hosts:
+        ns = namespace_name(run_id, host.name)
+        cmds += [
+            ["ip", "netns", "add", ns],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+            # The switch-side end is named after the host; the host side is eth0.
+            ["ip", "-n", sw, "link", "add", host.name, "type", "veth",
+             "peer", "name", HOST_IF, "netns", ns],
+            ["ip", "-n", sw, "link", "set", host.name, "master", BRIDGE, "up"],
+            ["ip", "-n", ns, "addr", "add", host.cidr, "dev", HOST_IF],
+            ["ip", "-n", ns, "link", "set", HOST_IF, "up"],
+        ]
+    return cmds
+
+
+def list_prefixed_namespaces(run_id: str | None = None) -> list[str]:
+    """Namespaces on this machine that carry the testbed prefix (of one run, or of any)."""
+    out = run(["ip", "netns", "list"]).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    head = f"{PREFIX}-{run_id}-" if run_id else f"{PREFIX}-"
+    return [n for n in names if n.startswith(head)]
+
+
+def namespace_pids(ns: str) -> list[int]:
+    """PIDs of every process inside namespace ``ns`` ([] if it does not exist)."""
+    proc = run(["ip", "netns", "pids", ns], check=False)
+    if proc.returncode != 0:
+        return []
+    return [int(p) for p in proc.stdout.split()]
+
+
+def kill_namespace_processes(ns: str, *, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every process inside ``ns`` (a namespace this testbed made) and wait for it.
+
+    Only processes inside our own namespace are touched: by construction we started them.
+    """
+    killed = []
+    for pid in namespace_pids(ns):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while killed and time.monotonic() < deadline and namespace_pids(ns):
+        time.sleep(0.05)
+    return killed
+
+
+def delete_namespace(ns: str) -> None:
+    kill_namespace_processes(ns)
+    try:
+        run(["ip", "netns", "del", ns])
+    except CommandError as exc:
+        if "No such file" not in exc.stderr:
+            raise
+
+
+class NetnsBackend:
+    """Builds a Topology as network namespaces joined by a bridge."""
+
+    name = "netns"
+
+    def __init__(self, topology: Topology, state: RunState):
+        self.topology = topology
+        self.state = state
+
+    def create(self) -> None:
+        # Record first, create second: a crash in between leaves only names `clean` ignores.
+        self.state.namespaces = planned_namespaces(self.state.run_id, self.topology)
+        self.state.save()
+        for cmd in build_commands(self.state.run_id, self.topology):
+            run(cmd)
+
+    def destroy(self) -> None:
+        names = set(self.state.namespaces) | set(list_prefixed_namespaces(self.state.run_id))
+        # Hosts before the switch; the switch namespace holds no processes.
+        for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
+            delete_namespace(ns)
+
+    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        self.topology.host(host)  # raises ConfigError for an unknown host
+        return ["ip", "netns", "exec", namespace_name(self.state.run_id, host), *argv]
+
+    def pids(self, host: str) -> list[int]:
+        return namespace_pids(namespace_name(self.state.run_id, host))

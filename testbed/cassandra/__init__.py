@@ -1,0 +1,1 @@
+"""Cassandra on the testbed: distribution, per-node configuration, process lifecycle."""

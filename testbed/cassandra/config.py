@@ -1,0 +1,332 @@
+"""Per-node Cassandra configuration from layered settings (base -> cluster -> node).
+
+Everything here is pure: settings in, dicts/strings/argument lists out. Files are written
+by the caller (``node.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..errors import ConfigError
+from ..topology import Host, Topology
+
+CQL_PORT = 9042
+STORAGE_PORT = 7000
+JMX_PORT = 7199
+NODE_PORTS = (STORAGE_PORT, CQL_PORT, JMX_PORT)
+
+JvmProfile = Literal["fast", "standard"]
+JVM_PROFILES = ("fast", "standard")
+DEFAULT_HEAP_MB = 256
+MIN_HEAP_MB = 128
+
+DELETE = object()
+"""Marker: a layer that sets a key to DELETE removes it from the merged result."""
+
+
+def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge settings layers left to right; later layers win.
+
+    Mappings are merged recursively; any other value (lists included) replaces the earlier
+    one; a value of ``DELETE`` removes the key. Inputs are never modified.
+    """
+    result: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if value is DELETE:
+                result.pop(key, None)
+            elif isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+                result[key] = merge(result[key], value)
+            elif isinstance(value, Mapping):
+                result[key] = merge(value)
+            else:
+                result[key] = copy.deepcopy(value)
+    return result
+
+
+# Settings for small edge devices and fast, reproducible bring-up. Keys are cassandra.yaml
+# keys of Cassandra 5.0; anything not given takes Cassandra's own default.
+BASE_SETTINGS: dict[str, Any] = {
+    "num_tokens": 1,
+    "partitioner": "org.apache.cassandra.dht.Murmur3Partitioner",
+    "endpoint_snitch": "SimpleSnitch",
+    "auto_bootstrap": False,
+    "auto_snapshot": False,
+    "commitlog_sync": "periodic",
+    "commitlog_sync_period": "10000ms",
+    "commitlog_segment_size": "8MiB",
+    "storage_port": STORAGE_PORT,
+    "native_transport_port": CQL_PORT,
+    "start_native_transport": True,
+    "concurrent_compactors": 1,
+    "key_cache_size": "8MiB",
+    "authenticator": "AllowAllAuthenticator",
+    "authorizer": "AllowAllAuthorizer",
+}
+
+
+def initial_token(index: int, count: int) -> int:
+    """Evenly spaced Murmur3 token for node ``index`` of ``count``: -2^63 + i*2^64/n."""
+    if not 0 <= index < count:
+        raise ConfigError(f"token index {index} out of range for {count} nodes")
+    return -(2**63) + index * (2**64 // count)
+
+
+def cluster_layer(topology: Topology, cluster_name: str) -> dict[str, Any]:
+    """Settings shared by every node of one cluster: name and seeds (every node a seed)."""
+    seeds = ",".join(f"{h.address}:{STORAGE_PORT}" for h in topology.edges)
+    return {
+        "cluster_name": cluster_name,
+        "seed_provider": [
+            {
+                "class_name": "org.apache.cassandra.locator.SimpleSeedProvider",
+                "parameters": [{"seeds": seeds}],
+            }
+        ],
+    }
+
+
+def node_layer(topology: Topology, host: Host, node_dir: Path) -> dict[str, Any]:
+    """Settings of one node: its own addresses only, its token, its directories."""
+    if not host.is_edge:
+        raise ConfigError(f"{host.name} is not an edge node")
+    index = topology.edges.index(host)
+    return {
+        "listen_address": host.address,
+        "rpc_address": host.address,
+        "initial_token": str(initial_token(index, topology.edge_nodes)),
+        "data_file_directories": [str(node_dir / "data")],
+        "commitlog_directory": str(node_dir / "commitlog"),
+        "hints_directory": str(node_dir / "hints"),
+        "saved_caches_directory": str(node_dir / "saved_caches"),
+        "cdc_raw_directory": str(node_dir / "cdc_raw"),
+    }
+
+
+@dataclass(frozen=True)
+class CassandraSettings:
+    """What a researcher may choose about the Cassandra cluster. Validated on construction.
+
+    Args:
+        cluster_name: Cassandra cluster name.
+        heap_mb: JVM heap per node (Xms = Xmx), at least 128 MB.
+        jvm_profile: "fast" (C1 only, serial GC, class-data sharing: quick start, default)
+            or "standard" (stock C2 JIT and G1 GC of Cassandra's jvm17-server.options).
+        overrides: extra cassandra.yaml settings for every node (cluster layer).
+        node_overrides: extra settings per host name (node layer, wins over everything).
+    """
+
+    cluster_name: str = "edge-testbed"
+    heap_mb: int = DEFAULT_HEAP_MB
+    jvm_profile: JvmProfile = "fast"
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    node_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.heap_mb, int) or self.heap_mb < MIN_HEAP_MB:
+            raise ConfigError(f"heap_mb must be an integer >= {MIN_HEAP_MB}, got {self.heap_mb!r}")
+        if self.jvm_profile not in JVM_PROFILES:
+            raise ConfigError(
+                f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
+            )
+        if not self.cluster_name or not self.cluster_name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"invalid cluster_name {self.cluster_name!r}")
+
+    def check_hosts(self, topology: Topology) -> None:
+        """Raise ConfigError if node_overrides names a host that is not an edge node."""
+        edge_names = {h.name for h in topology.edges}
+        unknown = sorted(set(self.node_overrides) - edge_names)
+        if unknown:
+            raise ConfigError(
+                f"node_overrides for unknown edge nodes: {', '.join(unknown)} "
+                f"(edge nodes: {', '.join(sorted(edge_names))})"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster_name": self.cluster_name,
+            "heap_mb": self.heap_mb,
+            "jvm_profile": self.jvm_profile,
+            "overrides": dict(self.overrides),
+            "node_overrides": {k: dict(v) for k, v in self.node_overrides.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CassandraSettings":
+        return cls(**data)
+
+
+def node_settings(
+    settings: CassandraSettings, topology: Topology, host: Host, node_dir: Path
+) -> dict[str, Any]:
+    """The complete cassandra.yaml settings of ``host``: base -> cluster -> node layers."""
+    return merge(
+        BASE_SETTINGS,
+        cluster_layer(topology, settings.cluster_name),
+        settings.overrides,
+        node_layer(topology, host, node_dir),
+        settings.node_overrides.get(host.name, {}),
+    )
+
+
+def render_yaml(values: Mapping[str, Any]) -> str:
+    """cassandra.yaml text for ``values`` (keys sorted, block style)."""
+    header = "# Generated by edge-testbed; edit the settings layers, not this file.\n"
+    return header + yaml.safe_dump(dict(values), default_flow_style=False, sort_keys=True)
+
+
+LOGBACK_XML = """<configuration scan="false">
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>${cassandra.logdir}/system.log</file>
+    <encoder><pattern>%-5level [%thread] %date{ISO8601} %F:%L - %msg%n</pattern></encoder>
+  </appender>
+  <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
+    <filter class="ch.qos.logback.classic.filter.ThresholdFilter"><level>WARN</level></filter>
+    <encoder><pattern>%-5level [%thread] %date{ISO8601} %F:%L - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO">
+    <appender-ref ref="FILE" />
+    <appender-ref ref="STDOUT" />
+  </root>
+  <logger name="org.apache.cassandra" level="INFO" />
+</configuration>
+"""
+
+# From Cassandra 5.0's conf/jvm17-server.options (JPMS section) and Netty options.
+JPMS_OPTIONS: tuple[str, ...] = (
+    "-Djdk.attach.allowAttachSelf=true",
+    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+)
+
+_PROFILE_OPTIONS: dict[str, tuple[str, ...]] = {
+    # Measured on 2 cores: C1-only JIT and serial GC cut each JVM's start from ~10 to ~6
+    # CPU-seconds; a small, stable heap keeps 5 nodes + endpoint + gateway in budget.
+    "fast": (
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-XX:CICompilerCount=1",
+        "-XX:-UsePerfData",
+    ),
+    # Cassandra's stock G1 settings from jvm17-server.options, for long measurement runs.
+    "standard": (
+        "-XX:+UseG1GC",
+        "-XX:+ParallelRefProcEnabled",
+        "-XX:MaxTenuringThreshold=1",
+        "-XX:G1RSetUpdatingPauseTimePercent=5",
+        "-XX:MaxGCPauseMillis=300",
+        "-XX:InitiatingHeapOccupancyPercent=70",
+    ),
+}
+
+# System properties that make a throw-away test cluster start and stop quickly: no wait for
+# gossip to settle, short ring delay, unsynced system tables, no graceful drain on SIGTERM.
+FAST_LIFECYCLE_PROPERTIES: tuple[str, ...] = (
+    "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+    "-Dcassandra.ring_delay_ms=2000",
+    "-Dcassandra.unsafesystem=true",
+    "-Dcassandra.test.messagingService.nonGracefulShutdown=true",
+    "-Dcassandra.shutdown_announce_in_ms=0",
+)
+
+MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
+NODETOOL_CLASS = "org.apache.cassandra.tools.NodeTool"
+
+
+def marker_property(run_id: str, host: str) -> str:
+    """The -D property that tags a JVM as this testbed's (checked before any signal)."""
+    return f"-Dedgetb.run={run_id}:{host}"
+
+
+def jvm_args(
+    *,
+    settings: CassandraSettings,
+    classpath: str,
+    node_dir: Path,
+    run_id: str,
+    host: str,
+    cds_archive: Path | None = None,
+    cds_dump_to: Path | None = None,
+) -> list[str]:
+    """JVM arguments (after the java binary) that start one Cassandra node."""
+    heap = f"{settings.heap_mb}m"
+    args = [
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        "-Xss256k",
+        "-XX:+ExitOnOutOfMemoryError",
+        *_PROFILE_OPTIONS[settings.jvm_profile],
+    ]
+    if cds_dump_to is not None:
+        args.append(f"-XX:ArchiveClassesAtExit={cds_dump_to}")
+    elif cds_archive is not None:
+        args += [f"-XX:SharedArchiveFile={cds_archive}", "-Xshare:auto", "-Xlog:cds=off"]
+    args += [
+        *JPMS_OPTIONS,
+        "-Djava.net.preferIPv4Stack=true",
+        *FAST_LIFECYCLE_PROPERTIES,
+        f"-Dcassandra.config=file://{node_dir / 'conf' / 'cassandra.yaml'}",
+        f"-Dcassandra.storagedir={node_dir}",
+        f"-Dcassandra.logdir={node_dir / 'logs'}",
+        f"-Dlogback.configurationFile=file://{node_dir / 'conf' / 'logback.xml'}",
+        f"-Dcassandra.jmx.local.port={JMX_PORT}",
+        "-Dcassandra-foreground=yes",
+        marker_property(run_id, host),
+        "-cp",
+        classpath,
+        MAIN_CLASS,
+    ]
+    return args
+
+
+def nodetool_args(classpath: str, *command: str) -> list[str]:
+    """JVM arguments (after the java binary) for nodetool against the local JMX port."""
+    return [
+        "-Xmx128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-XX:-UsePerfData",
+        "-Xshare:auto",
+        *JPMS_OPTIONS,
+        "-Dcassandra.storagedir=/tmp",
+        "-Dlogback.configurationFile=logback-tools.xml",
+        "-cp",
+        classpath,
+        NODETOOL_CLASS,
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(JMX_PORT),
+        *command,
+    ]

@@ -1,0 +1,182 @@
+"""The Apache Cassandra distribution: jars assembled from Maven Central (or an Apache
+binary tarball), kept in a cache directory with a checksum manifest and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from ..errors import ConfigError, StateError
+from ..runner import run
+
+log = logging.getLogger(__name__)
+
+CASSANDRA_VERSION = "5.0.6"
+MANIFEST = "manifest.json"
+
+
+def cache_root() -> Path:
+    """Where distributions are cached: $EDGETB_CACHE, else ~/.cache/edgetb."""
+    env = os.environ.get("EDGETB_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "edgetb"
+
+
+@dataclass(frozen=True)
+class CassandraDist:
+    """An installed Cassandra: its version, jar directory and the checksums recorded."""
+
+    version: str
+    root: Path
+    source: str
+    jars: dict[str, str]  # file name -> sha256
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root / "lib"
+
+    @property
+    def classpath(self) -> str:
+        # Sorted and absolute: the class-data-sharing archive is only valid for this exact path.
+        return ":".join(str(self.lib_dir / name) for name in sorted(self.jars))
+
+    def cds_archive(self, java_version: str) -> Path:
+        """Path of the class-data-sharing archive for this dist and Java version."""
+        return self.root / "cds" / f"cassandra-java{java_version}.jsa"
+
+    def verify(self, *, full: bool = False) -> None:
+        """Check every jar is present with its recorded size (``full``: its sha256 too).
+
+        Raises StateError naming the first jar that does not match.
+        """
+        for name, digest in self.jars.items():
+            path = self.lib_dir / name
+            if not path.is_file():
+                raise StateError(f"Cassandra jar missing: {path} (reinstall with --force)")
+            if full and _sha256(path) != digest:
+                raise StateError(f"checksum mismatch for {path} (reinstall with --force)")
+
+
+def dist_dir(version: str = CASSANDRA_VERSION, root: Path | None = None) -> Path:
+    return (root or cache_root()) / f"cassandra-{version}"
+
+
+def load(version: str = CASSANDRA_VERSION, root: Path | None = None) -> CassandraDist:
+    """The installed distribution of ``version``; raises StateError if not installed."""
+    directory = dist_dir(version, root)
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        raise StateError(
+            f"Cassandra {version} is not installed in {directory}; "
+            f"run `python -m testbed dist install`"
+        )
+    data = json.loads(manifest.read_text())
+    dist = CassandraDist(data["version"], directory, data["source"], data["jars"])
+    dist.verify()
+    return dist
+
+
+def install(
+    version: str = CASSANDRA_VERSION,
+    *,
+    tarball: Path | None = None,
+    root: Path | None = None,
+    force: bool = False,
+    progress=print,
+) -> CassandraDist:
+    """Install Cassandra ``version`` into the cache (idempotent) and return it.
+
+    From Maven Central (``org.apache.cassandra:cassandra-all`` and its runtime dependencies,
+    resolved by Maven with strict checksums) unless ``tarball`` names a local Apache binary
+    tarball. An existing, intact installation is reused unless ``force``.
+    """
+    directory = dist_dir(version, root)
+    if not force:
+        try:
+            return load(version, root)
+        except StateError:
+            pass
+    if tarball is not None and not Path(tarball).is_file():
+        raise ConfigError(f"tarball not found: {tarball}")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".install-") as tmp:
+        staging = Path(tmp) / "dist"
+        lib = staging / "lib"
+        lib.mkdir(parents=True)
+        if tarball is not None:
+            progress(f"extracting Cassandra jars from {tarball}")
+            source = f"tarball:{Path(tarball).resolve()}"
+            _extract_tarball(Path(tarball), lib)
+        else:
+            progress(f"assembling Cassandra {version} from Maven Central (~66 MB, once)")
+            source = f"maven:org.apache.cassandra:cassandra-all:{version}"
+            _maven_copy(version, Path(tmp), lib)
+        jars = {p.name: _sha256(p) for p in sorted(lib.glob("*.jar"))}
+        if not any(n.startswith(("cassandra-all-", "apache-cassandra-")) for n in jars):
+            raise StateError(f"no Cassandra jar found in {source}")
+        (staging / MANIFEST).write_text(
+            json.dumps({"version": version, "source": source, "jars": jars}, indent=1)
+        )
+        if directory.exists():
+            shutil.rmtree(directory)
+        staging.rename(directory)
+    progress(f"Cassandra {version}: {len(jars)} jars in {directory / 'lib'}")
+    return load(version, root)
+
+
+def maven_pom(version: str) -> str:
+    """A throw-away POM whose only dependency is cassandra-all ``version``."""
+    v = escape(version)
+    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>edge-testbed</groupId><artifactId>cassandra-dist</artifactId><version>1</version>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.cassandra</groupId><artifactId>cassandra-all</artifactId>
+      <version>{v}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def _maven_copy(version: str, workdir: Path, lib: Path) -> None:
+    if shutil.which("mvn") is None:
+        raise ConfigError("Maven (mvn) is needed to assemble Cassandra: apt-get install maven")
+    pom = workdir / "pom.xml"
+    pom.write_text(maven_pom(version))
+    run(
+        [
+            "mvn", "-B", "-q", "--strict-checksums", "-f", str(pom),
+            "dependency:copy-dependencies", "-DincludeScope=runtime",
+            f"-DoutputDirectory={lib}",
+        ],
+        timeout=1800,
+    )
+
+
+def _extract_tarball(tarball: Path, lib: Path) -> None:
+    with tarfile.open(tarball) as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if member.isfile() and len(parts) == 3 and parts[1] == "lib" and parts[2].endswith(".jar"):
+                source = tar.extractfile(member)
+                assert source is not None
+                with source, open(lib / parts[2], "wb") as out:
+                    shutil.copyfileobj(source, out)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

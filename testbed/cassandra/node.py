@@ -1,0 +1,219 @@
+"""One Cassandra node: its directory, configuration files, process and log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..errors import NodeError, PortInUseError
+from ..topology import Host, Topology
+from . import config
+from .config import CassandraSettings
+from .dist import CassandraDist
+from .java import Java
+
+ExecArgv = Callable[[str, Sequence[str]], list[str]]
+
+_NO_MLOCK = ["setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock"]
+
+
+class LogWatcher:
+    """Reads a growing log file incrementally (no re-reading from the start)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._offset = 0
+        self._partial = ""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                f.seek(self._offset)
+                data = f.read()
+                self._offset = f.tell()
+        except FileNotFoundError:
+            return []
+        data = self._partial + data
+        lines = data.split("\n")
+        self._partial = lines.pop()
+        return lines
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of ``path`` ('' if missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def pid_alive(pid: int, marker: str | None = None) -> bool:
+    """Whether ``pid`` runs (not a zombie) and, if ``marker`` is given, carries it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state in ("Z", "X"):
+            return False
+        if marker is None:
+            return True
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return marker.encode() in f.read()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def listening_ports(exec_argv: ExecArgv, host: str) -> set[tuple[str, int]]:
+    """(address, port) pairs listening on TCP inside ``host``."""
+    from ..runner import run
+
+    out = run(exec_argv(host, ["ss", "-Htln"])).stdout
+    found = set()
+    for line in out.splitlines():
+        fields = line.split()  # State Recv-Q Send-Q Local:Port Peer:Port
+        if len(fields) >= 4 and ":" in fields[3]:
+            addr, _, port = fields[3].rpartition(":")
+            found.add((addr.strip("[]"), int(port)))
+    return found
+
+
+class CassandraNode:
+    """A Cassandra node of one run; stateless apart from its directory and PID."""
+
+    def __init__(self, host: Host, node_dir: Path, run_id: str, pid: int | None = None):
+        self.host = host
+        self.node_dir = node_dir
+        self.run_id = run_id
+        self.pid = pid
+        self.process: subprocess.Popen | None = None
+        self.log = LogWatcher(self.system_log)
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def system_log(self) -> Path:
+        return self.node_dir / "logs" / "system.log"
+
+    @property
+    def stdout_log(self) -> Path:
+        return self.node_dir / "logs" / "stdout.log"
+
+    @property
+    def marker(self) -> str:
+        return config.marker_property(self.run_id, self.name)
+
+    def write_config(self, settings: CassandraSettings, topology: Topology) -> None:
+        for sub in ("conf", "logs", "data", "commitlog", "hints", "saved_caches", "cdc_raw"):
+            (self.node_dir / sub).mkdir(parents=True, exist_ok=True)
+        values = config.node_settings(settings, topology, self.host, self.node_dir)
+        (self.node_dir / "conf" / "cassandra.yaml").write_text(config.render_yaml(values))
+        (self.node_dir / "conf" / "logback.xml").write_text(config.LOGBACK_XML)
+
+    def check_ports(self, exec_argv: ExecArgv) -> None:
+        """Raise PortInUseError if a port this node needs is already bound in its host."""
+        wanted = {
+            (self.host.address, config.STORAGE_PORT),
+            (self.host.address, config.CQL_PORT),
+            ("127.0.0.1", config.JMX_PORT),
+        }
+        for addr, port in listening_ports(exec_argv, self.name):
+            for want_addr, want_port in wanted:
+                if port == want_port and addr in (want_addr, "0.0.0.0", "*", "::"):
+                    raise PortInUseError(
+                        f"{self.name}: port {port} is already in use on {addr} inside "
+                        f"{self.name}; Cassandra needs it ({want_addr}:{want_port})"
+                    )
+
+    def start(
+        self,
+        *,
+        java: Java,
+        dist: CassandraDist,
+        settings: CassandraSettings,
+        exec_argv: ExecArgv,
+        cds_archive: Path | None = None,
+        cds_dump_to: Path | None = None,
+    ) -> int:
+        """Launch the JVM inside the node's host, detached into its own session."""
+        args = config.jvm_args(
+            settings=settings,
+            classpath=dist.classpath,
+            node_dir=self.node_dir,
+            run_id=self.run_id,
+            host=self.name,
+            cds_archive=cds_archive,
+            cds_dump_to=cds_dump_to,
+        )
+        # Without CAP_IPC_LOCK, Cassandra's mlockall() fails harmlessly and RSS stays ~350 MB
+        # instead of ~600 MB per node.
+        argv = exec_argv(self.name, [*_NO_MLOCK, java.path, *args])
+        with open(self.stdout_log, "ab") as out:
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.node_dir,
+                start_new_session=True,
+            )
+        self.pid = self.process.pid
+        return self.pid
+
+    def alive(self) -> bool:
+        if self.pid is None:
+            return False
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self.pid, self.marker)
+
+    def exit_code(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def log_tail(self, lines: int = 25) -> str:
+        text = tail(self.system_log, lines)
+        extra = tail(self.stdout_log, 10)
+        if extra and extra not in text:
+            text = (text + "\n--- stdout ---\n" + extra) if text else extra
+        return text
+
+    def error(self, message: str) -> NodeError:
+        return NodeError(self.name, message, self.log_tail())
+
+    def signal(self, sig: int) -> None:
+        if self.pid is not None and self.alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return True
+            time.sleep(0.05)
+        return not self.alive()
+
+
+def stop_nodes(nodes: Sequence[CassandraNode], *, timeout_s: float = 20.0) -> None:
+    """SIGTERM every live node at once, wait, then SIGKILL what is left."""
+    live = [n for n in nodes if n.alive()]
+    for node in live:
+        node.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for node in live:
+        node.wait_exit(max(0.0, deadline - time.monotonic()))
+    for node in live:
+        if node.alive():
+            node.signal(signal.SIGKILL)
+            node.wait_exit(5.0)

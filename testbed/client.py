@@ -1,0 +1,148 @@
+"""CQL client that runs on the endpoint host (inside its namespace), as the paper's
+endpoint did. The testbed calls it as a subprocess through ``exec``; researchers can too:
+
+    python -m testbed exec ep -- python -m testbed.cql "SELECT * FROM system.local"
+
+Contact points come from --hosts or from $EDGETB_EDGE_ADDRESSES (set by ``testbed exec``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+PROTOCOL_VERSION = 5
+
+
+def contact_points(hosts: str | None) -> list[str]:
+    raw = hosts or os.environ.get("EDGETB_EDGE_ADDRESSES", "")
+    points = [h for h in raw.split(",") if h]
+    if not points:
+        raise SystemExit("no contact points: pass --hosts or run via `python -m testbed exec`")
+    return points
+
+
+def connect(points: list[str], timeout_s: float):
+    """A driver Cluster and Session with an explicit round-robin policy."""
+    from cassandra.cluster import Cluster
+    from cassandra.policies import RoundRobinPolicy
+
+    cluster = Cluster(
+        contact_points=points,
+        load_balancing_policy=RoundRobinPolicy(),
+        protocol_version=PROTOCOL_VERSION,
+        connect_timeout=min(timeout_s, 10),
+        control_connection_timeout=min(timeout_s, 10),
+    )
+    return cluster, cluster.connect()
+
+
+def probe(points: list[str], expect: int, timeout_s: float) -> dict:
+    """Connect until the driver sees ``expect`` hosts up; query each host's release_version."""
+    from cassandra.cluster import NoHostAvailable
+
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            cluster, session = connect(points, max(1.0, deadline - time.monotonic()))
+        except NoHostAvailable as exc:
+            last_error = exc
+            time.sleep(0.3)
+            continue
+        try:
+            while time.monotonic() < deadline:
+                hosts = cluster.metadata.all_hosts()
+                up = [h for h in hosts if h.is_up]
+                if len(up) >= expect:
+                    versions = {}
+                    for h in up:
+                        rs = session.execute(
+                            "SELECT release_version FROM system.local", host=h
+                        )
+                        versions[h.address] = rs.one().release_version
+                    return {"hosts_up": sorted(versions), "release_versions": versions}
+                time.sleep(0.1)
+            last_error = RuntimeError(
+                f"driver sees {len(up)} of {expect} hosts up: {sorted(h.address for h in up)}"
+            )
+        finally:
+            cluster.shutdown()
+    raise SystemExit(f"driver could not connect within {timeout_s:.0f} s: {last_error}")
+
+
+def write_probe(points: list[str], rf: int, consistency: str, timeout_s: float) -> dict:
+    """Create a probe keyspace (SimpleStrategy, ``rf``) and time one write at ``consistency``."""
+    import uuid
+
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    cluster, session = connect(points, timeout_s)
+    try:
+        session.execute(
+            "CREATE KEYSPACE IF NOT EXISTS edgetb_probe WITH replication = "
+            f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+        )
+        session.execute(
+            "CREATE TABLE IF NOT EXISTS edgetb_probe.kv (k uuid PRIMARY KEY, v text)"
+        )
+        stmt = SimpleStatement(
+            "INSERT INTO edgetb_probe.kv (k, v) VALUES (%s, %s)",
+            consistency_level=getattr(ConsistencyLevel, consistency),
+        )
+        start = time.monotonic_ns()
+        session.execute(stmt, (uuid.uuid4(), "probe"), timeout=timeout_s)
+        return {"consistency": consistency, "rf": rf, "write_ns": time.monotonic_ns() - start}
+    finally:
+        cluster.shutdown()
+
+
+def run_cql(points: list[str], statements: list[str], consistency: str, timeout_s: float) -> int:
+    """Execute CQL statements in order and print their rows as JSON lines."""
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    cluster, session = connect(points, timeout_s)
+    try:
+        for text in statements:
+            stmt = SimpleStatement(text, consistency_level=getattr(ConsistencyLevel, consistency))
+            rs = session.execute(stmt, timeout=timeout_s)
+            coordinator = rs.response_future.coordinator_host
+            for row in rs:
+                print(json.dumps(row._asdict(), default=str))
+            print(f"-- ok ({consistency}, coordinator {coordinator})", file=sys.stderr)
+    finally:
+        cluster.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.client")
+    parser.add_argument("--hosts", help="comma-separated contact points")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("probe", help="wait until the driver sees every node up")
+    p.add_argument("--expect", type=int, required=True)
+    w = sub.add_parser("write", help="time one write into a probe keyspace")
+    w.add_argument("--rf", type=int, default=1)
+    w.add_argument("--consistency", default="LOCAL_QUORUM")
+    c = sub.add_parser("cql", help="run CQL statements")
+    c.add_argument("statements", nargs="+")
+    c.add_argument("--consistency", default="LOCAL_QUORUM")
+    args = parser.parse_args(argv)
+    points = contact_points(args.hosts)
+    if args.cmd == "probe":
+        print(json.dumps(probe(points, args.expect, args.timeout)))
+    elif args.cmd == "write":
+        print(json.dumps(write_probe(points, args.rf, args.consistency.upper(), args.timeout)))
+    else:
+        return run_cql(points, args.statements, args.consistency.upper(), args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

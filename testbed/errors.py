@@ -1,0 +1,48 @@
+"""The testbed's exceptions: one root, specific subclasses that carry context."""
+
+from __future__ import annotations
+
+
+class TestbedError(Exception):
+    """Root of every error the testbed raises on purpose."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
+class ConfigError(TestbedError, ValueError):
+    """Invalid input (topology, settings, flags), raised before anything is created."""
+
+
+class CommandError(TestbedError):
+    """An external command failed; carries the command, exit code, stdout and stderr."""
+
+    def __init__(self, cmd: list[str], returncode: int, stdout: str = "", stderr: str = ""):
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        detail = (stderr or stdout).strip()
+        super().__init__(
+            f"command failed (exit {returncode}): {' '.join(self.cmd)}"
+            + (f"\n{detail}" if detail else "")
+        )
+
+
+class NodeError(TestbedError):
+    """A Cassandra node failed to start or misbehaved; names the node and shows its log tail."""
+
+    def __init__(self, node: str, message: str, log_tail: str = ""):
+        self.node = node
+        self.log_tail = log_tail
+        text = f"{node}: {message}"
+        if log_tail:
+            text += f"\n--- last lines of {node}'s log ---\n{log_tail.rstrip()}"
+        super().__init__(text)
+
+
+class PortInUseError(TestbedError):
+    """A port a node needs is already bound inside its host."""
+
+
+class StateError(TestbedError):
+    """The on-disk run state is missing, stale or inconsistent."""

@@ -1,0 +1,361 @@
+"""The Testbed: a Topology built by a backend, with Cassandra running on its edge nodes.
+
+    with Testbed(Topology(edge_nodes=3)) as tb:
+        tb.exec("ep", ["ping", "-c1", tb.address("e0")])
+
+Teardown is guaranteed on the way out of ``with`` and after any failure inside ``up``.
+A stateless process can reattach with ``Testbed.attach()`` (the CLI does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import state as st
+from .backends import Backend, make_backend
+from .cassandra import dist as dist_mod
+from .cassandra.config import CassandraSettings, nodetool_args
+from .cassandra.java import Java, find_java
+from .cassandra.node import CassandraNode, stop_nodes
+from .cassandra.readiness import Deadlines, wait_for_nodes
+from .errors import CommandError, ConfigError, StateError, TestbedError
+from .runner import run
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+class Testbed:
+    """k Cassandra edge nodes plus an endpoint, built by a backend ("netns" by default).
+
+    Args:
+        topology: what to build.
+        backend: registry name of the backend.
+        cassandra: Cassandra settings, or None to build the network only.
+        java: path of the java binary (default: $JAVA_HOME, then PATH).
+        deadlines: readiness deadlines per stage.
+        cds_training: record a class-data-sharing archive from this run (used by `dist install`).
+        progress: called with one line per step (default: silent).
+
+    Raises ConfigError before anything is created when the input is invalid.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        backend: str = "netns",
+        *,
+        cassandra: CassandraSettings | None = CassandraSettings(),
+        java: str | None = None,
+        deadlines: Deadlines = Deadlines(),
+        cds_training: bool = False,
+        progress: Progress | None = None,
+        base: Path | None = None,
+    ):
+        self.topology = topology
+        self.backend_name = backend
+        self.settings = cassandra
+        self.deadlines = deadlines
+        self.cds_training = cds_training
+        self.progress = progress or _quiet
+        self.base = base
+        self.state: st.RunState | None = None
+        self.backend: Backend | None = None
+        self.nodes: dict[str, CassandraNode] = {}
+        self.timings: dict[str, float] = {}
+        # Validate everything before anything on the system changes.
+        make_backend(backend, topology, st.RunState("validate", backend, {}, None))
+        if os.geteuid() != 0:
+            raise ConfigError("the netns backend needs root (network namespaces)")
+        self.java: Java | None = None
+        self.dist: dist_mod.CassandraDist | None = None
+        if cassandra is not None:
+            cassandra.check_hosts(topology)
+            self.java = find_java(java)
+            self.dist = dist_mod.install(progress=self.progress)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> "Testbed":
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def up(self) -> "Testbed":
+        """Build the hosts, start Cassandra and wait until it is ready; undo all on failure."""
+        if self.state is not None:
+            raise StateError(f"testbed run {self.state.run_id} is already up")
+        t0 = time.monotonic()
+        state = st.RunState(
+            run_id=st.new_run_id(),
+            backend=self.backend_name,
+            topology=self.topology.to_dict(),
+            cassandra=self.settings.to_dict() if self.settings else None,
+            java=self.java.path if self.java else None,
+        )
+        st.create_run(state, self.base)
+        self.state = state
+        lock = st.RunLock(state.run_dir)
+        lock.acquire()
+        try:
+            self.backend = make_backend(self.backend_name, self.topology, state)
+            self.progress(f"run {state.run_id}: building {len(self.topology.hosts)} hosts "
+                          f"({self.backend_name})")
+            self.backend.create()
+            self.timings["network"] = time.monotonic() - t0
+            if self.settings is not None:
+                self._start_cassandra()
+            state.status = "up"
+            state.extra["timings"] = self.timings
+            state.save()
+        except BaseException as exc:
+            state.status = "failed"
+            state.save()
+            lock.release()
+            saved = self._teardown(keep_logs=True)
+            if saved and isinstance(exc, TestbedError):
+                exc.args = (f"{exc.args[0] if exc.args else exc}\n(node logs kept in {saved})",)
+            raise
+        lock.release()
+        self.timings["total"] = time.monotonic() - t0
+        self.progress(f"run {state.run_id}: ready in {self.timings['total']:.1f} s")
+        return self
+
+    def down(self) -> None:
+        """Stop Cassandra, remove every host and link, delete the run directory."""
+        if self.state is None:
+            return
+        self._teardown(keep_logs=False)
+
+    def _teardown(self, *, keep_logs: bool) -> Path | None:
+        assert self.state is not None
+        state = self.state
+        lock = st.RunLock(state.run_dir)
+        lock.acquire()
+        saved = None
+        try:
+            if self.nodes:
+                stop_nodes(list(self.nodes.values()))
+                self._keep_cds_archive()
+            backend = self.backend or make_backend(state.backend, self.topology, state)
+            backend.destroy()
+            if keep_logs:
+                saved = self._save_logs()
+        finally:
+            lock.release()
+            shutil.rmtree(state.run_dir, ignore_errors=True)
+            self.state = None
+            self.backend = None
+            self.nodes = {}
+        return saved
+
+    def _save_logs(self) -> Path | None:
+        assert self.state is not None
+        nodes_dir = self.state.run_dir / "nodes"
+        if not nodes_dir.is_dir():
+            return None
+        target = (self.base or st.home()) / "logs" / self.state.run_id
+        for node_dir in nodes_dir.iterdir():
+            if (node_dir / "logs").is_dir():
+                shutil.copytree(node_dir / "logs", target / node_dir.name, dirs_exist_ok=True)
+        return target
+
+    # -- Cassandra -------------------------------------------------------------------------
+
+    def _start_cassandra(self) -> None:
+        assert self.state and self.backend and self.settings and self.java and self.dist
+        state = self.state
+        archive = self.dist.cds_archive(self.java.version)
+        use_archive = archive if archive.is_file() and not self.cds_training else None
+        for host in self.topology.edges:
+            node = CassandraNode(host, state.run_dir / "nodes" / host.name, state.run_id)
+            node.write_config(self.settings, self.topology)
+            node.check_ports(self.backend.exec_argv)
+            self.nodes[host.name] = node
+        t0 = time.monotonic()
+        self.progress(
+            f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
+            f"(heap {self.settings.heap_mb} MB, jvm profile {self.settings.jvm_profile}"
+            f"{', class-data sharing' if use_archive else ''})"
+        )
+        for i, node in enumerate(self.nodes.values()):
+            dump = None
+            if self.cds_training and i == 0:
+                dump = self._cds_tmp()
+                dump.parent.mkdir(parents=True, exist_ok=True)
+                dump.unlink(missing_ok=True)
+            pid = node.start(
+                java=self.java,
+                dist=self.dist,
+                settings=self.settings,
+                exec_argv=self.backend.exec_argv,
+                cds_archive=use_archive,
+                cds_dump_to=dump,
+            )
+            state.processes[node.name] = {"pid": pid, "marker": node.marker}
+        state.save()
+        self.timings.update(wait_for_nodes(list(self.nodes.values()), self.deadlines,
+                                           self.progress))
+        probe_start = time.monotonic()
+        self.driver_probe(timeout_s=self.deadlines.driver_s)
+        self.timings["driver connects"] = time.monotonic() - probe_start
+        self.progress(f"  driver session from {self.topology.endpoint.name}: "
+                      f"{self.timings['driver connects']:.1f} s")
+        self.timings["cassandra"] = time.monotonic() - t0
+
+    def _cds_tmp(self) -> Path:
+        """Where the training node dumps its archive (renamed into place only when whole)."""
+        assert self.dist and self.java
+        return self.dist.cds_archive(self.java.version).with_suffix(".jsa.tmp")
+
+    def _keep_cds_archive(self) -> None:
+        if not (self.cds_training and self.dist and self.java):
+            return
+        tmp = self._cds_tmp()
+        if tmp.is_file() and tmp.stat().st_size > 0:
+            os.replace(tmp, self.dist.cds_archive(self.java.version))
+
+    def driver_probe(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Connect a driver session from the endpoint and wait until it sees every node up."""
+        out = self.client(["probe", "--expect", str(self.topology.edge_nodes)],
+                          timeout_s=timeout_s)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def client(self, args: Sequence[str], *, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+        """Run ``python -m testbed.client ARGS`` on the endpoint; raises CommandError on failure."""
+        argv = [sys.executable, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
+        return self.exec(self.topology.endpoint.name, argv, timeout=timeout_s + 30)
+
+    # -- using the hosts -------------------------------------------------------------------
+
+    def address(self, host: str) -> str:
+        return self.topology.host(host).address
+
+    @property
+    def run_id(self) -> str:
+        if self.state is None:
+            raise StateError("testbed is not up")
+        return self.state.run_id
+
+    def environment(self, host: str) -> dict[str, str]:
+        """Variables set for commands run on a host: run id, host, edge addresses."""
+        return {
+            "EDGETB_RUN": self.run_id,
+            "EDGETB_HOST": host,
+            "EDGETB_EDGE_ADDRESSES": ",".join(h.address for h in self.topology.edges),
+        }
+
+    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        if self.backend is None:
+            raise StateError("testbed is not up")
+        return self.backend.exec_argv(host, argv)
+
+    def exec(
+        self,
+        host: str,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        timeout: float | None = 60,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run ``argv`` on ``host`` and return the result (CommandError if it fails)."""
+        env_argv = ["env", *(f"{k}={v}" for k, v in self.environment(host).items()), *argv]
+        return run(self.exec_argv(host, env_argv), check=check, timeout=timeout, input=input)
+
+    def popen(self, host: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` on ``host`` without waiting (the caller owns the process)."""
+        env = {**os.environ, **self.environment(host), **kwargs.pop("env", {})}
+        return subprocess.Popen(self.exec_argv(host, argv), env=env, **kwargs)
+
+    def nodetool(self, host: str, *command: str, timeout: float = 60) -> str:
+        """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
+        if self.java is None or self.dist is None:
+            raise StateError("this testbed runs no Cassandra")
+        argv = [self.java.path, *nodetool_args(self.dist.classpath, *command)]
+        return run(self.exec_argv(host, argv), timeout=timeout).stdout
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per host: name, role, address, and Cassandra's state as one live node sees it."""
+        ring: dict[str, str] = {}
+        for node in self.nodes.values():
+            if node.alive():
+                try:
+                    ring = parse_nodetool_status(self.nodetool(node.name, "status"))
+                    break
+                except CommandError as exc:
+                    log.debug("nodetool on %s failed: %s", node.name, exc)
+        hosts = []
+        for host in self.topology.hosts:
+            entry: dict[str, Any] = {"name": host.name, "role": host.role,
+                                     "address": host.address}
+            if host.is_edge:
+                node = self.nodes.get(host.name)
+                alive = bool(node and node.alive())
+                entry["cassandra"] = ring.get(host.address, "?") if alive else "stopped"
+                entry["pid"] = node.pid if node else None
+            hosts.append(entry)
+        return hosts
+
+    # -- reattaching -----------------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, run_id: str | None = None, *, base: Path | None = None) -> "Testbed":
+        """The running testbed ``run_id`` (default: the newest one that is up), from disk."""
+        state = st.active_run(run_id, base)
+        topology = Topology.from_dict(state.topology)
+        settings = CassandraSettings.from_dict(state.cassandra) if state.cassandra else None
+        tb = cls.__new__(cls)
+        tb.topology = topology
+        tb.backend_name = state.backend
+        tb.settings = settings
+        tb.deadlines = Deadlines()
+        tb.cds_training = False
+        tb.progress = _quiet
+        tb.base = base
+        tb.state = state
+        tb.backend = make_backend(state.backend, topology, state)
+        tb.timings = dict(state.extra.get("timings", {}))
+        tb.java = Java(state.java, 17, "") if state.java else None
+        tb.dist = None
+        if settings is not None:
+            try:
+                tb.dist = dist_mod.load()
+            except StateError:
+                tb.dist = None
+        tb.nodes = {}
+        for host in topology.edges:
+            proc = state.processes.get(host.name)
+            tb.nodes[host.name] = CassandraNode(
+                host, state.run_dir / "nodes" / host.name, state.run_id,
+                pid=proc["pid"] if proc else None,
+            )
+        return tb
+
+
+def parse_nodetool_status(text: str) -> dict[str, str]:
+    """Map address -> two-letter state (UN, DN, UJ, ...) from `nodetool status` output."""
+    result = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and len(fields[0]) == 2 and fields[0][0] in "UD" \
+                and fields[0][1] in "NLJM":
+            result[fields[1]] = fields[0]
+    return result
