@@ -27,12 +27,13 @@ def contact_points(hosts: str | None) -> list[str]:
 
 def connect(points: list[str], timeout_s: float):
     """A driver Cluster and Session with an explicit round-robin policy."""
-    from cassandra.cluster import Cluster
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
+    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout_s)
     cluster = Cluster(
         contact_points=points,
-        load_balancing_policy=RoundRobinPolicy(),
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         protocol_version=PROTOCOL_VERSION,
         connect_timeout=min(timeout_s, 10),
         control_connection_timeout=min(timeout_s, 10),
@@ -41,37 +42,50 @@ def connect(points: list[str], timeout_s: float):
 
 
 def probe(points: list[str], expect: int, timeout_s: float) -> dict:
-    """Connect until the driver sees ``expect`` hosts up; query each host's release_version."""
+    """Connect until the driver sees ``expect`` hosts up and each answers a query.
+
+    Transient failures (a host briefly marked down while gossip settles) are retried until
+    the deadline; the last one is reported if it passes.
+    """
     from cassandra.cluster import NoHostAvailable
 
     deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            cluster, session = connect(points, max(1.0, deadline - time.monotonic()))
-        except NoHostAvailable as exc:
-            last_error = exc
-            time.sleep(0.3)
-            continue
-        try:
-            while time.monotonic() < deadline:
-                hosts = cluster.metadata.all_hosts()
-                up = [h for h in hosts if h.is_up]
-                if len(up) >= expect:
-                    versions = {}
-                    for h in up:
-                        rs = session.execute(
-                            "SELECT release_version FROM system.local", host=h
-                        )
-                        versions[h.address] = rs.one().release_version
-                    return {"hosts_up": sorted(versions), "release_versions": versions}
+    last_error = "no attempt"
+    cluster = None
+    try:
+        while time.monotonic() < deadline:
+            if cluster is None:
+                try:
+                    cluster, session = connect(points, max(1.0, deadline - time.monotonic()))
+                except NoHostAvailable as exc:
+                    last_error, cluster = f"no host available: {exc}", None
+                    time.sleep(0.3)
+                    continue
+            up = [h for h in cluster.metadata.all_hosts() if h.is_up]
+            if len(up) < expect:
+                last_error = f"driver sees {len(up)} of {expect} hosts up"
                 time.sleep(0.1)
-            last_error = RuntimeError(
-                f"driver sees {len(up)} of {expect} hosts up: {sorted(h.address for h in up)}"
-            )
-        finally:
+                continue
+            try:
+                versions = {
+                    h.address: session.execute(
+                        "SELECT release_version FROM system.local", host=h
+                    ).one().release_version
+                    for h in up
+                }
+            except Exception as exc:  # noqa: BLE001 - any driver error is retried
+                last_error = f"{type(exc).__name__}: {exc}"
+                time.sleep(0.2)
+                continue
+            return {"hosts_up": sorted(versions), "release_versions": versions}
+    finally:
+        if cluster is not None:
             cluster.shutdown()
-    raise SystemExit(f"driver could not connect within {timeout_s:.0f} s: {last_error}")
+    raise ClientError(f"driver session not ready within {timeout_s:.0f} s: {last_error}")
+
+
+class ClientError(Exception):
+    """A failure reported as one line on stderr with exit code 1."""
 
 
 def write_probe(points: list[str], rf: int, consistency: str, timeout_s: float) -> dict:
@@ -135,12 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--consistency", default="LOCAL_QUORUM")
     args = parser.parse_args(argv)
     points = contact_points(args.hosts)
-    if args.cmd == "probe":
-        print(json.dumps(probe(points, args.expect, args.timeout)))
-    elif args.cmd == "write":
-        print(json.dumps(write_probe(points, args.rf, args.consistency.upper(), args.timeout)))
-    else:
-        return run_cql(points, args.statements, args.consistency.upper(), args.timeout)
+    try:
+        if args.cmd == "probe":
+            print(json.dumps(probe(points, args.expect, args.timeout)))
+        elif args.cmd == "write":
+            print(json.dumps(write_probe(points, args.rf, args.consistency.upper(),
+                                         args.timeout)))
+        else:
+            return run_cql(points, args.statements, args.consistency.upper(), args.timeout)
+    except Exception as exc:  # noqa: BLE001 - the CLI edge: one line, not a traceback
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

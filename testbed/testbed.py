@@ -9,6 +9,7 @@ A stateless process can reattach with ``Testbed.attach()`` (the CLI does).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
 from .cassandra.node import CassandraNode, stop_nodes
 from .cassandra.readiness import Deadlines, wait_for_nodes
-from .errors import CommandError, ConfigError, StateError, TestbedError
+from .errors import CommandError, ConfigError, NodeError, StateError, TestbedError
 from .runner import run
 from .topology import Topology
 
@@ -54,6 +55,8 @@ class Testbed:
 
     Raises ConfigError before anything is created when the input is invalid.
     """
+
+    __test__ = False  # not a pytest test class, despite the name
 
     def __init__(
         self,
@@ -100,6 +103,16 @@ class Testbed:
 
     def up(self) -> "Testbed":
         """Build the hosts, start Cassandra and wait until it is ready; undo all on failure."""
+        t0 = time.monotonic()
+        self.create_hosts()
+        if self.settings is not None:
+            self.start_cassandra()
+        self.timings["total"] = time.monotonic() - t0
+        self.progress(f"run {self.run_id}: ready in {self.timings['total']:.1f} s")
+        return self
+
+    def create_hosts(self) -> None:
+        """Phase 1: the run directory and every host and link; undone on failure."""
         if self.state is not None:
             raise StateError(f"testbed run {self.state.run_id} is already up")
         t0 = time.monotonic()
@@ -112,19 +125,38 @@ class Testbed:
         )
         st.create_run(state, self.base)
         self.state = state
-        lock = st.RunLock(state.run_dir)
-        lock.acquire()
-        try:
+        with self._undo_on_failure():
             self.backend = make_backend(self.backend_name, self.topology, state)
             self.progress(f"run {state.run_id}: building {len(self.topology.hosts)} hosts "
                           f"({self.backend_name})")
             self.backend.create()
             self.timings["network"] = time.monotonic() - t0
-            if self.settings is not None:
-                self._start_cassandra()
-            state.status = "up"
-            state.extra["timings"] = self.timings
-            state.save()
+            if self.settings is None:
+                self._mark_up()
+
+    def start_cassandra(self) -> None:
+        """Phase 2: start Cassandra on every edge node and wait; everything undone on failure."""
+        if self.state is None or self.settings is None:
+            raise StateError("create_hosts() first, with Cassandra settings")
+        with self._undo_on_failure():
+            self._start_cassandra()
+            self._mark_up()
+
+    def _mark_up(self) -> None:
+        assert self.state is not None
+        self.state.status = "up"
+        self.state.extra["timings"] = self.timings
+        self.state.save()
+
+    @contextlib.contextmanager
+    def _undo_on_failure(self):
+        """Hold the run lock; on any failure (Ctrl-C included) tear the whole run down."""
+        assert self.state is not None
+        state = self.state
+        lock = st.RunLock(state.run_dir)
+        lock.acquire()
+        try:
+            yield
         except BaseException as exc:
             state.status = "failed"
             state.save()
@@ -134,9 +166,6 @@ class Testbed:
                 exc.args = (f"{exc.args[0] if exc.args else exc}\n(node logs kept in {saved})",)
             raise
         lock.release()
-        self.timings["total"] = time.monotonic() - t0
-        self.progress(f"run {state.run_id}: ready in {self.timings['total']:.1f} s")
-        return self
 
     def down(self) -> None:
         """Stop Cassandra, remove every host and link, delete the run directory."""
@@ -214,7 +243,14 @@ class Testbed:
         self.timings.update(wait_for_nodes(list(self.nodes.values()), self.deadlines,
                                            self.progress))
         probe_start = time.monotonic()
-        self.driver_probe(timeout_s=self.deadlines.driver_s)
+        try:
+            self.driver_probe(timeout_s=self.deadlines.driver_s)
+        except CommandError as exc:
+            raise NodeError(
+                self.topology.endpoint.name,
+                f"stage 'driver session from the endpoint' failed: "
+                f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
+            ) from exc
         self.timings["driver connects"] = time.monotonic() - probe_start
         self.progress(f"  driver session from {self.topology.endpoint.name}: "
                       f"{self.timings['driver connects']:.1f} s")
@@ -238,10 +274,15 @@ class Testbed:
                           timeout_s=timeout_s)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
+    @staticmethod
+    def client_argv(args: Sequence[str], timeout_s: float = 60.0) -> list[str]:
+        """The command line of ``python -m testbed.client ARGS`` (this interpreter)."""
+        return [sys.executable, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
+
     def client(self, args: Sequence[str], *, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
         """Run ``python -m testbed.client ARGS`` on the endpoint; raises CommandError on failure."""
-        argv = [sys.executable, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
-        return self.exec(self.topology.endpoint.name, argv, timeout=timeout_s + 30)
+        return self.exec(self.topology.endpoint.name, self.client_argv(args, timeout_s),
+                         timeout=timeout_s + 30)
 
     # -- using the hosts -------------------------------------------------------------------
 
@@ -289,7 +330,8 @@ class Testbed:
         """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
         if self.java is None or self.dist is None:
             raise StateError("this testbed runs no Cassandra")
-        argv = [self.java.path, *nodetool_args(self.dist.classpath, *command)]
+        argv = [self.java.path,
+                *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
         return run(self.exec_argv(host, argv), timeout=timeout).stdout
 
     def status(self) -> list[dict[str, Any]]:

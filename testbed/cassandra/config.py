@@ -199,6 +199,16 @@ LOGBACK_XML = """<configuration scan="false">
 </configuration>
 """
 
+# nodetool and other tools: warnings only, on stderr, so stdout stays parseable.
+LOGBACK_TOOLS_XML = """<configuration scan="false">
+  <appender name="STDERR" class="ch.qos.logback.core.ConsoleAppender">
+    <target>System.err</target>
+    <encoder><pattern>%-5level %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="STDERR" /></root>
+</configuration>
+"""
+
 # From Cassandra 5.0's conf/jvm17-server.options (JPMS section) and Netty options.
 JPMS_OPTIONS: tuple[str, ...] = (
     "-Djdk.attach.allowAttachSelf=true",
@@ -310,7 +320,7 @@ def jvm_args(
     return args
 
 
-def nodetool_args(classpath: str, *command: str) -> list[str]:
+def nodetool_args(classpath: str, logback: Path, *command: str) -> list[str]:
     """JVM arguments (after the java binary) for nodetool against the local JMX port."""
     return [
         "-Xmx128m",
@@ -320,7 +330,7 @@ def nodetool_args(classpath: str, *command: str) -> list[str]:
         "-Xshare:auto",
         *JPMS_OPTIONS,
         "-Dcassandra.storagedir=/tmp",
-        "-Dlogback.configurationFile=logback-tools.xml",
+        f"-Dlogback.configurationFile=file://{logback}",
         "-cp",
         classpath,
         NODETOOL_CLASS,

@@ -48,6 +48,17 @@ class CassandraDist:
         # Sorted and absolute: the class-data-sharing archive is only valid for this exact path.
         return ":".join(str(self.lib_dir / name) for name in sorted(self.jars))
 
+    @property
+    def tools_logback(self) -> Path:
+        """Logging config for nodetool (written on first use; warnings to stderr only)."""
+        from .config import LOGBACK_TOOLS_XML
+
+        path = self.root / "conf" / "logback-tools.xml"
+        if not path.is_file():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(LOGBACK_TOOLS_XML)
+        return path
+
     def cds_archive(self, java_version: str) -> Path:
         """Path of the class-data-sharing archive for this dist and Java version."""
         return self.root / "cds" / f"cassandra-java{java_version}.jsa"

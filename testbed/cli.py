@@ -1,0 +1,228 @@
+"""Command line: python -m testbed {up,status,exec,down,clean,dist}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from .cassandra import dist as dist_mod
+from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, CassandraSettings
+from .cassandra.readiness import Deadlines
+from .errors import ConfigError, TestbedError
+from .testbed import Testbed
+from .topology import DEFAULT_SUBNET, MAX_EDGE_NODES, Topology
+
+
+def _yaml_override(text: str) -> tuple[str, object]:
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m testbed",
+        description="Edge testbed: Cassandra edge nodes + an endpoint on one machine.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="bring a testbed up and leave it running")
+    up.add_argument("--nodes", type=int, default=3,
+                    help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)")
+    up.add_argument("--backend", default="netns", help="netns (default)")
+    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet ({DEFAULT_SUBNET})")
+    up.add_argument("--heap-mb", type=int, default=DEFAULT_HEAP_MB,
+                    help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})")
+    up.add_argument("--jvm-profile", choices=JVM_PROFILES, default="fast",
+                    help="fast: quick start (default); standard: stock JIT and G1 GC")
+    up.add_argument("--cluster-name", default="edge-testbed")
+    up.add_argument("--yaml", metavar="KEY=VALUE", type=_yaml_override, action="append",
+                    default=[], help="extra cassandra.yaml setting for every node (repeatable)")
+    up.add_argument("--no-cassandra", action="store_true", help="build the network only")
+    up.add_argument("--java", help="java binary (default: $JAVA_HOME/bin/java, then PATH)")
+    up.add_argument("--cql-timeout", type=float, default=Deadlines.cql_s,
+                    help="seconds allowed for nodes to start listening for CQL")
+
+    st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
+    st_.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    st_.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    ex = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD...")
+    ex.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    ex.add_argument("host")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+    dn = sub.add_parser("down", help="stop Cassandra and remove the testbed")
+    dn.add_argument("--run", help="run id (default: the newest testbed that is up)")
+
+    sub.add_parser("clean", help="remove every leftover of any earlier run")
+
+    ds = sub.add_parser("dist", help="the Cassandra distribution")
+    ds_sub = ds.add_subparsers(dest="dist_command", required=True)
+    inst = ds_sub.add_parser("install", help="assemble (once) and prepare the start-up archive")
+    inst.add_argument("--tarball", help="use a local apache-cassandra-5.0.x-bin.tar.gz")
+    inst.add_argument("--force", action="store_true", help="reinstall even if intact")
+    inst.add_argument("--no-cds", action="store_true",
+                      help="skip the class-data-sharing archive (slower bring-up)")
+    inst.add_argument("--java", help="java binary")
+    ds_sub.add_parser("verify", help="check every jar's sha256 against the manifest")
+    ds_sub.add_parser("path", help="print the installed distribution's directory")
+    return parser
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    topology = Topology(edge_nodes=args.nodes, subnet=args.subnet)
+    settings = None
+    if not args.no_cassandra:
+        settings = CassandraSettings(
+            cluster_name=args.cluster_name,
+            heap_mb=args.heap_mb,
+            jvm_profile=args.jvm_profile,
+            overrides=dict(args.yaml),
+        )
+    from .state import active_run
+    from .errors import StateError
+
+    try:
+        running = active_run()
+    except StateError:
+        running = None
+    if running is not None:
+        raise ConfigError(
+            f"testbed run {running.run_id} is already up; `python -m testbed down` first"
+        )
+    tb = Testbed(
+        topology,
+        args.backend,
+        cassandra=settings,
+        java=args.java,
+        deadlines=Deadlines(cql_s=args.cql_timeout),
+        progress=print,
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
+    tb.up()
+    _print_hosts(tb.status() if settings is None else [
+        {**h, "cassandra": "UN" if h["role"] == "edge" else None}
+        for h in _hosts_without_status(tb)
+    ])
+    print(f"run {tb.run_id} is up; `python -m testbed status`, `python -m testbed down`")
+    return 0
+
+
+def _hosts_without_status(tb: Testbed) -> list[dict]:
+    return [{"name": h.name, "role": h.role, "address": h.address} for h in tb.topology.hosts]
+
+
+def _print_hosts(hosts: list[dict]) -> None:
+    print(f"{'host':<6} {'role':<9} {'address':<15} cassandra")
+    for h in hosts:
+        print(f"{h['name']:<6} {h['role']:<9} {h['address']:<15} {h.get('cassandra') or '-'}")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(args.run)
+    hosts = tb.status()
+    if args.json:
+        print(json.dumps({"run": tb.run_id, "backend": tb.backend_name, "hosts": hosts}))
+    else:
+        print(f"run {tb.run_id} ({tb.backend_name})")
+        _print_hosts(hosts)
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise ConfigError("nothing to run: python -m testbed exec HOST -- CMD [ARGS...]")
+    tb = Testbed.attach(args.run)
+    tb.topology.host(args.host)
+    # Inherit the terminal: the command's output and exit code are the user's.
+    return subprocess.call(tb.exec_argv(args.host, ["env", *(
+        f"{k}={v}" for k, v in tb.environment(args.host).items()), *argv]))
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(args.run)
+    run_id = tb.run_id
+    tb.down()
+    print(f"run {run_id} is down")
+    return 0
+
+
+def cmd_clean(_args: argparse.Namespace) -> int:
+    from .clean import clean
+
+    clean()
+    return 0
+
+
+def cmd_dist(args: argparse.Namespace) -> int:
+    if args.dist_command == "path":
+        print(dist_mod.load().root)
+        return 0
+    if args.dist_command == "verify":
+        dist = dist_mod.load()
+        dist.verify(full=True)
+        print(f"Cassandra {dist.version}: {len(dist.jars)} jars match their sha256")
+        return 0
+    dist = dist_mod.install(tarball=args.tarball, force=args.force)
+    if args.no_cds:
+        return 0
+    from .cassandra.java import find_java
+
+    java = find_java(args.java)
+    archive = dist.cds_archive(java.version)
+    if archive.is_file() and not args.force:
+        print(f"class-data-sharing archive present: {archive}")
+        return 0
+    print("recording the class-data-sharing archive (one 1-node start, once)")
+    with Testbed(Topology(edge_nodes=1), cds_training=True, java=args.java, progress=print):
+        pass
+    if not archive.is_file():
+        raise TestbedError(f"the JVM did not write {archive}")
+    print(f"class-data-sharing archive: {archive} ({archive.stat().st_size >> 20} MB)")
+    return 0
+
+
+COMMANDS = {
+    "up": cmd_up,
+    "status": cmd_status,
+    "exec": cmd_exec,
+    "down": cmd_down,
+    "clean": cmd_clean,
+    "dist": cmd_dist,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        print("interrupted; everything this command created was removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Bad input and failures: a clear error, a non-zero exit, and nothing left behind.
+
+Runs before the shared cluster exists, because `clean` removes every testbed object.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed import PortInUseError, Testbed, Topology
+from testbed.clean import residue, tagged_processes
+
+from .conftest import assert_no_residue, run_cli
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nodes", "0"], "between 1 and 9"),
+        (["--nodes", "10"], "between 1 and 9"),
+        (["--subnet", "8.8.8.0/24"], "not a private"),
+        (["--heap-mb", "16"], "heap_mb"),
+        (["--java", "/nonexistent/bin/java"], "Java not found"),
+    ],
+)
+def test_bad_input_is_rejected_before_anything_changes(args, message):
+    before = residue()
+    proc = run_cli("up", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert residue() == before
+
+
+def test_cassandra_dying_during_start_is_reported_and_cleaned():
+    proc = run_cli("up", "--nodes", "1", "--yaml", "no_such_option=1")
+    assert proc.returncode == 1
+    assert "e0: Cassandra exited" in proc.stderr
+    assert "no_such_option" in proc.stderr  # the tail of the node's own log
+    assert_no_residue()
+
+
+def test_port_already_in_use_is_a_clear_error():
+    tb = Testbed(Topology(edge_nodes=2))
+    tb.create_hosts()
+    run_id = tb.run_id
+    squatter = tb.popen("e1", [sys.executable, "-c",
+                               "import socket,time;s=socket.socket();"
+                               "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+                               "s.bind(('10.77.0.12',9042));s.listen();time.sleep(120)"])
+    try:
+        deadline = time.monotonic() + 10
+        while "9042" not in tb.exec("e1", ["ss", "-Htln"]).stdout:
+            assert time.monotonic() < deadline, "squatter did not start listening"
+            time.sleep(0.05)
+        with pytest.raises(PortInUseError, match="e1: port 9042 is already in use"):
+            tb.start_cassandra()
+    finally:
+        squatter.wait(timeout=10)  # killed by the teardown: it ran inside our namespace
+    assert_no_residue(run_id)
+
+
+def test_sigkilled_up_is_removed_by_clean():
+    up = subprocess.Popen([sys.executable, "-m", "testbed", "up", "--nodes", "3"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    deadline = time.monotonic() + 90
+    while len(tagged_processes()) < 3:
+        assert up.poll() is None, "up ended before it could be killed"
+        assert time.monotonic() < deadline, "no Cassandra JVM appeared"
+        time.sleep(0.1)
+    os.kill(up.pid, signal.SIGKILL)
+    up.wait()
+    left = residue()
+    assert len(left["namespaces"]) == 5 and len(left["processes"]) == 3, left
+    proc = run_cli("clean")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_residue()
+    assert run_cli("clean").stdout.strip() == "nothing to clean"
