@@ -26,7 +26,7 @@ cassandra: python
 
 # The whole suite: unit tests, then integration tests on real namespaces and Cassandra.
 test: install
-	$(PY) -m pytest -ra $(PYTEST_ARGS) tests
+	$(PY) -m pytest -ra $(PYTEST_ARGS) tests/unit tests/integration
 
 unit: python
 	$(PY) -m pytest -ra tests/unit

@@ -1,0 +1,204 @@
+"""Declarative link model: a directed matrix of link properties over a topology's hosts.
+
+Creates nothing; a shaper applies it. Profiles build a matrix from a few numbers:
+
+- ``uniform``: every ordered pair (endpoint links included) gets delay L and loss p, so the
+  RTT between any two hosts is 2L.
+- ``paper``: what the seed paper's scripts did: every edge node shapes its egress toward
+  every other edge node with (L, p) and toward the endpoint with a fixed 10 ms, no loss;
+  the endpoint's own egress is not shaped.
+- ``file``: a matrix read from a TOML file (see ``from_toml``).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import ConfigError
+from testbed.topology import Topology
+
+MAX_DELAY_MS = 10_000.0
+PAPER_ENDPOINT_DELAY_MS = 10.0
+PROFILES = ("uniform", "paper", "file")
+
+
+def _number(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Link:
+    """Properties of one direction src -> dst. Validated on construction."""
+
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+    rate_mbit: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "delay_ms", _number("delay_ms", self.delay_ms, 0, MAX_DELAY_MS))
+        object.__setattr__(self, "jitter_ms",
+                           _number("jitter_ms", self.jitter_ms, 0, MAX_DELAY_MS))
+        object.__setattr__(self, "loss_pct", _number("loss_pct", self.loss_pct, 0, 100))
+        if self.jitter_ms > self.delay_ms:
+            raise ConfigError(
+                f"jitter_ms ({self.jitter_ms:g}) cannot exceed delay_ms ({self.delay_ms:g})"
+            )
+        if self.rate_mbit is not None:
+            object.__setattr__(self, "rate_mbit",
+                               _number("rate_mbit", self.rate_mbit, 0.001, 100_000))
+
+    @property
+    def shaped(self) -> bool:
+        """Whether anything needs to be applied for this direction."""
+        return bool(self.delay_ms or self.jitter_ms or self.loss_pct or self.rate_mbit)
+
+
+UNSHAPED = Link()
+
+
+@dataclass(frozen=True)
+class LinkMatrix:
+    """Link properties for ordered host pairs; pairs not listed are unshaped.
+
+    Raises ConfigError for an unknown host or a self-link.
+    """
+
+    topology: Topology
+    links: Mapping[tuple[str, str], Link] = field(default_factory=dict)
+    profile: str = "file"
+
+    def __post_init__(self) -> None:
+        names = {h.name for h in self.topology.hosts}
+        for (src, dst), link in self.links.items():
+            for host in (src, dst):
+                if host not in names:
+                    raise ConfigError(
+                        f"link {src} -> {dst}: unknown host {host!r} "
+                        f"(hosts: {', '.join(h.name for h in self.topology.hosts)})"
+                    )
+            if src == dst:
+                raise ConfigError(f"link {src} -> {dst}: a host has no link to itself")
+            if not isinstance(link, Link):
+                raise ConfigError(f"link {src} -> {dst}: expected a Link, got {link!r}")
+        object.__setattr__(self, "links", dict(self.links))
+
+    def link(self, src: str, dst: str) -> Link:
+        return self.links.get((src, dst), UNSHAPED)
+
+    def shaped(self) -> Iterator[tuple[str, str, Link]]:
+        """Every ordered pair that needs shaping, in topology order."""
+        for s in self.topology.hosts:
+            for d in self.topology.hosts:
+                link = self.links.get((s.name, d.name))
+                if link is not None and link.shaped:
+                    yield s.name, d.name, link
+
+    def rtt_ms(self, a: str, b: str) -> float:
+        """Configured round-trip delay between two hosts (sum of both directions)."""
+        return self.link(a, b).delay_ms + self.link(b, a).delay_ms
+
+    def round_trip_loss_pct(self, a: str, b: str) -> float:
+        """Probability (%) that a request a -> b or its reply b -> a is lost."""
+        ok = (1 - self.link(a, b).loss_pct / 100) * (1 - self.link(b, a).loss_pct / 100)
+        return 100 * (1 - ok)
+
+    def to_dict(self) -> dict:
+        return {
+            "profile": self.profile,
+            "links": [
+                {"src": s, "dst": d, "delay_ms": l.delay_ms, "jitter_ms": l.jitter_ms,
+                 "loss_pct": l.loss_pct, "rate_mbit": l.rate_mbit}
+                for s, d, l in self.shaped()
+            ],
+        }
+
+
+def uniform(topology: Topology, delay_ms: float, loss_pct: float,
+            jitter_ms: float = 0.0) -> LinkMatrix:
+    link = Link(delay_ms, jitter_ms, loss_pct)
+    names = [h.name for h in topology.hosts]
+    return LinkMatrix(topology, {(s, d): link for s in names for d in names if s != d},
+                      profile="uniform")
+
+
+def paper(topology: Topology, delay_ms: float, loss_pct: float,
+          jitter_ms: float = 0.0) -> LinkMatrix:
+    edge_link = Link(delay_ms, jitter_ms, loss_pct)
+    to_endpoint = Link(PAPER_ENDPOINT_DELAY_MS)
+    links: dict[tuple[str, str], Link] = {}
+    ep = topology.endpoint.name
+    for s in topology.edges:
+        for d in topology.edges:
+            if s != d:
+                links[(s.name, d.name)] = edge_link
+        links[(s.name, ep)] = to_endpoint
+    return LinkMatrix(topology, links, profile="paper")
+
+
+def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
+    """A matrix from TOML: optional ``[default]`` for every pair, then ``[[link]]`` tables
+    with ``src``, ``dst`` and any of delay_ms, jitter_ms, loss_pct, rate_mbit (``src`` or
+    ``dst`` may be ``"*"``). Later entries win. Raises ConfigError naming the problem."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"link file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    unknown = set(data) - {"default", "link"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown tables {sorted(unknown)} (use [default], [[link]])")
+    names = [h.name for h in topology.hosts]
+    links: dict[tuple[str, str], Link] = {}
+    fields = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit")
+
+    def make(entry: Mapping, where: str) -> dict:
+        extra = set(entry) - set(fields) - {"src", "dst"}
+        if extra:
+            raise ConfigError(f"{path}: {where}: unknown keys {sorted(extra)}")
+        return {k: entry[k] for k in fields if k in entry}
+
+    if "default" in data:
+        base = make(data["default"], "[default]")
+        link = Link(**base)
+        links = {(s, d): link for s in names for d in names if s != d}
+    for i, entry in enumerate(data.get("link", [])):
+        where = f"[[link]] #{i + 1}"
+        if "src" not in entry or "dst" not in entry:
+            raise ConfigError(f"{path}: {where}: needs src and dst")
+        srcs = names if entry["src"] == "*" else [entry["src"]]
+        dsts = names if entry["dst"] == "*" else [entry["dst"]]
+        for name in (*srcs, *dsts):
+            if name not in names:
+                raise ConfigError(f"{path}: {where}: unknown host {name!r} "
+                                  f"(hosts: {', '.join(names)})")
+        values = make(entry, where)
+        for s in srcs:
+            for d in dsts:
+                if s != d:
+                    current = links.get((s, d), UNSHAPED)
+                    links[(s, d)] = Link(**{**current.__dict__, **values})
+    return LinkMatrix(topology, links, profile="file")
+
+
+def build(profile: str, topology: Topology, *, delay_ms: float = 0.0, loss_pct: float = 0.0,
+          jitter_ms: float = 0.0, path: Path | str | None = None) -> LinkMatrix:
+    """The matrix of ``profile`` (uniform, paper, file); ConfigError for anything invalid."""
+    if profile == "uniform":
+        return uniform(topology, delay_ms, loss_pct, jitter_ms)
+    if profile == "paper":
+        return paper(topology, delay_ms, loss_pct, jitter_ms)
+    if profile == "file":
+        if path is None:
+            raise ConfigError("profile 'file' needs a path to a TOML link file")
+        return from_toml(topology, path)
+    raise ConfigError(f"unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
