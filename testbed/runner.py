@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ def run(
     check: bool = True,
     input: str | None = None,
     timeout: float | None = 60,
+    cwd: str | os.PathLike | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` (no shell) and return the completed process.
 
@@ -27,7 +29,8 @@ def run(
     log.debug("run: %s", " ".join(cmd))
     try:
         proc = subprocess.run(
-            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False
+            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False,
+            cwd=cwd,
         )
     except FileNotFoundError as exc:
         raise CommandError(cmd, 127, "", f"not found: {exc.filename}") from exc

@@ -23,7 +23,7 @@ def test_build_commands_names_and_addresses():
     assert ["ip", "-n", "tb-abc123-e1", "addr", "add", "10.77.0.12/24", "dev", "eth0"] in cmds
     veths = [c for c in cmds if "veth" in c]
     assert len(veths) == 3
-    assert ["ip", "-n", "tb-abc123-sw", "link", "add", "ep", "type", "veth",
+    assert ["ip", "-n", "tb-abc123-sw", "link", "add", "name", "ep", "type", "veth",
             "peer", "name", "eth0", "netns", "tb-abc123-ep"] in veths
 
 
