@@ -120,7 +120,10 @@ class NetnsBackend:
 
     def destroy(self) -> None:
         names = set(self.state.namespaces) | set(list_prefixed_namespaces(self.state.run_id))
-        # Hosts before the switch; the switch namespace holds no processes.
+        # Every process first (a VM in the switch namespace must stop before its TAPs go:
+        # otherwise QEMU spins at 100 % CPU), then the namespaces, the switch last.
+        for ns in names:
+            kill_namespace_processes(ns)
         for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
             delete_namespace(ns)
 

@@ -1,0 +1,138 @@
+"""python -m emulation {set,show,clear,verify,gateway build} on a running testbed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from testbed.errors import ConfigError, TestbedError
+from testbed.testbed import Testbed
+
+from . import api, links, shapers
+from .verify import verify
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m emulation",
+                                     description="Emulated edge links on a running testbed.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("set", help="apply a link profile (nothing is restarted)")
+    s.add_argument("--profile", choices=links.PROFILES, default="uniform")
+    s.add_argument("--latency", type=float, default=0.0, help="one-way delay L in ms")
+    s.add_argument("--loss", type=float, default=0.0, help="loss p in percent")
+    s.add_argument("--jitter", type=float, default=0.0, help="delay jitter in ms")
+    s.add_argument("--file", help="TOML link matrix (profile file)")
+    s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto")
+    s.add_argument("--run", help="run id (default: the newest testbed that is up)")
+
+    sh = sub.add_parser("show", help="the configured matrix and the shaper's tc state")
+    sh.add_argument("--run")
+    sh.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("clear", help="every link back to unshaped")
+    c.add_argument("--run")
+    c.add_argument("--remove", action="store_true",
+                   help="also remove the shaper (stop the gateway VM)")
+
+    v = sub.add_parser("verify", help="measure RTT and loss per host pair vs configured")
+    v.add_argument("--run")
+    v.add_argument("--sample", type=int, help="check a seeded sample of N host pairs")
+    v.add_argument("--probes", type=int, default=100, help="RTT probes per pair (>= 100)")
+    v.add_argument("--loss-probes", type=int, default=1000,
+                   help="probes per pair when loss is configured (>= 1000)")
+    v.add_argument("--json", action="store_true")
+
+    g = sub.add_parser("gateway", help="the netem gateway VM image")
+    g.add_argument("action", choices=["build"])
+    g.add_argument("--force", action="store_true")
+    return parser
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(args.run)
+    matrix = links.build(args.profile, tb.topology, delay_ms=args.latency, loss_pct=args.loss,
+                         jitter_ms=args.jitter, path=args.file)
+    result = api.set_links(tb, matrix, args.shaper)
+    setup = f", set-up {result['setup_s']:.1f} s" if result["setup_s"] else ""
+    print(f"{matrix.profile}: L={args.latency:g} ms, p={args.loss:g} % on "
+          f"{len(list(matrix.shaped()))} directed links via {result['shaper']} "
+          f"(change {result['change_s'] * 1000:.0f} ms{setup})")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(args.run)
+    data = api.show(tb)
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(f"shaper: {data['shaper'] or 'none'}")
+    matrix = data["matrix"] or {"profile": "none", "links": []}
+    print(f"profile: {matrix['profile']}")
+    for l in matrix["links"]:
+        print(f"  {l['src']:>4} -> {l['dst']:<4} delay {l['delay_ms']:g} ms  jitter "
+              f"{l['jitter_ms']:g} ms  loss {l['loss_pct']:g} %")
+    for line in data["tc"]:
+        print(f"  tc: {line}")
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(args.run)
+    api.clear(tb, remove=args.remove)
+    print("links unshaped" + (" and shaper removed" if args.remove else ""))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if args.probes < 100 or args.loss_probes < 1000:
+        raise ConfigError("verify needs >= 100 RTT probes and >= 1000 loss probes per pair")
+    tb = Testbed.attach(args.run)
+    state = tb.state.extra.get("emulation", {})
+    result = verify(tb, api.configured(tb), sample=args.sample, rtt_probes=args.probes,
+                    loss_probes=args.loss_probes, shaper=state.get("shaper"),
+                    loss_location=state.get("loss_location"))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"shaper {result['shaper'] or 'none'}; loss applied "
+          f"{result['loss_location'] or '-'}")
+    print(f"{'pair':<9} {'RTT cfg':>8} {'median':>8} {'p99':>8} {'err':>7}   "
+          f"{'loss cfg':>8} {'measured':>8} {'95% range':>15} probes")
+    for p in result["pairs"]:
+        lo, hi = p["loss_interval_pct"]
+        med = "-" if p["median_rtt_ms"] is None else f"{p['median_rtt_ms']:.2f}"
+        p99 = "-" if p["p99_rtt_ms"] is None else f"{p['p99_rtt_ms']:.2f}"
+        err = "-" if p["rtt_error_ms"] is None else f"{p['rtt_error_ms']:+.2f}"
+        print(f"{p['a'] + '-' + p['b']:<9} {p['configured_rtt_ms']:>8.2f} {med:>8} {p99:>8} "
+              f"{err:>7}   {p['configured_loss_pct']:>7.2f}% {p['measured_loss_pct']:>7.2f}% "
+              f"{f'{lo:.2f}-{hi:.2f}%':>15} {p['probes']}"
+              f"{'' if p['loss_ok'] else '  <- loss outside range'}")
+    return 0
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from .gateway import image
+
+    image.build(force=args.force)
+    return 0
+
+
+COMMANDS = {"set": cmd_set, "show": cmd_show, "clear": cmd_clear, "verify": cmd_verify,
+            "gateway": cmd_gateway}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Shapers apply a LinkMatrix to a running testbed, both through tcconfig:
+
+- ``direct``: where the kernel has sch_netem, on each host's own eth0 (sender egress);
+- ``gateway``: where it has not, in the netem gateway VM (loss applied in the network).
+
+A shaper records what it built in the run's state file; ``for_testbed`` reattaches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from testbed.backends.netns import BRIDGE, switch_namespace
+from testbed.cassandra.dist import cache_root
+from testbed.errors import CommandError, ConfigError, StateError
+from testbed.runner import run
+from testbed.state import namespace_name
+from testbed.testbed import Testbed
+
+from . import tcgen
+from .gateway import image as gw_image
+from .gateway.vm import GatewayVM, Port, ports_for, run_all, unwire_commands, wire_commands
+from .links import LinkMatrix
+from .tcgen import Rule, Structure
+
+SHAPERS = ("auto", "direct", "gateway")
+_netem_cache: bool | None = None
+
+
+def netem_available() -> bool:
+    """Whether this kernel can run netem: tried once on a veth in a scratch namespace."""
+    global _netem_cache
+    if _netem_cache is None:
+        ns = f"tb-netemprobe{int(time.time() * 1000) % 100000}-x"
+        run(["ip", "netns", "add", ns])
+        try:
+            run(["ip", "-n", ns, "link", "add", "name", "p0", "type", "veth", "peer", "name", "p1"])
+            proc = run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p0", "root",
+                        "netem", "delay", "1ms"], check=False)
+            _netem_cache = proc.returncode == 0
+        finally:
+            run(["ip", "netns", "del", ns], check=False)
+    return _netem_cache
+
+
+def resolve(name: str) -> str:
+    """auto -> direct where the kernel has netem, else gateway; ConfigError for unknown names."""
+    if name not in SHAPERS:
+        raise ConfigError(f"unknown shaper {name!r} (choose from {', '.join(SHAPERS)})")
+    if name == "auto":
+        return "direct" if netem_available() else "gateway"
+    if name == "direct" and not netem_available():
+        raise ConfigError("this kernel has no sch_netem: use --shaper gateway (or auto)")
+    return name
+
+
+class Shaper(Protocol):
+    name: str
+    loss_location: str
+
+    def apply(self, matrix: LinkMatrix) -> float:
+        """Give every ordered pair its link; returns the seconds the change took."""
+
+    def stop(self) -> None:
+        """Remove everything the shaper built."""
+
+
+def _state(tb: Testbed) -> dict[str, Any]:
+    assert tb.state is not None
+    return tb.state.extra.setdefault("emulation", {})
+
+
+def _save(tb: Testbed) -> None:
+    assert tb.state is not None
+    tb.state.save()
+
+
+def _structure_cache(key_data: dict, build) -> Structure:
+    """Cached tcconfig output: tcconfig takes ~0.5 s per rule, the topology decides it all."""
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root() / "tc" / f"{key}.json"
+    if path.is_file():
+        return Structure.from_dict(json.loads(path.read_text()))
+    structure = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(structure.to_dict()))
+    tmp.replace(path)
+    return structure
+
+
+class GatewayShaper:
+    """Links through the netem gateway VM; tcconfig rules on each port's ingress (IFB)."""
+
+    name = "gateway"
+    loss_location = "in the network (gateway VM), not at the sender"
+
+    def __init__(self, tb: Testbed):
+        self.tb = tb
+        self.hosts = [h.name for h in tb.topology.hosts]
+        self.ports = ports_for(self.hosts)
+        self.switch_ns = switch_namespace(tb.run_id)
+        saved = _state(tb).get("gateway")
+        self.vm = GatewayVM(tb.state.run_dir, self.switch_ns, self.ports,
+                            pid=saved["pid"] if saved else None)
+        self.structure = Structure.from_dict(saved["structure"]) if saved else None
+
+    def rules(self) -> list[Rule]:
+        return [
+            Rule(src.name, dst.name, port.guest_if, "incoming", f"{dst.address}/32")
+            for src, port in zip(self.tb.topology.hosts, self.ports)
+            for dst in self.tb.topology.hosts if dst is not src
+        ]
+
+    def _generate(self) -> Structure:
+        ns = namespace_name(self.tb.run_id, "tcgen")
+        run(["ip", "netns", "add", ns])
+        try:
+            # Stand-ins named like the guest's ports: tcconfig checks the device exists.
+            for port in self.ports:
+                run(["ip", "-n", ns, "link", "add", "name", port.guest_if, "type", "veth",
+                     "peer", "name", f"x{port.guest_if}"])
+            return tcgen.generate(self.rules(),
+                                  tcgen.run_tcset_in(["ip", "netns", "exec", ns]))
+        finally:
+            run(["ip", "netns", "del", ns], check=False)
+
+    def start(self) -> float:
+        """Boot and wire the gateway (once per run); returns the seconds it took."""
+        if self.structure is not None and self.vm.alive():
+            return 0.0
+        t0 = time.monotonic()
+        image = gw_image.load()
+        key = {"kind": "gateway", "rules": [r.__dict__ for r in self.rules()],
+               "limit": tcgen.NETEM_LIMIT, "tcset": tcgen.TCSET}
+        self.structure = _structure_cache(key, self._generate)
+        try:
+            boot_s = self.vm.start(image, self.structure.ifb_devices)
+            _state(self.tb)["gateway"] = {"pid": self.vm.pid, "boot_s": boot_s,
+                                          "structure": self.structure.to_dict()}
+            _save(self.tb)
+            run_all(wire_commands(self.switch_ns, self.ports, BRIDGE))
+            self.vm.batch(self.structure.tc_lines)
+        except BaseException:
+            self.stop()
+            raise
+        return time.monotonic() - t0
+
+    def apply(self, matrix: LinkMatrix) -> float:
+        self.start()
+        assert self.structure is not None
+        t0 = time.monotonic()
+        self.vm.batch(tcgen.change_lines(self.structure, matrix.links))
+        return time.monotonic() - t0
+
+    def show(self) -> list[str]:
+        return self.vm.batch(["qdisc show"]) if self.vm.alive() else []
+
+    def stop(self) -> None:
+        self.vm.stop()
+        run_all(unwire_commands(self.switch_ns, self.ports, BRIDGE), ignore_missing=True)
+        _state(self.tb).pop("gateway", None)
+        _save(self.tb)
+        self.structure = None
+
+
+class DirectShaper:
+    """netem on each host's own eth0, per destination (tcconfig's outgoing rules)."""
+
+    name = "direct"
+    loss_location = "at the sender's egress (local drops: TCP sees them at once)"
+
+    def __init__(self, tb: Testbed):
+        self.tb = tb
+        saved = _state(tb).get("direct")
+        self.structures = ({h: Structure.from_dict(s) for h, s in saved.items()}
+                           if saved else None)
+
+    def _rules(self, src) -> list[Rule]:
+        return [Rule(src.name, dst.name, "eth0", "outgoing", f"{dst.address}/32")
+                for dst in self.tb.topology.hosts if dst is not src]
+
+    def start(self) -> float:
+        if self.structures is not None:
+            return 0.0
+        t0 = time.monotonic()
+        structures = {}
+        for host in self.tb.topology.hosts:
+            prefix = self.tb.exec_argv(host.name, [])
+            structures[host.name] = tcgen.generate(self._rules(host), tcgen.run_tcset_in(prefix))
+        self.structures = structures
+        _state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
+        _save(self.tb)
+        for host, structure in structures.items():
+            self._batch(host, structure.tc_lines)
+        return time.monotonic() - t0
+
+    def _batch(self, host: str, lines: Sequence[str]) -> None:
+        argv = self.tb.exec_argv(host, ["tc", "-batch", "-"])
+        proc = subprocess.run(argv, input="".join(f"{ln}\n" for ln in lines),
+                              capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
+
+    def apply(self, matrix: LinkMatrix) -> float:
+        self.start()
+        assert self.structures is not None
+        t0 = time.monotonic()
+        for host, structure in self.structures.items():
+            self._batch(host, tcgen.change_lines(structure, matrix.links))
+        return time.monotonic() - t0
+
+    def show(self) -> list[str]:
+        lines = []
+        for host in self.tb.topology.hosts:
+            out = self.tb.exec(host.name, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+            lines += [f"{host.name}: {ln}" for ln in out.splitlines()]
+        return lines
+
+    def stop(self) -> None:
+        for host in self.tb.topology.hosts:
+            self.tb.exec(host.name, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        _state(self.tb).pop("direct", None)
+        _save(self.tb)
+        self.structures = None
+
+
+REGISTRY = {"direct": DirectShaper, "gateway": GatewayShaper}
+
+
+def for_testbed(tb: Testbed, name: str = "auto") -> GatewayShaper | DirectShaper:
+    """The shaper of a running testbed: the one it already uses, else ``name`` resolved."""
+    if tb.state is None:
+        raise StateError("testbed is not up")
+    current = _state(tb).get("shaper")
+    chosen = resolve(name) if current is None or name != "auto" else current
+    if current is not None and chosen != current:
+        raise ConfigError(f"this testbed already shapes with {current}; "
+                          f"`python -m emulation clear --remove` first")
+    return REGISTRY[chosen](tb)

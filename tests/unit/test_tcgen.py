@@ -1,0 +1,72 @@
+import pytest
+
+from emulation import tcgen
+from emulation.links import Link
+from emulation.tcgen import Rule
+from testbed import ConfigError
+
+# Real `tcset ethN --direction incoming --dst-network D/32 --limit 10000 --add --tc-command`
+# output (tcconfig 0.30.1) for two destinations on one device.
+OUT_11 = """modprobe ifb
+/usr/bin/ip link add ifb5873 type ifb
+/usr/bin/ip link set dev ifb5873 up
+/usr/sbin/tc qdisc add dev eth1 ingress
+/usr/sbin/tc filter add dev eth1 parent ffff: protocol ip u32 match u32 0 0 flowid 16f1: action mirred egress redirect dev ifb5873
+/usr/sbin/tc qdisc add dev ifb5873 root handle 16f1: htb default 1
+/usr/sbin/tc class add dev ifb5873 parent 16f1: classid 16f1:1 htb rate 32000000.0kbit
+/usr/sbin/tc class add dev ifb5873 parent 16f1: classid 16f1:72 htb rate 32000000.0Kbit ceil 32000000.0Kbit
+/usr/sbin/tc qdisc add dev ifb5873 parent 16f1:72 handle 23b5: netem limit 10000.000000
+/usr/sbin/tc filter add dev ifb5873 protocol ip parent 16f1: prio 5 u32 match ip dst 10.77.0.11/32 match ip src 0.0.0.0/0 flowid 16f1:72
+"""
+OUT_12 = OUT_11.replace("16f1:72", "16f1:54").replace("10.77.0.11/32", "10.77.0.12/32")
+
+R11 = Rule("e1", "e0", "eth1", "incoming", "10.77.0.11/32")
+R12 = Rule("e1", "e2", "eth1", "incoming", "10.77.0.12/32")
+
+
+def test_merge_keeps_shared_lines_once_and_unique_netem_handles():
+    s = tcgen.merge([(R11, OUT_11), (R12, OUT_12)])
+    assert s.ifb_devices == ["ifb5873"]
+    assert s.ip_commands == [["link", "add", "ifb5873", "type", "ifb"],
+                             ["link", "set", "dev", "ifb5873", "up"]]
+    assert s.tc_lines.count("qdisc add dev eth1 ingress") == 1
+    assert sum(l.startswith("qdisc add dev ifb5873 root") for l in s.tc_lines) == 1
+    assert s.slot("e1", "e0") == tcgen.NetemSlot("ifb5873", "16f1:72", "8000:")
+    assert s.slot("e1", "e2") == tcgen.NetemSlot("ifb5873", "16f1:54", "8001:")
+    netems = [l for l in s.tc_lines if "netem" in l]
+    assert netems == [
+        "qdisc add dev ifb5873 parent 16f1:72 handle 8000: netem limit 10000",
+        "qdisc add dev ifb5873 parent 16f1:54 handle 8001: netem limit 10000",
+    ]
+    assert not any(l.startswith(("/", "modprobe")) for l in s.tc_lines)
+    assert tcgen.Structure.from_dict(s.to_dict()) == s
+
+
+def test_merge_detects_class_collisions():
+    clash = OUT_12.replace("16f1:54", "16f1:72")
+    with pytest.raises(ConfigError, match="same class 16f1:72"):
+        tcgen.merge([(R11, OUT_11), (R12, clash)])
+
+
+def test_merge_needs_a_netem_per_rule():
+    with pytest.raises(ConfigError, match="no netem qdisc for e1>e0"):
+        tcgen.merge([(R11, "/usr/sbin/tc qdisc add dev eth1 ingress\n")])
+
+
+def test_change_lines_always_carry_the_full_parameter_set():
+    s = tcgen.merge([(R11, OUT_11), (R12, OUT_12)])
+    lines = tcgen.change_lines(s, {("e1", "e0"): Link(50, 2, 2.5)})
+    assert lines == [
+        "qdisc change dev ifb5873 parent 16f1:72 handle 8000: netem limit 10000 "
+        "delay 50ms 2ms distribution normal loss 2.5%",
+        # an unlisted pair is explicitly reset, not left with old values
+        "qdisc change dev ifb5873 parent 16f1:54 handle 8001: netem limit 10000 "
+        "delay 0ms loss 0%",
+    ]
+
+
+def test_tcset_argv():
+    argv = tcgen.tcset_argv(R11)
+    assert argv[0].endswith("/tcset")
+    assert argv[1:] == ["eth1", "--direction", "incoming", "--dst-network", "10.77.0.11/32",
+                        "--limit", "10000", "--add", "--tc-command"]
