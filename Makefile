@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install system python cassandra test unit sweep bench clean-testbed
+.PHONY: install system python cassandra gateway test unit sweep bench clean-testbed
 
-install: cassandra
+install: cassandra gateway
 
 system:
 	bash scripts/install-system.sh
@@ -23,6 +23,10 @@ $(STAMPS)/python: pyproject.toml
 
 cassandra: python
 	$(PY) -m testbed dist install
+
+# The netem gateway VM image (kernel, busybox, ip/tc) from Debian packages; cached.
+gateway: python
+	$(PY) -m emulation gateway build
 
 # The whole suite: unit tests, then integration tests on real namespaces and Cassandra.
 test: install

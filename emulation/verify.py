@@ -7,9 +7,10 @@ the request or the reply is, so the expected round-trip loss is 1 - (1-p_ab)(1-p
 
 from __future__ import annotations
 
+import json
 import math
 import random
-import re
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,8 +18,7 @@ from testbed.testbed import Testbed
 
 from .links import LinkMatrix
 
-_RTT = re.compile(r"time=([\d.]+) ms")
-_SUMMARY = re.compile(r"(\d+) packets transmitted, (\d+) received")
+PROBE_INTERVAL_S = 0.005
 Z = {0.95: 1.959964, 0.99: 2.575829}
 
 
@@ -60,15 +60,6 @@ def binomial_interval(p_pct: float, n: int, level: float = 0.95) -> tuple[float,
     return (max(0.0, 100 * (p - half)), min(100.0, 100 * (p + half)))
 
 
-def parse_ping(text: str) -> tuple[list[float], int, int]:
-    """RTTs (ms), transmitted and received counts from `ping -n` output."""
-    rtts = [float(m) for m in _RTT.findall(text)]
-    summary = _SUMMARY.search(text)
-    if not summary:
-        raise ValueError(f"no ping summary in: {text[-200:]!r}")
-    return rtts, int(summary.group(1)), int(summary.group(2))
-
-
 def pairs_to_check(matrix: LinkMatrix, sample: int | None = None,
                    seed: int = 0) -> list[tuple[str, str]]:
     """Unordered host pairs (every pair, or a seeded sample of ``sample`` of them)."""
@@ -81,20 +72,22 @@ def pairs_to_check(matrix: LinkMatrix, sample: int | None = None,
 
 def measure_pair(tb: Testbed, matrix: LinkMatrix, a: str, b: str, *, rtt_probes: int = 100,
                  loss_probes: int = 1000, level: float = 0.95) -> PairResult:
+    """Probe b from a (ICMP echo, see emulation.probe) and compare with the matrix."""
     loss = matrix.round_trip_loss_pct(a, b)
     count = loss_probes if loss > 0 else rtt_probes
     rtt = matrix.rtt_ms(a, b)
-    # Probes 5 ms apart (many in flight at 100 ms); wait for the last replies.
-    out = tb.exec(a, ["ping", "-n", "-c", str(count), "-i", "0.005",
-                      "-W", str(max(2, math.ceil(rtt / 1000 * 4))), tb.address(b)],
-                  check=False, timeout=count * 0.02 + rtt / 100 + 30).stdout
-    rtts, sent, received = parse_ping(out)
+    wait_s = max(1.0, 4 * rtt / 1000 + 4 * matrix.link(a, b).jitter_ms / 1000)
+    argv = [sys.executable, "-m", "emulation.probe", tb.address(b), "--count", str(count),
+            "--interval", str(PROBE_INTERVAL_S), "--wait", str(wait_s)]
+    data = json.loads(tb.exec(a, argv, timeout=count * PROBE_INTERVAL_S + wait_s + 30).stdout)
+    rtts = [us / 1000 for us in data["rtt_us"]]
+    sent = data["sent"]
     return PairResult(
         a, b, rtt,
         percentile(rtts, 50) if rtts else None,
         percentile(rtts, 99) if rtts else None,
         loss,
-        100 * (sent - received) / sent,
+        100 * (sent - len(rtts)) / sent,
         sent,
         binomial_interval(loss, sent, level),
     )

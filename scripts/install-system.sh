@@ -11,6 +11,7 @@ packages=(
   maven               # assembles Cassandra from Maven Central
   python3 python3-venv python3-pip
   ca-certificates
+  qemu-system-x86     # the netem gateway VM (kernels without sch_netem)
 )
 
 missing=()
@@ -19,8 +20,15 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# The gateway image is built from Debian packages fetched with apt-get download: the
+# package lists must exist even when nothing is missing.
+have_lists() { compgen -G "/var/lib/apt/lists/*_Packages" > /dev/null; }
 if ((${#missing[@]} == 0)); then
   echo "system packages: all present"
+  if ! have_lists; then
+    [[ $(id -u) -eq 0 ]] || { echo "error: no apt package lists and not root" >&2; exit 1; }
+    apt-get update -q
+  fi
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then

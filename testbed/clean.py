@@ -2,7 +2,7 @@
 
 Leftovers are found two ways, like Mininet's `mn -c`: through the state files of the run
 directories, and by the strict name prefix (namespaces ``tb-<run>-*``; JVMs tagged
-``-Dedgetb.run=<run>:<host>``). A run whose lock is held by a live command is skipped.
+``edgetb.run=<run>:<host>``). A run whose lock is held by a live command is skipped.
 Only processes inside our namespaces or carrying our tag are signalled, each by PID.
 """
 
@@ -21,7 +21,9 @@ from .backends.netns import delete_namespace, list_prefixed_namespaces
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
 
-MARKER = b"-Dedgetb.run="
+# Every process the testbed starts carries "edgetb.run=<run>:<host>" on its command line:
+# JVMs as -Dedgetb.run=..., the gateway VM as -name guest=edgetb.run=...
+MARKER = b"edgetb.run="
 
 
 @dataclass
@@ -115,8 +117,9 @@ def _kill(pid: int, report: CleanReport) -> None:
 
 
 def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, list]:
-    """What is left on this machine of run ``run_id`` (or of any run): namespaces, tagged
-    processes, run directories, and held flocks on run lock files. Empty lists = clean."""
+    """What is left on this machine of run ``run_id`` (or of any run): namespaces,
+    processes (tagged JVMs, or any whose command line names a run directory, such as a
+    gateway VM), and run directories. Empty lists = clean."""
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
     return {

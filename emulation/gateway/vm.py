@@ -61,13 +61,15 @@ def ports_for(hosts: Sequence[str]) -> list[Port]:
 
 
 def qemu_argv(image: GatewayImage, ports: Sequence[Port], console: Path, channel: Path,
-              ifbs: Sequence[str], accel: str) -> list[str]:
+              ifbs: Sequence[str], accel: str, run_id: str) -> list[str]:
     """The QEMU command line (pure; unit-tested)."""
     append = "console=ttyS0 panic=-1 quiet"
     if ifbs:
         append += " gw.ifb=" + ",".join(ifbs)
     argv = [
-        "qemu-system-x86_64", "-accel", accel, "-m", str(GUEST_MEMORY_MB), "-smp", "1",
+        # The tag `clean` looks for, as on the Cassandra JVMs.
+        "qemu-system-x86_64", "-name", f"guest=edgetb.run={run_id}:gateway",
+        "-accel", accel, "-m", str(GUEST_MEMORY_MB), "-smp", "1",
         "-display", "none", "-nodefaults", "-no-reboot", "-no-user-config",
         "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", append,
         "-serial", f"file:{console}",
@@ -85,6 +87,7 @@ class GatewayVM:
 
     def __init__(self, run_dir: Path, switch_ns: str, ports: Sequence[Port],
                  pid: int | None = None):
+        self.run_id = run_dir.name
         self.dir = run_dir / "gateway"
         self.switch_ns = switch_ns
         self.ports = list(ports)
@@ -101,7 +104,7 @@ class GatewayVM:
 
     @property
     def marker(self) -> str:
-        return str(self.channel)
+        return f"edgetb.run={self.run_id}:gateway"
 
     def start(self, image: GatewayImage, ifbs: Sequence[str]) -> float:
         """Boot the VM, wire its ports; returns the boot time in seconds."""
@@ -109,7 +112,8 @@ class GatewayVM:
         self.console.unlink(missing_ok=True)
         accel = "kvm" if kvm_usable() else "tcg"
         argv = ["ip", "netns", "exec", self.switch_ns,
-                *qemu_argv(image, self.ports, self.console, self.channel, ifbs, accel)]
+                *qemu_argv(image, self.ports, self.console, self.channel, ifbs, accel,
+                          self.run_id)]
         t0 = time.monotonic()
         old_umask = os.umask(0o077)  # the channel socket is created 0600
         try:

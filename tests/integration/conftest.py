@@ -25,9 +25,11 @@ def cluster():
     tb.down()
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run `python -m testbed ARGS` as a user would; returns the completed process."""
-    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True,
+def run_cli(*args: str, module: str = "testbed", run: str | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `python -m MODULE ARGS [--run RUN]` as a user would."""
+    extra = ["--run", run] if run else []
+    return subprocess.run([sys.executable, "-m", module, *args, *extra], capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
 
 

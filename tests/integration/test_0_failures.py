@@ -80,3 +80,37 @@ def test_sigkilled_up_is_removed_by_clean():
     assert proc.returncode == 0, proc.stderr
     assert_no_residue()
     assert run_cli("clean").stdout.strip() == "nothing to clean"
+
+
+def test_gateway_left_by_a_killed_emulation_command_is_removed_by_clean():
+    up = run_cli("up", "--nodes", "2", "--no-cassandra")
+    assert up.returncode == 0, up.stderr
+    setter = subprocess.Popen([sys.executable, "-m", "emulation", "set", "--latency", "10"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 120
+    # a shaper process of the run exists once the gateway VM (tagged ...:gateway) boots,
+    # or once direct shaping has been recorded
+    while not any(":gateway" in _cmdline(p) for p in tagged_processes()):
+        if setter.poll() is not None:
+            break  # finished already (direct shaper, or a very fast gateway)
+        assert time.monotonic() < deadline, "no gateway VM appeared"
+        time.sleep(0.05)
+    os.kill(setter.pid, signal.SIGKILL)
+    setter.wait()
+    proc = run_cli("clean")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_residue()
+    assert not any("qemu" in _cmdline(p) for p in _all_pids())
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]

@@ -7,7 +7,7 @@ from .conftest import run_cli
 
 
 def test_status_json_reports_every_node_up_normal(cluster):
-    proc = run_cli("status", "--run", cluster.run_id, "--json")
+    proc = run_cli("status", "--json", run=cluster.run_id)
     assert proc.returncode == 0, proc.stderr
     hosts = json.loads(proc.stdout)["hosts"]
     assert [(h["name"], h["role"]) for h in hosts] == [

@@ -1,0 +1,85 @@
+"""ICMP echo prober with nanosecond timestamps, run inside a testbed host.
+
+    python -m emulation.probe ADDRESS --count 1000 --interval 0.005 --wait 2
+
+iputils ping prints whole milliseconds above 100 ms, too coarse to check a 1 ms error,
+and waits long for lost replies. This sends ``count`` echoes ``interval`` s apart on a raw
+socket, stops ``wait`` s after the last one, and prints JSON: {"sent": N, "rtt_us": [...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+
+
+def checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return ~total & 0xFFFF
+
+
+def echo_request(ident: int, seq: int, payload: bytes = b"edgetb-probe".ljust(32, b".")) -> bytes:
+    header = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+    return struct.pack("!BBHHH", 8, 0, checksum(header + payload), ident, seq) + payload
+
+
+def probe(address: str, count: int, interval_s: float, wait_s: float) -> dict:
+    ident = os.getpid() & 0xFFFF
+    sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    sock.setblocking(False)
+    sent: dict[int, int] = {}
+    rtts: dict[int, int] = {}
+    start = time.monotonic_ns()
+    interval_ns = int(interval_s * 1e9)
+    last_send_due = start + (count - 1) * interval_ns
+    end = last_send_due + int(wait_s * 1e9)
+    seq = 0
+    while True:
+        now = time.monotonic_ns()
+        if seq < count and now >= start + seq * interval_ns:
+            sent[seq] = time.monotonic_ns()
+            sock.sendto(echo_request(ident, seq), (address, 0))
+            seq += 1
+            continue
+        if (seq >= count and len(rtts) == count) or now >= end:
+            break
+        next_send = start + seq * interval_ns if seq < count else end
+        timeout = max(0.0, (min(next_send, end) - now) / 1e9)
+        ready, _, _ = select.select([sock], [], [], timeout)
+        while ready:
+            try:
+                packet = sock.recv(2048)
+            except BlockingIOError:
+                break
+            received = time.monotonic_ns()
+            ihl = (packet[0] & 0x0F) * 4
+            kind, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl:ihl + 8])
+            if kind == 0 and rid == ident and rseq in sent and rseq not in rtts:
+                rtts[rseq] = (received - sent[rseq]) // 1000
+    sock.close()
+    return {"sent": seq, "rtt_us": [rtts[s] for s in sorted(rtts)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulation.probe")
+    parser.add_argument("address")
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--interval", type=float, default=0.005)
+    parser.add_argument("--wait", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    print(json.dumps(probe(args.address, args.count, args.interval, args.wait)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

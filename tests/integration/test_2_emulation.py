@@ -1,0 +1,84 @@
+"""Shaping a running cluster: measured RTT/loss match the configured links (real netem,
+in the gateway VM on kernels without it), nothing is restarted, clear restores baseline."""
+
+import pytest
+
+from emulation import api, links, shapers
+from emulation.verify import measure_pair
+
+from .conftest import run_cli
+
+RTT_TOLERANCE_MS = 2.0
+
+
+def _edge_pids(tb):
+    return {n.name: n.pid for n in tb.nodes.values()}
+
+
+def test_invalid_settings_are_rejected_without_touching_the_network(cluster):
+    before = api.show(cluster)
+    for args, message in [
+        (["--latency", "-5"], "delay_ms must be between 0 and 10000"),
+        (["--latency", "20000"], "delay_ms must be between 0 and 10000"),
+        (["--loss", "150"], "loss_pct must be between 0 and 100"),
+        (["--profile", "file", "--file", "/nonexistent.toml"], "link file not found"),
+        (["--latency", "5", "--jitter", "9"], "cannot exceed"),
+    ]:
+        proc = run_cli("set", *args, module="emulation", run=cluster.run_id)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr
+    assert api.show(type(cluster).attach(cluster.run_id)) == before
+
+
+@pytest.mark.parametrize("delay_ms, loss_pct", [(0, 0), (20, 2.5), (100, 0)])
+def test_uniform_rtt_and_loss_between_edge_nodes(cluster, delay_ms, loss_pct):
+    pids = _edge_pids(cluster)
+    matrix = links.uniform(cluster.topology, delay_ms, loss_pct)
+    result = api.set_links(cluster, matrix)
+    assert result["shaper"] == shapers.resolve("auto")
+    pair = measure_pair(cluster, matrix, "e0", "e1", level=0.99)
+    assert pair.configured_rtt_ms == 2 * delay_ms
+    assert abs(pair.median_rtt_ms - 2 * delay_ms) <= RTT_TOLERANCE_MS, pair
+    assert pair.probes >= (1000 if loss_pct else 100)
+    assert pair.loss_ok, pair  # inside the 99 % binomial interval
+    assert _edge_pids(cluster) == pids and all(n.alive() for n in cluster.nodes.values())
+
+
+def test_paper_profile_edge_links_and_fixed_endpoint_links(cluster):
+    matrix = links.paper(cluster.topology, 20, 0)
+    api.set_links(cluster, matrix)
+    edge = measure_pair(cluster, matrix, "e1", "e2")
+    endpoint = measure_pair(cluster, matrix, "ep", "e0")
+    assert abs(edge.median_rtt_ms - 40) <= RTT_TOLERANCE_MS, edge
+    assert abs(endpoint.median_rtt_ms - 10) <= RTT_TOLERANCE_MS, endpoint
+
+
+def test_cli_show_verify_and_clear_return_to_baseline(cluster):
+    proc = run_cli("set", "--profile", "uniform", "--latency", "30", module="emulation",
+                   run=cluster.run_id)
+    assert proc.returncode == 0, proc.stderr
+    shown = run_cli("show", "--json", module="emulation", run=cluster.run_id)
+    import json
+
+    data = json.loads(shown.stdout)
+    assert data["matrix"]["profile"] == "uniform"
+    assert {l["delay_ms"] for l in data["matrix"]["links"]} == {30.0}
+    verified = run_cli("verify", "--json", "--sample", "1", module="emulation",
+                       run=cluster.run_id)
+    assert verified.returncode == 0, verified.stderr
+    pair = json.loads(verified.stdout)["pairs"][0]
+    assert abs(pair["median_rtt_ms"] - 60) <= RTT_TOLERANCE_MS
+    assert json.loads(verified.stdout)["loss_location"]
+    cleared = run_cli("clear", module="emulation", run=cluster.run_id)
+    assert cleared.returncode == 0, cleared.stderr
+    tb = type(cluster).attach(cluster.run_id)
+    base = measure_pair(tb, api.configured(tb), "e0", "e2")
+    assert base.configured_rtt_ms == 0 and base.median_rtt_ms < RTT_TOLERANCE_MS, base
+
+
+def test_cassandra_kept_running_through_every_change(cluster):
+    proc = run_cli("status", "--json", run=cluster.run_id)
+    import json
+
+    states = [h["cassandra"] for h in json.loads(proc.stdout)["hosts"] if h["role"] == "edge"]
+    assert states == ["UN", "UN", "UN"]
