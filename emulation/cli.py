@@ -56,7 +56,12 @@ def cmd_set(args: argparse.Namespace) -> int:
     matrix = links.build(args.profile, tb.topology, delay_ms=args.latency, loss_pct=args.loss,
                          jitter_ms=args.jitter, path=args.file)
     result = api.set_links(tb, matrix, args.shaper)
-    setup = f", set-up {result['setup_s']:.1f} s" if result["setup_s"] else ""
+    gateway = tb.state.extra.get("emulation", {}).get("gateway") or {}
+    setup = ""
+    if result["setup_s"]:
+        setup = f", set-up {result['setup_s']:.1f} s"
+        if gateway:
+            setup += f" incl. gateway VM boot {gateway['boot_s']:.1f} s ({gateway['accel']})"
     print(f"{matrix.profile}: L={args.latency:g} ms, p={args.loss:g} % on "
           f"{len(list(matrix.shaped()))} directed links via {result['shaper']} "
           f"(change {result['change_s'] * 1000:.0f} ms{setup})")

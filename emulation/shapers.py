@@ -142,6 +142,7 @@ class GatewayShaper:
         try:
             boot_s = self.vm.start(image, self.structure.ifb_devices)
             _state(self.tb)["gateway"] = {"pid": self.vm.pid, "boot_s": boot_s,
+                                          "accel": self.vm.accel,
                                           "structure": self.structure.to_dict()}
             _save(self.tb)
             run_all(wire_commands(self.switch_ns, self.ports, BRIDGE))

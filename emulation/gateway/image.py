@@ -169,6 +169,10 @@ def build(*, force: bool = False, progress=print) -> GatewayImage:
             shutil.rmtree(target)
         staging.rename(target)
     _point(current, target)
+    for old in image_root().iterdir():  # images of earlier inputs
+        if old.is_dir() and not old.is_symlink() and old.name not in (key, "current") \
+                and not old.name.startswith("."):
+            shutil.rmtree(old, ignore_errors=True)
     image = load()
     progress(f"gateway image: {image.root} (vmlinux {image.kernel.stat().st_size >> 20} MB, "
              f"initramfs {image.initrd.stat().st_size >> 10} KB)")

@@ -11,6 +11,7 @@ run directory) feeding a persistent ``tc -batch``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -42,11 +43,39 @@ class GatewayError(TestbedError):
     """The gateway VM failed to boot or to apply a command."""
 
 
-def kvm_usable() -> bool:
-    """Whether KVM really boots a stock guest here. A PVM hypervisor exposes /dev/kvm but a
-    Debian kernel hangs under it, so this is a recorded fact, not a probe of the device:
-    set EDGETB_GATEWAY_ACCEL=kvm where KVM is known to work."""
-    return os.environ.get("EDGETB_GATEWAY_ACCEL", "tcg") == "kvm" and os.path.exists("/dev/kvm")
+KVM_TRIAL_TIMEOUT_S = 15.0
+
+
+def _accel_verdict_path() -> Path:
+    from testbed.cassandra.dist import cache_root
+
+    qemu = run(["qemu-system-x86_64", "--version"]).stdout.split("\n")[0]
+    key = f"{os.uname().release}|{qemu}"
+    digest = __import__("hashlib").sha256(key.encode()).hexdigest()[:12]
+    return cache_root() / "gateway" / f"accel-{digest}.json"
+
+
+def known_accel() -> str | None:
+    """"kvm" or "tcg" when decided (by $EDGETB_GATEWAY_ACCEL, by the absence of /dev/kvm,
+    or by an earlier trial boot on this host kernel and QEMU), else None: try KVM once.
+
+    /dev/kvm is not proof: under a PVM hypervisor it exists, but a stock Debian kernel
+    never boots with it, so only a guest that really boots decides for KVM."""
+    forced = os.environ.get("EDGETB_GATEWAY_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    path = _accel_verdict_path()
+    if path.is_file():
+        return json.loads(path.read_text())["accel"]
+    return None
+
+
+def record_accel(accel: str, detail: str) -> None:
+    path = _accel_verdict_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"accel": accel, "detail": detail}))
 
 
 @dataclass(frozen=True)
@@ -92,6 +121,7 @@ class GatewayVM:
         self.switch_ns = switch_ns
         self.ports = list(ports)
         self.pid = pid
+        self.accel: str | None = None
         self._sock: socket.socket | None = None
 
     @property
@@ -107,29 +137,44 @@ class GatewayVM:
         return f"edgetb.run={self.run_id}:gateway"
 
     def start(self, image: GatewayImage, ifbs: Sequence[str]) -> float:
-        """Boot the VM, wire its ports; returns the boot time in seconds."""
+        """Boot the VM (KVM where it really boots a guest, else TCG); returns boot seconds."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        accel = known_accel()
+        if accel is None:  # first boot on this machine: does KVM really work?
+            try:
+                boot_s = self._boot(image, ifbs, "kvm", KVM_TRIAL_TIMEOUT_S)
+                record_accel("kvm", f"guest booted in {boot_s:.1f} s")
+                self.accel = "kvm"
+                return boot_s
+            except GatewayError as exc:
+                self.stop()
+                record_accel("tcg", f"KVM trial failed: {str(exc)[:200]}")
+            accel = "tcg"
+        self.accel = accel
+        return self._boot(image, ifbs, accel, BOOT_TIMEOUT_S)
+
+    def _boot(self, image: GatewayImage, ifbs: Sequence[str], accel: str,
+              timeout_s: float) -> float:
         self.console.unlink(missing_ok=True)
-        accel = "kvm" if kvm_usable() else "tcg"
         argv = ["ip", "netns", "exec", self.switch_ns,
                 *qemu_argv(image, self.ports, self.console, self.channel, ifbs, accel,
-                          self.run_id)]
+                           self.run_id)]
         t0 = time.monotonic()
         old_umask = os.umask(0o077)  # the channel socket is created 0600
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                    stdout=open(self.dir / "qemu.log", "ab"),
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            with open(self.dir / "qemu.log", "ab") as log:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             os.umask(old_umask)
         self.pid = proc.pid
         while "gateway: ready" not in _read(self.console):
             if proc.poll() is not None:
-                raise GatewayError(f"gateway VM exited with {proc.returncode}:\n"
+                raise GatewayError(f"gateway VM ({accel}) exited with {proc.returncode}:\n"
                                    f"{tail(self.dir / 'qemu.log')}\n{tail(self.console)}")
-            if time.monotonic() - t0 > BOOT_TIMEOUT_S:
-                raise GatewayError(f"gateway VM not ready within {BOOT_TIMEOUT_S:.0f} s:\n"
-                                   f"{tail(self.console)}")
+            if time.monotonic() - t0 > timeout_s:
+                raise GatewayError(f"gateway VM ({accel}) not ready within {timeout_s:.0f} s:"
+                                   f"\n{tail(self.console)}")
             time.sleep(0.05)
         boot_s = time.monotonic() - t0
         self._realtime()
