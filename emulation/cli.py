@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--probes", type=int, default=100, help="RTT probes per pair (>= 100)")
     v.add_argument("--loss-probes", type=int, default=1000,
                    help="probes per pair when loss is configured (>= 1000)")
+    v.add_argument("--level", type=float, choices=[0.95, 0.99], default=0.95,
+                   help="confidence level of the loss interval")
     v.add_argument("--json", action="store_true")
 
     g = sub.add_parser("gateway", help="the netem gateway VM image")
@@ -98,7 +100,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     tb = Testbed.attach(args.run)
     state = tb.state.extra.get("emulation", {})
     result = verify(tb, api.configured(tb), sample=args.sample, rtt_probes=args.probes,
-                    loss_probes=args.loss_probes, shaper=state.get("shaper"),
+                    loss_probes=args.loss_probes, level=args.level, shaper=state.get("shaper"),
                     loss_location=state.get("loss_location"))
     if args.json:
         print(json.dumps(result))
@@ -106,7 +108,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"shaper {result['shaper'] or 'none'}; loss applied "
           f"{result['loss_location'] or '-'}")
     print(f"{'pair':<9} {'RTT cfg':>8} {'median':>8} {'p99':>8} {'err':>7}   "
-          f"{'loss cfg':>8} {'measured':>8} {'95% range':>15} probes")
+          f"{'loss cfg':>8} {'measured':>8} {f'{args.level:.0%} range':>15} probes")
     for p in result["pairs"]:
         lo, hi = p["loss_interval_pct"]
         med = "-" if p["median_rtt_ms"] is None else f"{p['median_rtt_ms']:.2f}"

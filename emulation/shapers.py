@@ -94,6 +94,21 @@ def _structure_cache(key_data: dict, build) -> Structure:
     return structure
 
 
+def gateway_rules(topology, ports: Sequence[Port]) -> list[Rule]:
+    """Gateway: on the guest port facing each source, incoming traffic per destination."""
+    return [
+        Rule(src.name, dst.name, port.guest_if, "incoming", f"{dst.address}/32")
+        for src, port in zip(topology.hosts, ports)
+        for dst in topology.hosts if dst is not src
+    ]
+
+
+def direct_rules(topology, src) -> list[Rule]:
+    """Direct: on the source host's own eth0, outgoing traffic per destination."""
+    return [Rule(src.name, dst.name, "eth0", "outgoing", f"{dst.address}/32")
+            for dst in topology.hosts if dst is not src]
+
+
 class GatewayShaper:
     """Links through the netem gateway VM; tcconfig rules on each port's ingress (IFB)."""
 
@@ -111,11 +126,7 @@ class GatewayShaper:
         self.structure = Structure.from_dict(saved["structure"]) if saved else None
 
     def rules(self) -> list[Rule]:
-        return [
-            Rule(src.name, dst.name, port.guest_if, "incoming", f"{dst.address}/32")
-            for src, port in zip(self.tb.topology.hosts, self.ports)
-            for dst in self.tb.topology.hosts if dst is not src
-        ]
+        return gateway_rules(self.tb.topology, self.ports)
 
     def _generate(self) -> Structure:
         ns = namespace_name(self.tb.run_id, "tcgen")
@@ -182,10 +193,6 @@ class DirectShaper:
         self.structures = ({h: Structure.from_dict(s) for h, s in saved.items()}
                            if saved else None)
 
-    def _rules(self, src) -> list[Rule]:
-        return [Rule(src.name, dst.name, "eth0", "outgoing", f"{dst.address}/32")
-                for dst in self.tb.topology.hosts if dst is not src]
-
     def start(self) -> float:
         if self.structures is not None:
             return 0.0
@@ -193,7 +200,8 @@ class DirectShaper:
         structures = {}
         for host in self.tb.topology.hosts:
             prefix = self.tb.exec_argv(host.name, [])
-            structures[host.name] = tcgen.generate(self._rules(host), tcgen.run_tcset_in(prefix))
+            structures[host.name] = tcgen.generate(direct_rules(self.tb.topology, host),
+                                                   tcgen.run_tcset_in(prefix))
         self.structures = structures
         _state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
         _save(self.tb)

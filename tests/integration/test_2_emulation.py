@@ -54,20 +54,23 @@ def test_paper_profile_edge_links_and_fixed_endpoint_links(cluster):
 
 
 def test_cli_show_verify_and_clear_return_to_baseline(cluster):
-    proc = run_cli("set", "--profile", "uniform", "--latency", "30", module="emulation",
-                   run=cluster.run_id)
+    # the done-when sequence: uniform 50 ms, 2.5 % -> ~100 ms RTT, ~4.9 % loss
+    proc = run_cli("set", "--profile", "uniform", "--latency", "50", "--loss", "2.5",
+                   module="emulation", run=cluster.run_id)
     assert proc.returncode == 0, proc.stderr
     shown = run_cli("show", "--json", module="emulation", run=cluster.run_id)
     import json
 
     data = json.loads(shown.stdout)
     assert data["matrix"]["profile"] == "uniform"
-    assert {l["delay_ms"] for l in data["matrix"]["links"]} == {30.0}
-    verified = run_cli("verify", "--json", "--sample", "1", module="emulation",
-                       run=cluster.run_id)
+    assert {(l["delay_ms"], l["loss_pct"]) for l in data["matrix"]["links"]} == {(50.0, 2.5)}
+    verified = run_cli("verify", "--json", "--sample", "1", "--level", "0.99",
+                       module="emulation", run=cluster.run_id)
     assert verified.returncode == 0, verified.stderr
     pair = json.loads(verified.stdout)["pairs"][0]
-    assert abs(pair["median_rtt_ms"] - 60) <= RTT_TOLERANCE_MS
+    assert abs(pair["median_rtt_ms"] - 100) <= RTT_TOLERANCE_MS
+    assert pair["configured_loss_pct"] == pytest.approx(4.9375)
+    assert pair["probes"] >= 1000 and pair["loss_ok"], pair
     assert json.loads(verified.stdout)["loss_location"]
     cleared = run_cli("clear", module="emulation", run=cluster.run_id)
     assert cleared.returncode == 0, cleared.stderr

@@ -70,3 +70,21 @@ def test_tcset_argv():
     assert argv[0].endswith("/tcset")
     assert argv[1:] == ["eth1", "--direction", "incoming", "--dst-network", "10.77.0.11/32",
                         "--limit", "10000", "--add", "--tc-command"]
+
+
+def test_rules_of_both_shapers_cover_every_ordered_pair():
+    from emulation.gateway.vm import ports_for
+    from emulation.shapers import direct_rules, gateway_rules
+    from testbed import Topology
+
+    topo = Topology(edge_nodes=2)  # e0 .11, e1 .12, ep .10
+    gw = gateway_rules(topo, ports_for(["e0", "e1", "ep"]))
+    assert len(gw) == 6
+    assert Rule("e1", "ep", "eth1", "incoming", "10.77.0.10/32") in gw
+    assert {(r.src, r.dst) for r in gw} == {(a, b) for a in ("e0", "e1", "ep")
+                                             for b in ("e0", "e1", "ep") if a != b}
+    direct = direct_rules(topo, topo.host("ep"))
+    assert direct == [Rule("ep", "e0", "eth0", "outgoing", "10.77.0.11/32"),
+                      Rule("ep", "e1", "eth0", "outgoing", "10.77.0.12/32")]
+    argv = tcgen.tcset_argv(direct[0])
+    assert argv[1:6] == ["eth0", "--direction", "outgoing", "--dst-network", "10.77.0.11/32"]
