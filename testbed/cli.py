@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,8 @@ from collections.abc import Sequence
 from .cassandra import dist as dist_mod
 from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, CassandraSettings
 from .cassandra.readiness import Deadlines
-from .errors import ConfigError, TestbedError
+from .errors import ConfigError, StateError, TestbedError
+from .state import active_run
 from .testbed import Testbed
 from .topology import DEFAULT_SUBNET, MAX_EDGE_NODES, Topology
 
@@ -94,9 +94,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             jvm_profile=args.jvm_profile,
             overrides=dict(args.yaml),
         )
-    from .state import active_run
-    from .errors import StateError
-
     try:
         running = active_run()
     except StateError:
@@ -115,16 +112,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()
-    _print_hosts(tb.status() if settings is None else [
-        {**h, "cassandra": "UN" if h["role"] == "edge" else None}
-        for h in _hosts_without_status(tb)
-    ])
+    _print_hosts(tb.status())  # measured (nodetool), not assumed from readiness
     print(f"run {tb.run_id} is up; `python -m testbed status`, `python -m testbed down`")
     return 0
-
-
-def _hosts_without_status(tb: Testbed) -> list[dict]:
-    return [{"name": h.name, "role": h.role, "address": h.address} for h in tb.topology.hosts]
 
 
 def _print_hosts(hosts: list[dict]) -> None:

@@ -17,12 +17,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import state as st
-from .backends import Backend, make_backend
+from .backends import Backend, backend_class, make_backend
 from .cassandra import dist as dist_mod
 from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
@@ -82,7 +82,7 @@ class Testbed:
         self.nodes: dict[str, CassandraNode] = {}
         self.timings: dict[str, float] = {}
         # Validate everything before anything on the system changes.
-        make_backend(backend, topology, st.RunState("validate", backend, {}, None))
+        backend_class(backend)
         if os.geteuid() != 0:
             raise ConfigError("the netns backend needs root (network namespaces)")
         self.java: Java | None = None

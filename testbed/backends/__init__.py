@@ -3,7 +3,6 @@ at the CLI edge."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -30,18 +29,18 @@ class Backend(Protocol):
         """PIDs of processes running on ``host`` (for cleanup)."""
 
 
-def make_backend(name: str, topology: Topology, state: RunState) -> Backend:
+def backend_class(name: str) -> type:
+    """The backend registered as ``name``; ConfigError naming the available ones."""
     from .netns import NetnsBackend
 
     registry: dict[str, type] = {"netns": NetnsBackend}
     try:
-        cls = registry[name]
+        return registry[name]
     except KeyError:
         raise ConfigError(
             f"unknown backend {name!r} (available: {', '.join(sorted(registry))})"
         ) from None
-    return cls(topology, state)
 
 
-def popen_on(backend: Backend, host: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(backend.exec_argv(host, argv), **kwargs)
+def make_backend(name: str, topology: Topology, state: RunState) -> Backend:
+    return backend_class(name)(topology, state)
