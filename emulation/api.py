@@ -7,7 +7,7 @@ from typing import Any
 from testbed.testbed import Testbed
 
 from . import shapers
-from .links import LinkMatrix
+from .links import Link, LinkMatrix
 
 
 def _emulation(tb: Testbed) -> dict[str, Any]:
@@ -53,8 +53,6 @@ def show(tb: Testbed) -> dict[str, Any]:
 
 def configured(tb: Testbed) -> LinkMatrix:
     """The matrix last applied to ``tb`` (unshaped when none)."""
-    from .links import Link
-
     data = _emulation(tb).get("matrix") or {"profile": "none", "links": []}
     links = {(l["src"], l["dst"]): Link(l["delay_ms"], l["jitter_ms"], l["loss_pct"],
                                         l["rate_mbit"]) for l in data["links"]}

@@ -13,6 +13,7 @@ import json
 import subprocess
 import time
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any, Protocol
 
 from testbed.backends.netns import BRIDGE, switch_namespace
@@ -148,7 +149,7 @@ class GatewayShaper:
         t0 = time.monotonic()
         image = gw_image.load()
         key = {"kind": "gateway", "rules": [r.__dict__ for r in self.rules()],
-               "limit": tcgen.NETEM_LIMIT, "tcset": tcgen.TCSET}
+               "limit": tcgen.NETEM_LIMIT, "tcconfig": version("tcconfig")}
         self.structure = _structure_cache(key, self._generate)
         try:
             boot_s = self.vm.start(image, self.structure.ifb_devices)

@@ -11,6 +11,7 @@ run directory) feeding a persistent ``tc -batch``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.cassandra.dist import cache_root
 from testbed.cassandra.node import pid_alive, tail
 from testbed.errors import CommandError, TestbedError
 from testbed.runner import run
@@ -47,11 +49,9 @@ KVM_TRIAL_TIMEOUT_S = 15.0
 
 
 def _accel_verdict_path() -> Path:
-    from testbed.cassandra.dist import cache_root
-
     qemu = run(["qemu-system-x86_64", "--version"]).stdout.split("\n")[0]
     key = f"{os.uname().release}|{qemu}"
-    digest = __import__("hashlib").sha256(key.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / "gateway" / f"accel-{digest}.json"
 
 
