@@ -10,17 +10,12 @@ from . import shapers
 from .links import Link, LinkMatrix
 
 
-def _emulation(tb: Testbed) -> dict[str, Any]:
-    assert tb.state is not None
-    return tb.state.extra.setdefault("emulation", {})
-
-
 def set_links(tb: Testbed, matrix: LinkMatrix, shaper: str = "auto") -> dict[str, Any]:
     """Apply ``matrix`` while everything keeps running; returns shaper and timings."""
     s = shapers.for_testbed(tb, shaper)
     setup_s = s.start()
     change_s = s.apply(matrix)
-    state = _emulation(tb)
+    state = shapers.emulation_state(tb)
     state["shaper"] = s.name
     state["loss_location"] = s.loss_location
     state["matrix"] = matrix.to_dict()
@@ -30,7 +25,7 @@ def set_links(tb: Testbed, matrix: LinkMatrix, shaper: str = "auto") -> dict[str
 
 def clear(tb: Testbed, *, remove: bool = False) -> None:
     """Every link back to unshaped; ``remove`` also takes the shaper (and gateway) away."""
-    state = _emulation(tb)
+    state = shapers.emulation_state(tb)
     if "shaper" not in state:
         return
     s = shapers.REGISTRY[state["shaper"]](tb)
@@ -44,7 +39,7 @@ def clear(tb: Testbed, *, remove: bool = False) -> None:
 
 
 def show(tb: Testbed) -> dict[str, Any]:
-    state = _emulation(tb)
+    state = shapers.emulation_state(tb)
     result = {"shaper": state.get("shaper"), "matrix": state.get("matrix"), "tc": []}
     if state.get("shaper"):
         result["tc"] = shapers.REGISTRY[state["shaper"]](tb).show()
@@ -53,7 +48,7 @@ def show(tb: Testbed) -> dict[str, Any]:
 
 def configured(tb: Testbed) -> LinkMatrix:
     """The matrix last applied to ``tb`` (unshaped when none)."""
-    data = _emulation(tb).get("matrix") or {"profile": "none", "links": []}
+    data = shapers.emulation_state(tb).get("matrix") or {"profile": "none", "links": []}
     links = {(l["src"], l["dst"]): Link(l["delay_ms"], l["jitter_ms"], l["loss_pct"],
                                         l["rate_mbit"]) for l in data["links"]}
     return LinkMatrix(tb.topology, links, profile=data["profile"])

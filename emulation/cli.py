@@ -58,7 +58,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     matrix = links.build(args.profile, tb.topology, delay_ms=args.latency, loss_pct=args.loss,
                          jitter_ms=args.jitter, path=args.file)
     result = api.set_links(tb, matrix, args.shaper)
-    gateway = tb.state.extra.get("emulation", {}).get("gateway") or {}
+    gateway = shapers.emulation_state(tb).get("gateway") or {}
     setup = ""
     if result["setup_s"]:
         setup = f", set-up {result['setup_s']:.1f} s"
@@ -98,7 +98,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.probes < 100 or args.loss_probes < 1000:
         raise ConfigError("verify needs >= 100 RTT probes and >= 1000 loss probes per pair")
     tb = Testbed.attach(args.run)
-    state = tb.state.extra.get("emulation", {})
+    state = shapers.emulation_state(tb)
     result = verify(tb, api.configured(tb), sample=args.sample, rtt_probes=args.probes,
                     loss_probes=args.loss_probes, level=args.level, shaper=state.get("shaper"),
                     loss_location=state.get("loss_location"))

@@ -71,7 +71,8 @@ class Shaper(Protocol):
         """Remove everything the shaper built."""
 
 
-def _state(tb: Testbed) -> dict[str, Any]:
+def emulation_state(tb: Testbed) -> dict[str, Any]:
+    """The emulation part of the run's state (created empty on first use)."""
     assert tb.state is not None
     return tb.state.extra.setdefault("emulation", {})
 
@@ -121,7 +122,7 @@ class GatewayShaper:
         self.hosts = [h.name for h in tb.topology.hosts]
         self.ports = ports_for(self.hosts)
         self.switch_ns = switch_namespace(tb.run_id)
-        saved = _state(tb).get("gateway")
+        saved = emulation_state(tb).get("gateway")
         self.vm = GatewayVM(tb.state.run_dir, self.switch_ns, self.ports,
                             pid=saved["pid"] if saved else None)
         self.structure = Structure.from_dict(saved["structure"]) if saved else None
@@ -153,7 +154,7 @@ class GatewayShaper:
         self.structure = _structure_cache(key, self._generate)
         try:
             boot_s = self.vm.start(image, self.structure.ifb_devices)
-            _state(self.tb)["gateway"] = {"pid": self.vm.pid, "boot_s": boot_s,
+            emulation_state(self.tb)["gateway"] = {"pid": self.vm.pid, "boot_s": boot_s,
                                           "accel": self.vm.accel,
                                           "structure": self.structure.to_dict()}
             _save(self.tb)
@@ -177,7 +178,7 @@ class GatewayShaper:
     def stop(self) -> None:
         self.vm.stop()
         run_all(unwire_commands(self.switch_ns, self.ports, BRIDGE), ignore_missing=True)
-        _state(self.tb).pop("gateway", None)
+        emulation_state(self.tb).pop("gateway", None)
         _save(self.tb)
         self.structure = None
 
@@ -190,7 +191,7 @@ class DirectShaper:
 
     def __init__(self, tb: Testbed):
         self.tb = tb
-        saved = _state(tb).get("direct")
+        saved = emulation_state(tb).get("direct")
         self.structures = ({h: Structure.from_dict(s) for h, s in saved.items()}
                            if saved else None)
 
@@ -204,7 +205,7 @@ class DirectShaper:
             structures[host.name] = tcgen.generate(direct_rules(self.tb.topology, host),
                                                    tcgen.run_tcset_in(prefix))
         self.structures = structures
-        _state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
+        emulation_state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
         _save(self.tb)
         for host, structure in structures.items():
             self._batch(host, structure.tc_lines)
@@ -235,7 +236,7 @@ class DirectShaper:
     def stop(self) -> None:
         for host in self.tb.topology.hosts:
             self.tb.exec(host.name, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
-        _state(self.tb).pop("direct", None)
+        emulation_state(self.tb).pop("direct", None)
         _save(self.tb)
         self.structures = None
 
@@ -247,7 +248,7 @@ def for_testbed(tb: Testbed, name: str = "auto") -> GatewayShaper | DirectShaper
     """The shaper of a running testbed: the one it already uses, else ``name`` resolved."""
     if tb.state is None:
         raise StateError("testbed is not up")
-    current = _state(tb).get("shaper")
+    current = emulation_state(tb).get("shaper")
     chosen = resolve(name) if current is None or name != "auto" else current
     if current is not None and chosen != current:
         raise ConfigError(f"this testbed already shapes with {current}; "

@@ -118,8 +118,7 @@ def _kill(pid: int, report: CleanReport) -> None:
 
 def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, list]:
     """What is left on this machine of run ``run_id`` (or of any run): namespaces,
-    processes (tagged JVMs, or any whose command line names a run directory, such as a
-    gateway VM), and run directories. Empty lists = clean."""
+    tagged processes (JVMs, gateway VM) and run directories. Empty lists = clean."""
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
     return {

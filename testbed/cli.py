@@ -143,8 +143,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     tb = Testbed.attach(args.run)
     tb.topology.host(args.host)
     # Inherit the terminal: the command's output and exit code are the user's.
-    return subprocess.call(tb.exec_argv(args.host, ["env", *(
-        f"{k}={v}" for k, v in tb.environment(args.host).items()), *argv]))
+    return subprocess.call(tb.exec_argv(args.host, argv))
 
 
 def cmd_down(args: argparse.Namespace) -> int:

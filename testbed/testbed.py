@@ -304,9 +304,11 @@ class Testbed:
         }
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        """The argument list that runs ``argv`` on ``host`` with its environment set."""
         if self.backend is None:
             raise StateError("testbed is not up")
-        return self.backend.exec_argv(host, argv)
+        env = [f"{k}={v}" for k, v in self.environment(host).items()]
+        return self.backend.exec_argv(host, ["env", *env, *argv])
 
     def exec(
         self,
@@ -318,13 +320,11 @@ class Testbed:
         input: str | None = None,
     ) -> subprocess.CompletedProcess:
         """Run ``argv`` on ``host`` and return the result (CommandError if it fails)."""
-        env_argv = ["env", *(f"{k}={v}" for k, v in self.environment(host).items()), *argv]
-        return run(self.exec_argv(host, env_argv), check=check, timeout=timeout, input=input)
+        return run(self.exec_argv(host, argv), check=check, timeout=timeout, input=input)
 
     def popen(self, host: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` on ``host`` without waiting (the caller owns the process)."""
-        env = {**os.environ, **self.environment(host), **kwargs.pop("env", {})}
-        return subprocess.Popen(self.exec_argv(host, argv), env=env, **kwargs)
+        return subprocess.Popen(self.exec_argv(host, argv), **kwargs)
 
     def nodetool(self, host: str, *command: str, timeout: float = 60) -> str:
         """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
