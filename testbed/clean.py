@@ -57,10 +57,14 @@ def tagged_processes() -> dict[int, str]:
     return found
 
 
-def clean(base: Path | None = None, progress: Callable[[str], None] = print) -> CleanReport:
+def clean(base: Path | None = None, progress: Callable[[str], None] = print,
+          run_id: str | None = None) -> CleanReport:
+    """Remove every leftover (or only those of run ``run_id``); returns what was removed."""
     report = CleanReport()
     busy: set[str] = set()
     for run_dir in st.list_runs(base):
+        if run_id is not None and run_dir.name != run_id:
+            continue
         lock = st.RunLock(run_dir)
         if not lock.acquire(blocking=False):
             busy.add(run_dir.name)
@@ -85,15 +89,14 @@ def clean(base: Path | None = None, progress: Callable[[str], None] = print) -> 
         shutil.rmtree(run_dir, ignore_errors=True)
         report.runs.append(run_dir.name)
     # Objects whose run directory is gone (or was never written).
-    for ns in list_prefixed_namespaces():
-        run_id = ns.split("-")[1]
-        if run_id not in busy:
+    for ns in list_prefixed_namespaces(run_id):
+        if ns.split("-")[1] not in busy:
             delete_namespace(ns)
             report.namespaces.append(ns)
-    for pid, run_id in tagged_processes().items():
-        if run_id not in busy:
+    for pid, owner in tagged_processes().items():
+        if owner not in busy and run_id in (None, owner):
             _kill(pid, report)
-    if not busy:  # a half-written class-data-sharing archive of a killed training run
+    if not busy and run_id is None:  # a half-written class-data-sharing archive of a killed training run
         for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
             leftover.unlink(missing_ok=True)
     progress(

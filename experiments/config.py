@@ -1,0 +1,323 @@
+"""The sweep's grid: a frozen, validated configuration and the cells it expands to.
+
+A configuration comes from defaults, then a TOML file (``[sweep]`` table), then flags; each
+layer overrides the one before. Everything is checked here, before any testbed starts:
+bad input is a ConfigError naming the field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from emulation.links import MAX_DELAY_MS, PROFILES
+from testbed.backends import backend_class
+from testbed.errors import ConfigError
+from testbed.topology import MAX_EDGE_NODES
+
+from .consistency import check_level, required_acks
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+POLICIES = ("round-robin", "token-aware")
+SHAPERS = ("auto", "gateway", "direct")
+JVM_PROFILES = ("fast", "standard")
+DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid. Its id is stable across runs (used for resume)."""
+
+    nodes: int
+    rf: int
+    latency_ms: float
+    loss_pct: float
+    repetition: int
+
+    @property
+    def cell_id(self) -> str:
+        return (f"n{self.nodes}-rf{self.rf}-l{self.latency_ms:g}-p{self.loss_pct:g}"
+                f"-r{self.repetition}")
+
+    @property
+    def network(self) -> tuple[int, int, float, float]:
+        """Cells with the same network share one emulation setting (and one verify)."""
+        return (self.nodes, self.repetition, self.latency_ms, self.loss_pct)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything that defines a sweep. ``rf`` None means 1..k for each node count k."""
+
+    nodes: tuple[int, ...] = (3, 4, 5)
+    rf: tuple[int | str, ...] | None = None
+    latency_ms: tuple[float, ...] = DEFAULT_LATENCIES
+    loss_pct: tuple[float, ...] = (0.5, 2.5, 7.5)
+    profile: str = "paper"
+    links_file: str | None = None
+    cl: str = "LOCAL_QUORUM"
+    writes: int = 1000
+    warmup: int = 50
+    repetitions: int = 1
+    policy: str = "round-robin"
+    seed: int = 1
+    backend: str = "netns"
+    shaper: str = "auto"
+    out: str = "results"
+    verify_probes: int = 200
+    heap_mb: int = 256
+    jvm_profile: str = "fast"
+    request_timeout_s: float = 12.0
+    baseline_writes: int = 200
+    cluster_warmup: int = 500
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # -- validation ------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "nodes", _ints("nodes", self.nodes, 1, MAX_EDGE_NODES))
+        if self.rf is not None:
+            set_(self, "rf", _rf_values(self.rf))
+            too_big = [r for r in self.rf if r != "k" and r > max(self.nodes)]
+            if too_big:
+                raise ConfigError(
+                    f"rf {', '.join(map(str, too_big))} exceeds every node count "
+                    f"({', '.join(map(str, self.nodes))}): a keyspace cannot have more "
+                    f"replicas than nodes")
+        set_(self, "latency_ms", _floats("latency_ms", self.latency_ms, 0, MAX_DELAY_MS))
+        set_(self, "loss_pct", _floats("loss_pct", self.loss_pct, 0, 99.999))
+        if self.profile not in PROFILES:
+            raise ConfigError(f"unknown profile {self.profile!r} "
+                              f"(choose from {', '.join(PROFILES)})")
+        if self.profile == "file":
+            if not self.links_file:
+                raise ConfigError("profile 'file' needs links_file (--links FILE)")
+            if not Path(self.links_file).is_file():
+                raise ConfigError(f"links file not found: {self.links_file}")
+            if len(self.latency_ms) != 1 or len(self.loss_pct) != 1:
+                raise ConfigError("profile 'file' takes its delays and losses from the links "
+                                  "file: give a single --latency and --loss (labels only)")
+        elif self.links_file:
+            raise ConfigError(f"links_file is only used with profile 'file', not "
+                              f"{self.profile!r}")
+        set_(self, "cl", check_level(self.cl))
+        if self.policy not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r} (choose from "
+                              f"{', '.join(POLICIES)})")
+        if self.shaper not in SHAPERS:
+            raise ConfigError(f"unknown shaper {self.shaper!r} (choose from "
+                              f"{', '.join(SHAPERS)})")
+        if self.jvm_profile not in JVM_PROFILES:
+            raise ConfigError(f"unknown jvm_profile {self.jvm_profile!r} (choose from "
+                              f"{', '.join(JVM_PROFILES)})")
+        backend_class(self.backend)
+        for name, low in (("writes", 1), ("warmup", 0), ("repetitions", 1),
+                          ("verify_probes", 0), ("heap_mb", 128), ("baseline_writes", 0),
+                          ("cluster_warmup", 0)):
+            _int(name, getattr(self, name), low)
+        if 0 < self.verify_probes < 20:
+            raise ConfigError("verify_probes must be 0 (no check) or at least 20")
+        _int("seed", self.seed, 0)
+        if (isinstance(self.request_timeout_s, bool)
+                or not isinstance(self.request_timeout_s, (int, float))
+                or not 1 <= self.request_timeout_s <= 600):
+            raise ConfigError(f"request_timeout_s must be between 1 and 600 s, "
+                              f"got {self.request_timeout_s!r}")
+        if not str(self.out).strip():
+            raise ConfigError("out must name a results directory")
+        pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
+        if not pairs:
+            raise ConfigError("the grid is empty: no replication factor fits any node count")
+        short = sorted({r for _, r in pairs if required_acks(self.cl, r) > r})
+        if short:
+            raise ConfigError(
+                f"consistency level {self.cl} needs {required_acks(self.cl, short[0])} "
+                f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
+                f"every write would fail; drop those RFs or choose another level")
+
+    # -- the grid --------------------------------------------------------------------------
+
+    def rfs(self, nodes: int) -> tuple[int, ...]:
+        """Replication factors measured on ``nodes`` nodes, ascending ("k" is ``nodes``;
+        larger ones are skipped)."""
+        if self.rf is None:
+            return tuple(range(1, nodes + 1))
+        wanted = {nodes if r == "k" else r for r in self.rf}
+        return tuple(sorted(r for r in wanted if r <= nodes))
+
+    def skipped(self) -> list[tuple[int, int]]:
+        """(nodes, rf) pairs of an explicit rf list that a node count cannot hold."""
+        if self.rf is None:
+            return []
+        return [(n, r) for n in self.nodes for r in self.rf if r != "k" and r > n]
+
+    def cells(self) -> list[Cell]:
+        """Every cell in execution order: node count (one cluster each), repetition,
+        network setting (one emulation change each), then RF (one keyspace each)."""
+        return [Cell(n, r, lat, loss, rep)
+                for n in self.nodes
+                for rep in range(1, self.repetitions + 1)
+                for lat in self.latency_ms
+                for loss in self.loss_pct
+                for r in self.rfs(n)]
+
+    def fingerprint(self) -> str:
+        """Hash of everything that defines the measurements (not where they are stored):
+        rerunning with the same fingerprint resumes the same run."""
+        data = self.to_dict()
+        data.pop("out")
+        data.pop("name")
+        if self.links_file:
+            data["links_file"] = hashlib.sha256(Path(self.links_file).read_bytes()).hexdigest()
+        text = json.dumps(data, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("nodes", "rf", "latency_ms", "loss_pct"):
+            if data[key] is not None:
+                data[key] = list(data[key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SweepConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"unknown sweep settings {sorted(unknown)} "
+                              f"(known: {', '.join(sorted(known))})")
+        values = dict(data)
+        for key in ("nodes", "rf", "latency_ms", "loss_pct"):
+            if key in values and values[key] is not None:
+                values[key] = _as_tuple(key, values[key])
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> "SweepConfig":
+        return replace(self, **changes)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """The ``[sweep]`` table of a TOML file (ConfigError for anything else in it)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    if set(data) - {"sweep"}:
+        raise ConfigError(f"{path}: unknown tables {sorted(set(data) - {'sweep'})} "
+                          f"(settings go in [sweep])")
+    table = dict(data.get("sweep", {}))
+    if table.get("links_file"):  # relative to the config file, like an include
+        table["links_file"] = str((path.parent / table["links_file"]).resolve())
+    return table
+
+
+def preset(name: str) -> dict[str, Any]:
+    """A shipped configuration (experiments/configs/NAME.toml) as a settings table."""
+    path = CONFIG_DIR / f"{name}.toml"
+    if not path.is_file():
+        shipped = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        raise ConfigError(f"no preset {name!r} (shipped: {', '.join(shipped)})")
+    return load_toml(path)
+
+
+# -- parsing helpers -------------------------------------------------------------------------
+
+
+def parse_list(name: str, text: str, kind: type) -> tuple:
+    """'0,20,40' -> (0, 20, 40); 'a..b' or 'a..b..step' ranges for numbers."""
+    items: list = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if ".." in part:
+                bounds = [kind(x) for x in part.split("..")]
+                step = bounds[2] if len(bounds) == 3 else kind(1)
+                if len(bounds) not in (2, 3) or step <= 0:
+                    raise ValueError
+                value = bounds[0]
+                while value <= bounds[1] + 1e-9:
+                    items.append(kind(value))
+                    value += step
+            else:
+                items.append(kind(part))
+        except ValueError as exc:
+            raise ConfigError(f"{name}: cannot read {part!r} as {kind.__name__} "
+                              f"(use e.g. 0,20,40 or 0..100..10)") from exc
+    return tuple(items)
+
+
+def _rf_values(values: Any) -> tuple[int | str, ...]:
+    """RFs: integers 1..MAX, or "k" for "the node count" (RF = every node)."""
+    values = _as_tuple("rf", values)
+    if not values:
+        raise ConfigError("rf is empty: the grid needs at least one value")
+    out: list[int | str] = []
+    for v in values:
+        if isinstance(v, str) and v.strip().lower() == "k":
+            out.append("k")
+        elif isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_EDGE_NODES:
+            out.append(v)
+        else:
+            raise ConfigError(f"rf values must be integers from 1 to {MAX_EDGE_NODES} or "
+                              f"'k' (the node count), got {v!r}")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"rf lists a value twice: {list(values)}")
+    return tuple(out)
+
+
+def _as_tuple(name: str, value: Any) -> tuple:
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        return (value,)
+    raise ConfigError(f"{name} must be a list, got {value!r}")
+
+
+def _int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
+    values = _as_tuple(name, values)
+    if not values:
+        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise ConfigError(f"{name} values must be integers from {low} to {high}, "
+                              f"got {v!r}")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{name} lists a value twice: {list(values)}")
+    return tuple(values)
+
+
+def _floats(name: str, values: Any, low: float, high: float) -> tuple[float, ...]:
+    values = _as_tuple(name, values)
+    if not values:
+        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise ConfigError(f"{name} values must be numbers, got {v!r}")
+        if not low <= v <= high:
+            raise ConfigError(f"{name} values must be between {low:g} and {high:g}, "
+                              f"got {v:g}")
+        out.append(float(v))
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{name} lists a value twice: {out}")
+    return tuple(out)

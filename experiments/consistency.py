@@ -1,0 +1,59 @@
+"""Consistency levels for writes: which names are valid and how many replica acks each needs.
+
+Pure functions shared by the sweep (validation, duration estimates) and the analysis (φ).
+"""
+
+from __future__ import annotations
+
+from testbed.errors import ConfigError
+
+# Levels a plain (non-LWT) INSERT accepts. SERIAL and LOCAL_SERIAL only order the Paxos
+# phase of lightweight transactions; Cassandra rejects them for a plain write.
+WRITE_LEVELS = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM",
+                "EACH_QUORUM", "LOCAL_ONE")
+SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
+
+
+def check_level(name: str) -> str:
+    """The upper-case level name; ConfigError for an unknown or read-only level."""
+    level = str(name).upper()
+    if level in SERIAL_LEVELS:
+        raise ConfigError(f"consistency level {level} is only for lightweight transactions; "
+                          f"a plain write takes one of {', '.join(WRITE_LEVELS)}")
+    if level not in WRITE_LEVELS:
+        raise ConfigError(f"unknown consistency level {name!r} "
+                          f"(choose from {', '.join(WRITE_LEVELS)})")
+    return level
+
+
+def required_acks(level: str, rf: int) -> int:
+    """Replica acknowledgements a write at ``level`` waits for (single datacenter).
+
+    ANY is satisfied by a hint on the coordinator, so it needs no replica: counted as 1
+    here because a live replica is written whenever one is up (the only case we measure).
+    """
+    level = check_level(level)
+    if rf < 1:
+        raise ConfigError(f"replication factor must be >= 1, got {rf}")
+    if level in ("ANY", "ONE", "LOCAL_ONE"):
+        return 1
+    if level == "TWO":
+        return 2
+    if level == "THREE":
+        return 3
+    if level == "ALL":
+        return rf
+    return rf // 2 + 1  # QUORUM, LOCAL_QUORUM, EACH_QUORUM (one datacenter)
+
+
+def remote_round_trip_probability(level: str, rf: int, nodes: int) -> float:
+    """Probability that a write must wait for at least one replica other than its
+    coordinator, when coordinators are chosen uniformly (round robin) and keys uniformly.
+
+    The coordinator is a replica with probability rf/nodes; only then, and only when a
+    single ack suffices, does it answer without a network round trip to another node.
+    """
+    acks = required_acks(level, rf)
+    if acks <= 1:
+        return 1.0 - rf / nodes
+    return 1.0

@@ -1,0 +1,263 @@
+"""The results store: one SQLite file per results directory (``results.sqlite``).
+
+Tables (see ``SCHEMA``): ``runs`` (one per sweep execution: config, manifest, status),
+``cells`` (one per grid point measured, with the shaping measured for it), ``requests``
+(one per timed write) and ``testbeds`` (the clusters a run started, so that a resumed run
+can remove what a killed one left). A cell and its requests are committed in one
+transaction: a cell is stored whole or not at all, so a run killed mid-cell resumes by
+redoing only that cell.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import ConfigError, StateError
+
+DB_NAME = "results.sqlite"
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    name TEXT NOT NULL,
+    config TEXT NOT NULL,          -- JSON: the SweepConfig
+    manifest TEXT NOT NULL,        -- JSON: versions, machine, shaper, baselines
+    status TEXT NOT NULL,          -- running | interrupted | failed | complete
+    started REAL NOT NULL,
+    finished REAL
+);
+CREATE TABLE IF NOT EXISTS cells (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    cell_id TEXT NOT NULL,
+    nodes INTEGER NOT NULL,
+    rf INTEGER NOT NULL,
+    cl TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    latency_ms REAL NOT NULL,
+    loss_pct REAL NOT NULL,
+    repetition INTEGER NOT NULL,
+    writes INTEGER NOT NULL,
+    warmup INTEGER NOT NULL,
+    key_seed TEXT NOT NULL,
+    shaping TEXT NOT NULL,         -- JSON: configured matrix + measured (emulation verify)
+    testbed_run TEXT NOT NULL,
+    started REAL NOT NULL,
+    finished REAL NOT NULL,
+    PRIMARY KEY (run_id, cell_id)
+);
+CREATE TABLE IF NOT EXISTS requests (
+    run_id TEXT NOT NULL,
+    cell_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    coordinator TEXT,              -- host name (e0..), NULL if no node answered
+    replicas TEXT NOT NULL,        -- host names of the key's replicas, comma-separated
+    coordinator_is_replica INTEGER,
+    rtt_ns INTEGER NOT NULL,
+    error TEXT,                    -- driver exception type, NULL on success
+    t_start_ns INTEGER NOT NULL,   -- wall clock (time.time_ns) at send
+    PRIMARY KEY (run_id, cell_id, seq),
+    FOREIGN KEY (run_id, cell_id) REFERENCES cells(run_id, cell_id)
+);
+CREATE TABLE IF NOT EXISTS testbeds (
+    run_id TEXT NOT NULL,
+    testbed_run TEXT PRIMARY KEY,
+    nodes INTEGER NOT NULL,
+    status TEXT NOT NULL,          -- up | down
+    started REAL NOT NULL
+);
+"""
+
+CELL_COLUMNS = ("run_id", "cell_id", "nodes", "rf", "cl", "policy", "profile", "latency_ms",
+                "loss_pct", "repetition", "writes", "warmup", "key_seed", "shaping",
+                "testbed_run", "started", "finished")
+REQUEST_COLUMNS = ("run_id", "cell_id", "seq", "key", "coordinator", "replicas",
+                   "coordinator_is_replica", "rtt_ns", "error", "t_start_ns")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    fingerprint: str
+    status: str
+    config: dict[str, Any]
+    manifest: dict[str, Any]
+    started: float
+    finished: float | None
+
+
+class Store:
+    """A results directory's SQLite store. Safe against kill -9 (SQLite transactions)."""
+
+    def __init__(self, directory: str | Path, *, create: bool = True):
+        self.dir = Path(directory)
+        self.path = self.dir / DB_NAME
+        if not self.path.is_file():
+            if not create:
+                raise ConfigError(f"no results in {self.dir} (expected {DB_NAME})")
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.execute("PRAGMA foreign_keys = ON")
+        with self.db:
+            self.db.executescript(SCHEMA)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StateError(f"{self.path} has schema {row[0]}, this tool writes "
+                                 f"{SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def begin_run(self, run_id: str, fingerprint: str, name: str, config: dict,
+                  manifest: dict) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, 'running', ?, NULL)",
+                (run_id, fingerprint, name, json.dumps(config), json.dumps(manifest),
+                 time.time()))
+
+    def resumable_run(self, fingerprint: str) -> RunInfo | None:
+        """The newest run with this fingerprint that did not complete, if any."""
+        for run in reversed(self.runs()):
+            if run.fingerprint == fingerprint:
+                return run if run.status != "complete" else None
+        return None
+
+    def latest_run(self, fingerprint: str) -> RunInfo | None:
+        matching = [r for r in self.runs() if r.fingerprint == fingerprint]
+        return matching[-1] if matching else None
+
+    def runs(self) -> list[RunInfo]:
+        rows = self.db.execute(
+            "SELECT run_id, fingerprint, status, config, manifest, started, finished "
+            "FROM runs ORDER BY started").fetchall()
+        return [RunInfo(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6])
+                for r in rows]
+
+    def run(self, run_id: str) -> RunInfo:
+        for r in self.runs():
+            if r.run_id == run_id:
+                return r
+        raise StateError(f"no run {run_id!r} in {self.path}")
+
+    def set_status(self, run_id: str, status: str) -> None:
+        finished = time.time() if status != "running" else None
+        with self.db:
+            self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?",
+                            (status, finished, run_id))
+
+    def update_manifest(self, run_id: str, **entries: Any) -> dict:
+        """Merge ``entries`` into the run's manifest (one level deep for dict values)."""
+        with self.db:
+            (text,) = self.db.execute("SELECT manifest FROM runs WHERE run_id=?",
+                                      (run_id,)).fetchone()
+            manifest = json.loads(text)
+            for key, value in entries.items():
+                if isinstance(value, dict) and isinstance(manifest.get(key), dict):
+                    manifest[key].update(value)
+                else:
+                    manifest[key] = value
+            self.db.execute("UPDATE runs SET manifest=? WHERE run_id=?",
+                            (json.dumps(manifest), run_id))
+        return manifest
+
+    # -- testbeds --------------------------------------------------------------------------
+
+    def testbed_started(self, run_id: str, testbed_run: str, nodes: int) -> None:
+        with self.db:
+            self.db.execute("INSERT INTO testbeds VALUES (?, ?, ?, 'up', ?)",
+                            (run_id, testbed_run, nodes, time.time()))
+
+    def testbed_down(self, testbed_run: str) -> None:
+        with self.db:
+            self.db.execute("UPDATE testbeds SET status='down' WHERE testbed_run=?",
+                            (testbed_run,))
+
+    def testbeds_up(self) -> list[str]:
+        """Testbeds a run started and did not record as down (a killed sweep's)."""
+        return [r[0] for r in self.db.execute(
+            "SELECT testbed_run FROM testbeds WHERE status='up' ORDER BY started")]
+
+    # -- cells -----------------------------------------------------------------------------
+
+    def done_cells(self, run_id: str) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT cell_id FROM cells WHERE run_id=?",
+                                              (run_id,))}
+
+    def commit_cell(self, cell: dict[str, Any], requests: Sequence[dict[str, Any]]) -> None:
+        """Store a cell and all its requests atomically."""
+        with self.db:
+            self.db.execute(
+                f"INSERT INTO cells ({', '.join(CELL_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
+                [json.dumps(cell[c]) if c == "shaping" else cell[c] for c in CELL_COLUMNS])
+            self.db.executemany(
+                f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})",
+                ([r[c] for c in REQUEST_COLUMNS] for r in requests))
+
+    def cells(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(CELL_COLUMNS)} FROM cells"
+        args: tuple = ()
+        if run_id:
+            sql += " WHERE run_id=?"
+            args = (run_id,)
+        out = []
+        for row in self.db.execute(sql + " ORDER BY started", args):
+            cell = dict(zip(CELL_COLUMNS, row))
+            cell["shaping"] = json.loads(cell["shaping"])
+            out.append(cell)
+        return out
+
+    def rtts_ns(self, run_id: str, cell_id: str) -> list[int]:
+        return [r[0] for r in self.db.execute(
+            "SELECT rtt_ns FROM requests WHERE run_id=? AND cell_id=? ORDER BY seq",
+            (run_id, cell_id))]
+
+    def errors(self, run_id: str, cell_id: str) -> int:
+        (n,) = self.db.execute("SELECT COUNT(*) FROM requests WHERE run_id=? AND cell_id=? "
+                               "AND error IS NOT NULL", (run_id, cell_id)).fetchone()
+        return n
+
+    def total_rtt_ns(self, run_id: str) -> int:
+        (total,) = self.db.execute("SELECT COALESCE(SUM(rtt_ns), 0) FROM requests "
+                                   "WHERE run_id=?", (run_id,)).fetchone()
+        return total
+
+    # -- export ----------------------------------------------------------------------------
+
+    EXPORT_COLUMNS = ("run_id", "cell_id", "nodes", "rf", "cl", "policy", "profile",
+                      "latency_ms", "loss_pct", "repetition", "seq", "key", "coordinator",
+                      "replicas", "coordinator_is_replica", "rtt_ns", "error", "t_start_ns")
+
+    def iter_request_rows(self, run_id: str | None = None) -> Iterator[tuple]:
+        """One tuple per request, joined with its cell (EXPORT_COLUMNS order)."""
+        sql = ("SELECT r.run_id, r.cell_id, c.nodes, c.rf, c.cl, c.policy, c.profile, "
+               "c.latency_ms, c.loss_pct, c.repetition, r.seq, r.key, r.coordinator, "
+               "r.replicas, r.coordinator_is_replica, r.rtt_ns, r.error, r.t_start_ns "
+               "FROM requests r JOIN cells c ON r.run_id = c.run_id AND r.cell_id = c.cell_id")
+        args: tuple = ()
+        if run_id:
+            sql += " WHERE r.run_id=?"
+            args = (run_id,)
+        yield from self.db.execute(sql + " ORDER BY c.started, r.seq", args)

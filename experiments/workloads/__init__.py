@@ -1,0 +1,128 @@
+"""Workloads run on the endpoint host. ``WriteWorker`` drives ``writes.py`` from the sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import TestbedError
+from testbed.testbed import Testbed
+
+from .writes import ROW_FIELDS
+
+WATCH_EVERY_S = 1.0
+
+
+class WorkerError(TestbedError):
+    """The workload process failed or stopped answering."""
+
+
+class WriteWorker:
+    """One ``experiments.workloads.writes`` process on the endpoint, for one cluster.
+
+    ``watch`` is called about once a second while waiting (the sweep checks that every
+    node is alive there and raises to stop the cell).
+    """
+
+    def __init__(self, tb: Testbed, *, policy: str, timeout_s: float, log_path: Path,
+                 watch: Callable[[], None] = lambda: None):
+        self.timeout_s = timeout_s
+        self.watch = watch
+        self.log_path = log_path
+        argv = [sys.executable, "-m", "experiments.workloads.writes", "--policy", policy,
+                "--timeout", str(timeout_s)]
+        self._log = open(log_path, "ab")
+        self.proc = tb.popen(tb.topology.endpoint.name, argv, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=self._log)
+        self._buf = b""
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            self.hello: dict[str, Any] = self._reply(90)["hello"]
+        except BaseException:
+            self.close()
+            raise
+
+    # -- protocol --------------------------------------------------------------------------
+
+    def _send(self, cmd: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError as exc:
+            raise WorkerError(f"the workload process exited: {self._log_tail()}") from exc
+
+    def _line(self, idle_s: float) -> dict:
+        """The next JSON line; WorkerError when nothing arrives for ``idle_s`` seconds."""
+        deadline = time.monotonic() + idle_s
+        while b"\n" not in self._buf:
+            now = time.monotonic()
+            if now > deadline:
+                raise WorkerError(f"the workload process sent nothing for {idle_s:.0f} s")
+            if self._sel.select(timeout=min(WATCH_EVERY_S, deadline - now)):
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    self.proc.wait(timeout=10)
+                    raise WorkerError(f"the workload process exited "
+                                      f"(status {self.proc.returncode}): {self._log_tail()}")
+                self._buf += chunk
+            self.watch()
+        line, self._buf = self._buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if "error" in msg:
+            raise WorkerError(f"workload: {msg['error']}")
+        return msg
+
+    def _reply(self, idle_s: float) -> dict:
+        return self._line(idle_s)
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(text[-lines:]) or "(empty log)"
+
+    # -- commands --------------------------------------------------------------------------
+
+    def schema(self, keyspace: str, rf: int) -> dict:
+        self._send({"op": "schema", "keyspace": keyspace, "rf": rf})
+        return self._reply(120)
+
+    def run(self, *, keyspace: str, cl: str, writes: int, warmup: int, key_seed: str,
+            warmup_seed: str, on_progress: Callable[[int], None] = lambda n: None
+            ) -> list[dict[str, Any]]:
+        """Warm up, then time ``writes`` writes; returns one dict per request."""
+        self._send({"op": "run", "keyspace": keyspace, "cl": cl, "writes": writes,
+                    "warmup": warmup, "key_seed": key_seed, "warmup_seed": warmup_seed})
+        idle = 2 * self.timeout_s + 30
+        rows: list[dict[str, Any]] = []
+        while True:
+            msg = self._line(idle)
+            if "r" in msg:
+                rows.extend(dict(zip(ROW_FIELDS, r)) for r in msg["r"])
+                on_progress(len(rows))
+            elif "done" in msg:
+                if len(rows) != writes:
+                    raise WorkerError(f"workload returned {len(rows)} of {writes} requests")
+                return rows
+
+    def close(self) -> None:
+        """Ask the process to quit; kill it (by PID) if it does not."""
+        if self.proc.poll() is None:
+            try:
+                self._send({"op": "quit"})
+                self.proc.stdin.close()
+                self.proc.wait(timeout=15)
+            except (WorkerError, OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._sel.close()
+        self._log.close()

@@ -1,0 +1,217 @@
+"""The paper's write workload, run on the endpoint host as one long-lived process.
+
+The sweep starts it once per cluster (``python -m experiments.workloads.writes`` inside the
+endpoint) and sends it one JSON command per line on stdin; it answers with JSON lines on
+stdout. Keeping one driver session for the whole cluster means no reconnect, re-prepare
+or pool warm-up inside a measurement.
+
+Commands:
+    {"op": "schema", "keyspace": K, "rf": R}       create K (SimpleStrategy, R) + table,
+                                                   refresh the driver's token map for K
+    {"op": "run", "keyspace": K, "cl": CL, "writes": N, "warmup": W,
+     "key_seed": S, "warmup_seed": S2}             W unrecorded writes, then N recorded:
+                                                   one {"r": [...]} line per request
+                                                   (see ROW_FIELDS), then {"done": ...}
+
+Each request: a prepared INSERT of one laureate record (cycled from the shipped data set)
+under a uuid key drawn from a seeded generator (same seed, same keys, same replicas);
+timed with time.monotonic_ns() from just before the send to the response. For every
+request the coordinator that answered and the replica set of its key are recorded.
+Retries are off (FallthroughRetryPolicy): a timeout or unavailable is recorded as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import uuid
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "nobel_laureates.json"
+ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")
+FLUSH_EVERY_S = 0.5
+TABLE = "laureates"
+
+
+def load_records(path: Path = DATA) -> list[tuple[str, str, int, str]]:
+    data = json.loads(path.read_text())["laureates"]
+    return [(r["firstname"], r["surname"], int(r["year"]), r["category"]) for r in data]
+
+
+def keys(seed: str):
+    """An endless stream of version-4 UUIDs from a seeded generator."""
+    rng = random.Random(seed)
+    while True:
+        yield uuid.UUID(int=rng.getrandbits(128), version=4)
+
+
+def make_policy(name: str):
+    from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+
+    if name == "round-robin":
+        return RoundRobinPolicy()
+    if name == "token-aware":
+        # The driver's own default wraps DCAwareRoundRobinPolicy; one datacenter here, so
+        # RoundRobin as the child is equivalent. shuffle_replicas stays at its default
+        # (False): the primary replica coordinates.
+        return TokenAwarePolicy(RoundRobinPolicy())
+    raise SystemExit(f"unknown policy {name!r}")
+
+
+class Writer:
+    def __init__(self, points: list[str], policy: str, timeout_s: float, expect: int):
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import FallthroughRetryPolicy
+
+        profile = ExecutionProfile(load_balancing_policy=make_policy(policy),
+                                   retry_policy=FallthroughRetryPolicy(),
+                                   request_timeout=timeout_s)
+        self.cluster = Cluster(contact_points=points, protocol_version=5,
+                               execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                               connect_timeout=10, control_connection_timeout=10)
+        self.session = self.cluster.connect()
+        deadline = time.monotonic() + 60
+        while sum(h.is_up for h in self.cluster.metadata.all_hosts()) < expect:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"driver sees fewer than {expect} hosts up after 60 s")
+            time.sleep(0.1)
+        self.records = load_records()
+        self.prepared: dict[tuple[str, str], object] = {}
+
+    def hello(self) -> dict:
+        import cassandra
+
+        return {
+            "driver": cassandra.__version__,
+            "connection_class": self.cluster.connection_class.__name__,
+            "protocol_version": self.cluster.protocol_version,
+            "hosts": sorted(h.address for h in self.cluster.metadata.all_hosts()),
+            "records": len(self.records),
+        }
+
+    def schema(self, keyspace: str, rf: int) -> dict:
+        t0 = time.monotonic()
+        self.session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+            f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}")
+        self.session.execute(
+            f"CREATE TABLE IF NOT EXISTS {keyspace}.{TABLE} (id uuid PRIMARY KEY, "
+            f"firstname text, surname text, year int, category text)")
+        # Without a refresh the token map may not know the new keyspace: get_replicas
+        # would then return [] and every coordinator-is-replica flag would be wrong.
+        self.cluster.refresh_schema_metadata(max_schema_agreement_wait=30)
+        probe = uuid.UUID(int=0, version=4)
+        replicas = self.cluster.metadata.get_replicas(keyspace, probe.bytes)
+        if len(replicas) != rf:
+            raise RuntimeError(f"token map of {keyspace} gives {len(replicas)} replicas "
+                               f"for a key, expected {rf}")
+        return {"keyspace": keyspace, "rf": rf, "took_s": time.monotonic() - t0}
+
+    def statement(self, keyspace: str, cl: str):
+        from cassandra import ConsistencyLevel
+
+        key = (keyspace, cl)
+        if key not in self.prepared:
+            stmt = self.session.prepare(
+                f"INSERT INTO {keyspace}.{TABLE} (id, firstname, surname, year, category) "
+                f"VALUES (?, ?, ?, ?, ?)")
+            stmt.consistency_level = getattr(ConsistencyLevel, cl)
+            self.prepared[key] = stmt
+        return self.prepared[key]
+
+    def write(self, stmt, keyspace: str, seq: int, key: uuid.UUID) -> list:
+        bound = stmt.bind((key, *self.records[seq % len(self.records)]))
+        replicas = self.cluster.metadata.get_replicas(keyspace, bound.routing_key)
+        t_start = time.time_ns()
+        t0 = time.monotonic_ns()
+        future = self.session.execute_async(bound)
+        error = None
+        try:
+            future.result()
+        except Exception as exc:  # noqa: BLE001 - every failure is data, recorded by type
+            error = type(exc).__name__
+        rtt = time.monotonic_ns() - t0
+        coordinator = future.coordinator_host or getattr(future, "_current_host", None)
+        return [seq, str(key), coordinator.address if coordinator else None,
+                [h.address for h in replicas], rtt, error, t_start]
+
+    def run(self, keyspace: str, cl: str, writes: int, warmup: int, key_seed: str,
+            warmup_seed: str, out) -> dict:
+        stmt = self.statement(keyspace, cl)
+        warm_keys = keys(warmup_seed)
+        for i in range(warmup):
+            self.write(stmt, keyspace, i, next(warm_keys))
+        emit(out, {"warmup_done": warmup})
+        cell_keys = keys(key_seed)
+        batch, last = [], time.monotonic()
+        errors = 0
+        t0 = time.monotonic()
+        for seq in range(writes):
+            row = self.write(stmt, keyspace, seq, next(cell_keys))
+            errors += row[5] is not None
+            batch.append(row)
+            if time.monotonic() - last >= FLUSH_EVERY_S:
+                emit(out, {"r": batch})
+                batch, last = [], time.monotonic()
+        if batch:
+            emit(out, {"r": batch})
+        return {"done": writes, "errors": errors, "took_s": time.monotonic() - t0}
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+
+def emit(out, obj: dict) -> None:
+    out.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    out.flush()
+
+
+def serve(writer: Writer, inp, out) -> None:
+    for line in inp:
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        try:
+            if cmd["op"] == "schema":
+                emit(out, writer.schema(cmd["keyspace"], int(cmd["rf"])))
+            elif cmd["op"] == "run":
+                emit(out, writer.run(cmd["keyspace"], cmd["cl"], int(cmd["writes"]),
+                                     int(cmd["warmup"]), cmd["key_seed"],
+                                     cmd["warmup_seed"], out))
+            elif cmd["op"] == "quit":
+                return
+            else:
+                emit(out, {"error": f"unknown op {cmd['op']!r}"})
+        except Exception as exc:  # noqa: BLE001 - reported to the sweep, which decides
+            emit(out, {"error": f"{type(exc).__name__}: {exc}"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.workloads.writes")
+    parser.add_argument("--hosts", default=os.environ.get("EDGETB_EDGE_ADDRESSES", ""))
+    parser.add_argument("--policy", default="round-robin")
+    parser.add_argument("--timeout", type=float, default=12.0)
+    args = parser.parse_args(argv)
+    points = [h for h in args.hosts.split(",") if h]
+    if not points:
+        print("error: no contact points (--hosts or $EDGETB_EDGE_ADDRESSES)", file=sys.stderr)
+        return 2
+    try:
+        writer = Writer(points, args.policy, args.timeout, expect=len(points))
+    except Exception as exc:  # noqa: BLE001
+        emit(sys.stdout, {"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    try:
+        emit(sys.stdout, {"hello": writer.hello()})
+        serve(writer, sys.stdin, sys.stdout)
+    finally:
+        writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Results store: atomic cells, resume bookkeeping, export (SQLite in a temp dir)."""
+
+import csv
+import json
+import sqlite3
+
+import pytest
+
+from experiments.export import export
+from experiments.store import Store
+
+
+def cell(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", **extra):
+    base = {"run_id": run_id, "cell_id": cell_id, "nodes": 3, "rf": 1, "cl": "LOCAL_QUORUM",
+            "policy": "round-robin", "profile": "paper", "latency_ms": 0.0, "loss_pct": 0.5,
+            "repetition": 1, "writes": 2, "warmup": 0, "key_seed": "1:r1",
+            "shaping": {"measured": {"median_rtt_ms": 0.6}}, "testbed_run": "tb1",
+            "started": 1.0, "finished": 2.0}
+    return {**base, **extra}
+
+
+def requests(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", n=2):
+    return [{"run_id": run_id, "cell_id": cell_id, "seq": i, "key": f"k{i}",
+             "coordinator": f"e{i % 3}", "replicas": "e0", "coordinator_is_replica": int(i == 0),
+             "rtt_ns": 1_000_000 * (i + 1), "error": None if i else "WriteTimeout",
+             "t_start_ns": i} for i in range(n)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "res")
+    s.begin_run("run1", "fp", "test", {"writes": 2}, {"baseline": {}})
+    yield s
+    s.close()
+
+
+def test_cell_is_committed_whole_or_not_at_all(store):
+    bad = requests()
+    bad[1]["rtt_ns"] = None  # NOT NULL violated by the second request
+    with pytest.raises(sqlite3.IntegrityError):
+        store.commit_cell(cell(), bad)
+    assert store.done_cells("run1") == set()
+    assert store.db.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 0
+    store.commit_cell(cell(), requests())
+    assert store.done_cells("run1") == {"n3-rf1-l0-p0.5-r1"}
+    with pytest.raises(sqlite3.IntegrityError):  # a cell cannot be stored twice
+        store.commit_cell(cell(), requests())
+    assert store.rtts_ns("run1", "n3-rf1-l0-p0.5-r1") == [1_000_000, 2_000_000]
+    assert store.errors("run1", "n3-rf1-l0-p0.5-r1") == 1
+
+
+def test_resume_finds_the_unfinished_run(store):
+    assert store.resumable_run("fp").run_id == "run1"
+    store.set_status("run1", "complete")
+    assert store.resumable_run("fp") is None
+    assert store.latest_run("fp").status == "complete"
+    assert store.resumable_run("other") is None
+
+
+def test_manifest_merges_and_testbeds_are_tracked(store):
+    store.update_manifest("run1", baseline={"3": {"median": 2.5}})
+    store.update_manifest("run1", baseline={"5": {"median": 2.9}}, wall_s=10)
+    m = store.run("run1").manifest
+    assert m["baseline"] == {"3": {"median": 2.5}, "5": {"median": 2.9}} and m["wall_s"] == 10
+    store.testbed_started("run1", "tbA", 3)
+    assert store.testbeds_up() == ["tbA"]
+    store.testbed_down("tbA")
+    assert store.testbeds_up() == []
+
+
+def test_export_csv_has_one_row_per_request(store, tmp_path):
+    store.commit_cell(cell(), requests())
+    store.commit_cell(cell("n3-rf1-l20-p0.5-r1", latency_ms=20.0), requests("n3-rf1-l20-p0.5-r1"))
+    written = export(tmp_path / "res", "csv")
+    with open(written["requests"]) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4
+    required = {"run_id", "cell_id", "nodes", "rf", "cl", "policy", "profile", "latency_ms",
+                "loss_pct", "repetition", "seq", "coordinator", "coordinator_is_replica",
+                "rtt_ns", "error"}
+    assert required <= set(rows[0])
+    assert {r["latency_ms"] for r in rows} == {"0.0", "20.0"}
+    assert json.loads(written["runs"].read_text())[0]["run_id"] == "run1"
+
+
+def test_export_parquet(store, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    store.commit_cell(cell(), requests())
+    written = export(tmp_path / "res", "parquet")
+    table = pq.read_table(written["requests"])
+    assert table.num_rows == 2
+    assert table.column("rtt_ns").to_pylist() == [1_000_000, 2_000_000]
+    assert table.column("error").to_pylist() == ["WriteTimeout", None]
+
+
+def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
+    from testbed.errors import ConfigError
+    with pytest.raises(ConfigError, match="no results in"):
+        export(tmp_path / "nothing")
