@@ -1,0 +1,150 @@
+"""`python -m analysis.compare RESULTS_DIR`: measured RTT against φ's predictions.
+
+For every (nodes, loss): φ per RF; the measured mean RTT per latency; each RF's
+least-squares slope of RTT vs latency; its *excess slope* over the same RF at the lowest
+loss measured (what loss added per ms of latency); and Spearman's rank correlation between
+φ and that excess across RFs, with a plain verdict on whether φ orders the RFs as the
+measurements do. φ predicts that a higher ack ratio makes loss cost more (section 6).
+Also checks section 5.4's claim (std of RF 3's mean RTT across node counts < 1.5 ms).
+
+Prints the comparison and saves it as RESULTS_DIR/analysis/compare.{txt,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from typing import Any
+
+from testbed.errors import TestbedError
+
+from . import phi as phi_mod
+from .results import Results, load
+from .stats import mean_rtt, slopes, spearman, std_across_nodes
+
+PAPER_STD_CLAIM_MS = 1.5
+
+
+def verdict(rho: float, count: int) -> str:
+    if count < 2 or math.isnan(rho):
+        return "cannot tell (fewer than two RFs, or no variation)"
+    if rho >= 0.999:
+        return "yes: φ orders the RFs exactly as the measured excess does"
+    if rho >= 0.5:
+        return "partly: φ's ordering mostly agrees with the measured excess"
+    if rho > -0.5:
+        return "no: φ's ordering is unrelated to the measured excess"
+    return "no: the measured excess runs opposite to φ"
+
+
+def compare(results: Results) -> dict[str, Any]:
+    cells = results.cells
+    if not cells:
+        raise TestbedError("no measured cells to compare")
+    levels = sorted({c["cl"] for c in cells})
+    cl = levels[0]
+    means = mean_rtt(cells)
+    slope = slopes(cells)
+    losses: dict[int, list[float]] = defaultdict(list)
+    for (n, loss, _rf, _lat) in means:
+        if loss not in losses[n]:
+            losses[n].append(loss)
+    groups = []
+    for n in sorted(losses):
+        low = min(losses[n])
+        for loss in sorted(losses[n]):
+            rfs = sorted({k[2] for k in means if k[0] == n and k[1] == loss})
+            lats = sorted({k[3] for k in means if k[0] == n and k[1] == loss})
+            rows = []
+            for rf in rfs:
+                s = slope.get((n, loss, rf), {}).get("ls", math.nan)
+                base = slope.get((n, low, rf), {}).get("ls", math.nan)
+                rows.append({
+                    "rf": rf, "phi": float(phi_mod.phi(n, rf, cl)),
+                    "mean_rtt_ms": {f"{lat:g}": means.get((n, loss, rf, lat)) for lat in lats},
+                    "slope": s, "excess_slope": s - base if loss != low else None,
+                })
+            group: dict[str, Any] = {"nodes": n, "loss": loss, "base_loss": low,
+                                     "latencies": lats, "rfs": rows}
+            if loss != low:
+                usable = [r for r in rows if not math.isnan(r["excess_slope"])]
+                rho = spearman([r["phi"] for r in usable], [r["excess_slope"] for r in usable])
+                no_rf1 = [r for r in usable if r["rf"] > 1]
+                rho2 = spearman([r["phi"] for r in no_rf1], [r["excess_slope"] for r in no_rf1])
+                group.update(spearman=rho, verdict=verdict(rho, len(usable)),
+                             spearman_without_rf1=rho2,
+                             verdict_without_rf1=verdict(rho2, len(no_rf1)))
+            groups.append(group)
+    std = std_across_nodes(cells)
+    rf3 = {f"{lat:g}": v["std"] for (rf, lat), v in sorted(std.items())
+           if rf == 3 and v["nodes"] > 1}
+    claim = None
+    if rf3:
+        worst = max(rf3.values())
+        claim = {"std_ms_by_latency": rf3, "max_std_ms": worst,
+                 "holds": worst < PAPER_STD_CLAIM_MS}
+    return {"consistency_level": cl, "groups": groups, "rf3_std_across_nodes": claim}
+
+
+def format_text(data: dict[str, Any]) -> str:
+    lines = [f"Measured write RTT vs φ ({data['consistency_level']}, round-robin "
+             f"coordinators). slope: ms of RTT per ms of one-way latency (least squares);",
+             "excess: slope minus the same RF's slope at the lowest loss measured.", ""]
+    for g in data["groups"]:
+        lats = g["latencies"]
+        lines.append(f"== {g['nodes']} nodes, loss {g['loss']:g} %"
+                     + (" (baseline loss)" if g["loss"] == g["base_loss"] else ""))
+        head = (f"{'RF':>3} {'φ':>6} " + " ".join(f"{f'{lat:g}ms':>8}" for lat in lats)
+                + f" {'slope':>7} {'excess':>7}")
+        lines.append(head)
+        for r in g["rfs"]:
+            vals = " ".join(f"{r['mean_rtt_ms'][f'{lat:g}']:>8.2f}"
+                            if r["mean_rtt_ms"][f"{lat:g}"] is not None else f"{'-':>8}"
+                            for lat in lats)
+            excess = "" if r["excess_slope"] is None else f"{r['excess_slope']:>7.3f}"
+            lines.append(f"{r['rf']:>3} {r['phi']:>6.3f} {vals} {r['slope']:>7.3f} {excess}")
+        if "spearman" in g:
+            lines.append(f"  rank correlation φ vs excess: {g['spearman']:+.2f} -> "
+                         f"{g['verdict']}")
+            lines.append(f"  without RF 1 (as the paper argues): "
+                         f"{g['spearman_without_rf1']:+.2f} -> {g['verdict_without_rf1']}")
+        lines.append("")
+    claim = data["rf3_std_across_nodes"]
+    if claim:
+        lines.append(f"Section 5.4: std of RF 3's mean RTT across node counts, worst latency "
+                     f"{claim['max_std_ms']:.2f} ms -> the paper's '< {PAPER_STD_CLAIM_MS} "
+                     f"ms' {'holds' if claim['holds'] else 'does not hold'} here")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.compare",
+                                description="Compare measured RTT with φ's predictions.")
+    p.add_argument("results", help="results directory (holds results.sqlite)")
+    p.add_argument("--run", help="only this run id (default: every run, pooled)")
+    p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
+    args = p.parse_args(argv)
+    try:
+        results = load(args.results, args.run)
+        data = compare(results)
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = format_text(data)
+    print(text)
+    out = results.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.txt").write_text(text + "\n")
+    (out / "compare.json").write_text(json.dumps(data, indent=1))
+    print(f"saved: {out / 'compare.txt'}, {out / 'compare.json'}")
+    if not args.no_report:
+        from .report import write_report
+        print(f"report: {write_report(results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

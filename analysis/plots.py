@@ -1,0 +1,203 @@
+"""`python -m analysis.plots RESULTS_DIR`: the paper's figures, regenerated from a store.
+
+Writes to RESULTS_DIR/analysis/ (PNG and SVG of each):
+- ``rtt_n{N}_loss{P}``: mean write RTT vs one-way latency, one line per RF with its 95 %
+  confidence band (the paper's Figures 2 and 3), for every (nodes, loss);
+- ``high_rf_n{N}``: the average of RF 3-5 vs latency, one line per loss (Figure 4);
+- ``phi_vs_excess``: φ of each (nodes, RF) against the RTT that loss added to it (mean
+  over latencies of RTT at loss p minus RTT at the lowest loss measured).
+Then refreshes the HTML report (analysis.report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from testbed.errors import TestbedError  # noqa: E402
+
+from . import phi as phi_mod  # noqa: E402
+from .results import Results, load  # noqa: E402
+from .stats import cell_stats, high_rf_average  # noqa: E402
+
+FORMATS = ("png", "svg")
+
+
+def _pooled(cells: list[dict[str, Any]]) -> dict[tuple, np.ndarray]:
+    acc: dict[tuple, list[np.ndarray]] = defaultdict(list)
+    for c in cells:
+        acc[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(c["rtt_ms"])
+    return {k: np.concatenate(v) for k, v in acc.items()}
+
+
+def _save(fig, out: Path, name: str) -> list[Path]:
+    paths = []
+    for fmt in FORMATS:
+        path = out / f"{name}.{fmt}"
+        fig.savefig(path, dpi=110 if fmt == "png" else None, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _label(cells: list[dict[str, Any]]) -> str:
+    profiles = sorted({c["profile"] for c in cells})
+    levels = sorted({c["cl"] for c in cells})
+    policies = sorted({c["policy"] for c in cells})
+    return f"{'/'.join(levels)}, {'/'.join(policies)}, profile {'/'.join(profiles)}"
+
+
+def rtt_vs_latency(results: Results, out: Path) -> list[dict[str, Any]]:
+    """Figures 2/3: one per (nodes, loss); returns [{name, paths, series}]."""
+    pooled = _pooled(results.cells)
+    groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for (n, loss, rf, lat), rtts in pooled.items():
+        s = cell_stats(rtts)
+        groups[(n, loss)][rf].append((lat, s["mean"], s["ci_low"], s["ci_high"]))
+    made = []
+    label = _label(results.cells)
+    for (n, loss), by_rf in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for rf, pts in sorted(by_rf.items()):
+            pts.sort()
+            x = [p[0] for p in pts]
+            y = [p[1] for p in pts]
+            line, = ax.plot(x, y, marker="o", ms=3, label=f"RF_{rf}")
+            lo = [p[2] if np.isfinite(p[2]) else p[1] for p in pts]
+            hi = [p[3] if np.isfinite(p[3]) else p[1] for p in pts]
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xlabel("one-way latency between edge nodes (ms)")
+        ax.set_ylabel("mean write RTT (ms)")
+        ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=10)
+        ax.text(0.01, 0.99, label + "; bands: 95 % CI of the mean", transform=ax.transAxes,
+                fontsize=7, va="top", color="0.35")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        name = f"rtt_n{n}_loss{loss:g}"
+        series = len(ax.get_lines())  # what was drawn, not what was asked for
+        made.append({"name": name, "paths": _save(fig, out, name), "series": series,
+                     "nodes": n, "loss": loss})
+    return made
+
+
+def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
+    """Figure 4 per node count: average of RF 3..5 vs latency, one line per loss."""
+    avg = high_rf_average(results.cells)
+    by_nodes: dict[int, dict[float, list]] = defaultdict(lambda: defaultdict(list))
+    for (n, loss, lat), m in avg.items():
+        by_nodes[n][loss].append((lat, m))
+    made = []
+    for n, by_loss in sorted(by_nodes.items()):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for loss, pts in sorted(by_loss.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                    label=f"loss {loss:g} %")
+        rfs = sorted({c["rf"] for c in results.cells if c["nodes"] == n and c["rf"] >= 3})
+        ax.set_xlabel("one-way latency between edge nodes (ms)")
+        ax.set_ylabel("mean write RTT (ms)")
+        ax.set_title(f"{n}-node cluster: average of RF {', '.join(map(str, rfs))}",
+                     fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        name = f"high_rf_n{n}"
+        series = len(ax.get_lines())
+        made.append({"name": name, "paths": _save(fig, out, name), "series": series,
+                     "nodes": n})
+    return made
+
+
+def loss_excess(results: Results) -> list[dict[str, Any]]:
+    """Per (nodes, loss above the lowest, RF): φ and the RTT loss added (ms), averaged
+    over the latencies measured at both loss levels."""
+    pooled = _pooled(results.cells)
+    means = {k: float(v.mean()) for k, v in pooled.items()}
+    level = sorted({c["cl"] for c in results.cells})
+    cl = level[0] if len(level) == 1 else "LOCAL_QUORUM"
+    losses: dict[int, set] = defaultdict(set)
+    for (n, loss, _rf, _lat) in means:
+        losses[n].add(loss)
+    rows = []
+    for n, levels in sorted(losses.items()):
+        low = min(levels)
+        for loss in sorted(levels - {low}):
+            for rf in sorted({k[2] for k in means if k[0] == n and k[1] == loss}):
+                lats = [k[3] for k in means if k[:3] == (n, loss, rf)
+                        and (n, low, rf, k[3]) in means]
+                if not lats:
+                    continue
+                excess = float(np.mean([means[(n, loss, rf, lat)] - means[(n, low, rf, lat)]
+                                        for lat in lats]))
+                rows.append({"nodes": n, "loss": loss, "base_loss": low, "rf": rf,
+                             "phi": float(phi_mod.phi(n, rf, cl)), "excess_ms": excess,
+                             "latencies": len(lats)})
+    return rows
+
+
+def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
+    rows = loss_excess(results)
+    if not rows:
+        return []
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    markers = {3: "o", 4: "s", 5: "^"}
+    for (n, loss) in sorted({(r["nodes"], r["loss"]) for r in rows}):
+        pts = sorted((r["phi"], r["excess_ms"], r["rf"]) for r in rows
+                     if r["nodes"] == n and r["loss"] == loss)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="none",
+                marker=markers.get(n, "D"), label=f"{n} nodes, loss {loss:g} %")
+        for x, y, rf in pts:
+            ax.annotate(f"RF{rf}", (x, y), fontsize=6, xytext=(3, 2),
+                        textcoords="offset points")
+    ax.set_xlabel("φ (ack ratio, round-robin coordinators)")
+    ax.set_ylabel("RTT added by loss (ms, mean over latencies)")
+    ax.set_title("φ against the measured loss-induced excess RTT", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    series = len(ax.get_lines())
+    return [{"name": "phi_vs_excess", "paths": _save(fig, out, "phi_vs_excess"),
+             "series": series}]
+
+
+def make_all(results: Results) -> list[dict[str, Any]]:
+    out = results.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    return rtt_vs_latency(results, out) + high_rf(results, out) + phi_vs_excess(results, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.plots",
+                                description="Regenerate the figures from stored results.")
+    p.add_argument("results", help="results directory (holds results.sqlite)")
+    p.add_argument("--run", help="only this run id (default: every run, pooled)")
+    p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        results = load(args.results, args.run)
+        if not results.cells:
+            raise TestbedError(f"{args.results} holds no measured cells yet")
+        made = make_all(results)
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for fig in made:
+        print(f"{fig['paths'][0].with_suffix('.{png,svg}')}  ({fig['series']} series)")
+    print(f"{len(made)} figures in {time.monotonic() - t0:.1f} s")
+    if not args.no_report:
+        from .report import write_report
+        print(f"report: {write_report(results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Statistics over the results schema: pure functions of arrays and cell records.
+
+Cells are dicts with at least nodes, rf, latency_ms, loss_pct and ``rtt_ms`` (an array of
+the cell's request RTTs in ms; errors included: an error's time is how long it made the
+client wait). See ``analysis.results`` for loading them from a store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+# Two-sided 95 % Student t quantiles for 1..30 degrees of freedom; normal beyond.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
+        2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
+        2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(dof: int) -> float:
+    if dof < 1:
+        return math.nan
+    return _T95[dof - 1] if dof <= len(_T95) else NormalDist().inv_cdf(0.975)
+
+
+def cell_stats(rtt_ms: Sequence[float], errors: int = 0) -> dict[str, float]:
+    """mean, median, p95, p99, std (sample), 95 % CI of the mean, n, errors."""
+    a = np.asarray(rtt_ms, dtype=float)
+    n = int(a.size)
+    if n == 0:
+        return {"n": 0, "errors": errors, "mean": math.nan, "median": math.nan,
+                "p95": math.nan, "p99": math.nan, "std": math.nan, "ci_low": math.nan,
+                "ci_high": math.nan}
+    mean = float(a.mean())
+    std = float(a.std(ddof=1)) if n > 1 else 0.0
+    half = t95(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+    return {"n": n, "errors": errors, "mean": mean, "median": float(np.median(a)),
+            "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)),
+            "std": std, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def ls_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Least-squares slope of y on x (NaN with fewer than two distinct x)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size < 2 or np.unique(x).size < 2:
+        return math.nan
+    xm = x.mean()
+    return float(((x - xm) * (y - y.mean())).sum() / ((x - xm) ** 2).sum())
+
+
+def median_line_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Slope of the median-median line (Tukey's resistant line), our reading of the
+    paper's "median line" (section 5.1): sort by x, split into thirds (outer thirds get
+    the extra points when n mod 3 = 2, the middle one when n mod 3 = 1), and join the
+    (median x, median y) points of the outer thirds."""
+    pts = sorted(zip((float(v) for v in x), (float(v) for v in y)))
+    n = len(pts)
+    if n < 3:
+        return ls_slope(x, y)
+    k = n // 3 + (1 if n % 3 == 2 else 0)
+    left, right = pts[:k], pts[n - k:]
+    xl, yl = np.median([p[0] for p in left]), np.median([p[1] for p in left])
+    xr, yr = np.median([p[0] for p in right]), np.median([p[1] for p in right])
+    if xr == xl:
+        return math.nan
+    return float((yr - yl) / (xr - xl))
+
+
+def per_cell(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell's identity plus its statistics (repetitions kept apart)."""
+    out = []
+    for c in cells:
+        row = {k: c[k] for k in ("nodes", "rf", "latency_ms", "loss_pct")}
+        row["repetition"] = c.get("repetition", 1)
+        row.update(cell_stats(c["rtt_ms"], int(c.get("errors", 0))))
+        out.append(row)
+    return out
+
+
+def mean_rtt(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
+    """(nodes, loss, rf, latency) -> mean RTT over every request of that point (all
+    repetitions pooled)."""
+    pooled: dict[tuple, list[np.ndarray]] = defaultdict(list)
+    for c in cells:
+        pooled[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(
+            np.asarray(c["rtt_ms"], dtype=float))
+    return {k: float(np.concatenate(v).mean()) for k, v in pooled.items()}
+
+
+def slopes(cells: Iterable[Mapping[str, Any]]) -> dict[tuple[int, float, int], dict[str, float]]:
+    """(nodes, loss, rf) -> least-squares and median-line slope of mean RTT vs latency
+    (ms of RTT per ms of one-way latency)."""
+    means = mean_rtt(cells)
+    series: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for (n, loss, rf, lat), m in means.items():
+        series[(n, loss, rf)].append((lat, m))
+    out = {}
+    for key, pts in series.items():
+        pts.sort()
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        out[key] = {"ls": ls_slope(xs, ys), "median_line": median_line_slope(xs, ys),
+                    "points": len(pts)}
+    return out
+
+
+def std_across_nodes(cells: Iterable[Mapping[str, Any]], loss: float | None = None
+                     ) -> dict[tuple[int, float], dict[str, float]]:
+    """(rf, latency) -> std (sample) of the mean RTT across node counts, pooled over loss
+    unless ``loss`` is given (section 5.4: < 1.5 ms for RF 3, the paper claims)."""
+    means = mean_rtt(cells)
+    groups: dict[tuple[int, float], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (n, l, rf, lat), m in means.items():
+        if loss is None or l == loss:
+            groups[(rf, lat)][n].append(m)
+    out = {}
+    for key, by_nodes in groups.items():
+        per_node = [float(np.mean(v)) for v in by_nodes.values()]
+        out[key] = {"std": float(np.std(per_node, ddof=1)) if len(per_node) > 1 else math.nan,
+                    "nodes": len(per_node)}
+    return out
+
+
+def high_rf_average(cells: Iterable[Mapping[str, Any]], rfs: Sequence[int] = (3, 4, 5)
+                    ) -> dict[tuple[int, float, float], float]:
+    """(nodes, loss, latency) -> average over RF in ``rfs`` (those present) of the mean
+    RTT: the paper's Figure 4 view."""
+    means = mean_rtt(cells)
+    acc: dict[tuple, list[float]] = defaultdict(list)
+    for (n, loss, rf, lat), m in means.items():
+        if rf in rfs:
+            acc[(n, loss, lat)].append(m)
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def rank(values: Sequence[float]) -> list[float]:
+    """Ranks 1..n, ties given their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (Pearson on average ranks); NaN if undefined."""
+    if len(x) != len(y) or len(x) < 2:
+        return math.nan
+    rx, ry = np.asarray(rank(x)), np.asarray(rank(y))
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])

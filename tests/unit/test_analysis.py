@@ -1,0 +1,187 @@
+"""Analysis: φ (Table 1 exact), statistics on hand-computed arrays, plots and comparison
+from synthetic stores whose answers are known."""
+
+import math
+from fractions import Fraction
+
+import pytest
+
+from analysis import compare as compare_mod
+from analysis import phi as phi_mod
+from analysis import plots, report
+from analysis.results import load
+from analysis.stats import (cell_stats, high_rf_average, ls_slope, median_line_slope, rank,
+                            slopes, spearman, std_across_nodes)
+from analysis.synthetic import make_store
+from experiments.consistency import WRITE_LEVELS
+from testbed.errors import ConfigError
+
+# Table 1 of the paper, exactly as printed.
+TABLE_1 = {(3, 2): 1, (3, 3): 0.5, (4, 2): 1, (4, 3): 0.54, (4, 4): 0.66,
+           (5, 2): 1, (5, 3): 0.56, (5, 4): 0.68, (5, 5): 0.5}
+
+
+def test_table_1_exactly_as_printed():
+    assert phi_mod.paper_table((3, 4, 5)) == TABLE_1
+
+
+def test_exact_values_and_where_the_paper_truncated():
+    assert phi_mod.phi(4, 4) == Fraction(2, 3)      # printed 0.66, rounds to 0.67
+    assert phi_mod.phi(5, 3) == Fraction(17, 30)    # printed 0.56, rounds to 0.57
+    assert phi_mod.phi(5, 4) == Fraction(41, 60)    # the paper's worked example: 0.68
+    assert round(float(phi_mod.phi(4, 4)), 2) != TABLE_1[(4, 4)]
+    assert round(float(phi_mod.phi(5, 3)), 2) != TABLE_1[(5, 3)]
+
+
+@pytest.mark.parametrize("n", range(2, 10))
+def test_rf2_is_one_under_local_quorum(n):
+    assert phi_mod.phi(n, 2) == 1
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+def test_rf1_needs_a_remote_ack_only_when_coordinated_elsewhere(n):
+    assert phi_mod.phi(n, 1) == 1 - Fraction(1, n)
+
+
+def test_phi_is_a_ratio_for_every_level():
+    for level in WRITE_LEVELS:
+        for n in range(1, 10):
+            for rf in range(1, n + 1):
+                try:
+                    value = phi_mod.phi(n, rf, level)
+                except ConfigError:
+                    assert level in ("TWO", "THREE") and rf < {"TWO": 2, "THREE": 3}[level]
+                    continue
+                assert 0 <= value <= 1, (level, n, rf, value)
+    assert phi_mod.phi(5, 5, "ALL") == 1          # every ack needed
+    assert phi_mod.phi(5, 5, "ONE") == 0          # the coordinator alone suffices
+    assert phi_mod.phi(5, 3, "ONE") == Fraction(2, 5) * Fraction(1, 3)
+
+
+def test_phi_rejects_impossible_input():
+    with pytest.raises(ConfigError):
+        phi_mod.phi(3, 4)
+    with pytest.raises(ConfigError):
+        phi_mod.phi(3, 2, "THREE")
+    with pytest.raises(ConfigError):
+        phi_mod.phi(3, 2, "SERIAL")
+
+
+def test_phi_from_measured_coordinators():
+    flags = [1] * 2 + [0] * 3  # P_c = 0.4 measured, on 5 nodes RF 2
+    value, p_c = phi_mod.phi_measured(5, 2, flags)
+    assert p_c == 0.4 and value == pytest.approx(1.0)
+    value, p_c = phi_mod.phi_measured(5, 3, [1, 1, 1, 0, 0])  # = RF/n: the model's φ
+    assert value == pytest.approx(float(phi_mod.phi(5, 3)))
+    value, _ = phi_mod.phi_measured(5, 3, [1, 1, 1, 1, 1])
+    assert value == pytest.approx(0.5)
+
+
+def test_phi_cli_prints_the_table(capsys):
+    assert phi_mod.main(["--nodes", "3", "4", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "0.54" in out and "0.68" in out and "truncate" in out
+
+
+def test_cell_stats_by_hand():
+    s = cell_stats([1.0, 2.0, 3.0, 4.0], errors=1)
+    assert s["mean"] == 2.5 and s["median"] == 2.5 and s["n"] == 4 and s["errors"] == 1
+    assert s["std"] == pytest.approx(math.sqrt(5 / 3))
+    half = 3.182 * math.sqrt(5 / 3) / 2  # t(0.975, 3 dof)
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx((2.5 - half, 2.5 + half))
+    assert s["p95"] == pytest.approx(3.85)
+    assert math.isnan(cell_stats([])["mean"])
+
+
+def test_slopes_by_hand():
+    assert ls_slope([0, 10, 20], [5, 25, 45]) == pytest.approx(2.0)
+    assert math.isnan(ls_slope([10, 10], [1, 2]))
+    # median-median line: outer thirds (0,10) and (50,60) -> medians (5, 1) and (55, 101)
+    x = [0, 10, 20, 30, 50, 60]
+    y = [0, 2, 40, 60, 100, 102]
+    assert median_line_slope(x, y) == pytest.approx((101 - 1) / (55 - 5))
+    # one wild point moves least squares, not the median line
+    x = list(range(0, 101, 10))
+    y = [2 * v for v in x]
+    y[5] += 500
+    assert median_line_slope(x, y) == pytest.approx(2.0)
+    assert ls_slope(x, y) == pytest.approx(2.0)  # symmetric position: slope unchanged
+    y[10] += 500
+    assert ls_slope(x, y) > 4 and median_line_slope(x, y) < 3
+
+
+def test_ranks_and_spearman():
+    assert rank([10, 30, 20, 20]) == [1, 4, 2.5, 2.5]
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1)
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def cells(*points):
+    return [{"nodes": n, "rf": rf, "latency_ms": lat, "loss_pct": loss, "rtt_ms": rtts}
+            for n, rf, lat, loss, rtts in points]
+
+
+def test_grouped_statistics_by_hand():
+    data = cells((3, 3, 0, 0.5, [10, 12]), (4, 3, 0, 0.5, [12, 14]), (5, 3, 0, 0.5, [14, 16]),
+                 (3, 4, 0, 0.5, [99]), (5, 4, 0, 0.5, [20]), (5, 5, 0, 0.5, [30]),
+                 (3, 3, 10, 0.5, [31]), (3, 3, 20, 0.5, [51]))
+    spread = std_across_nodes(data)
+    assert spread[(3, 0)]["std"] == pytest.approx(2.0)  # means 11, 13, 15
+    avg = high_rf_average(data)
+    assert avg[(5, 0.5, 0)] == pytest.approx((15 + 20 + 30) / 3)
+    assert avg[(3, 0.5, 0)] == pytest.approx((11 + 99) / 2)
+    assert slopes(data)[(3, 0.5, 3)]["ls"] == pytest.approx(2.0)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("synthetic")
+    return make_store(directory, nodes=(3, 5), losses=(0.5, 7.5), latencies=(0, 50, 100),
+                      writes=50)
+
+
+def test_plots_from_a_synthetic_store(synthetic):
+    results = load(synthetic)
+    made = {m["name"]: m for m in plots.make_all(results)}
+    assert set(made) == {"rtt_n3_loss0.5", "rtt_n3_loss7.5", "rtt_n5_loss0.5",
+                         "rtt_n5_loss7.5", "high_rf_n3", "high_rf_n5", "phi_vs_excess"}
+    assert made["rtt_n3_loss0.5"]["series"] == 3 and made["rtt_n5_loss7.5"]["series"] == 5
+    assert made["high_rf_n5"]["series"] == 2      # one line per loss
+    assert made["phi_vs_excess"]["series"] == 2   # (3 nodes, 7.5 %) and (5 nodes, 7.5 %)
+    for m in made.values():
+        for path in m["paths"]:
+            assert path.stat().st_size > 2000, path
+            if path.suffix == ".png":
+                assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = report.write_report(results).read_text()
+    assert page.count("<img") == len(made) and "0.54" in page
+
+
+def test_compare_agrees_when_loss_cost_follows_phi(tmp_path):
+    def follows_phi(n, rf, lat, loss):  # excess slope = φ x loss: a perfect rank match
+        return 15 + 2 * lat + float(phi_mod.phi(n, rf)) * loss * lat / 10
+    results = load(make_store(tmp_path, nodes=(5,), losses=(0.5, 7.5), latencies=(0, 50, 100),
+                              writes=40, mean_ms=follows_phi, sd_ms=0.01))
+    (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    assert high["spearman"] == pytest.approx(1.0, abs=0.01)
+    assert high["verdict"].startswith("yes")
+    excess = {r["rf"]: r["excess_slope"] for r in high["rfs"]}
+    assert excess[2] == pytest.approx(7.0 / 10, abs=0.01)  # φ(RF 2) = 1, loss 7.5 - 0.5
+
+
+def test_compare_says_so_when_the_ordering_is_reversed(tmp_path):
+    def against_phi(n, rf, lat, loss):
+        return 15 + 2 * lat + (1 - float(phi_mod.phi(n, rf))) * loss * lat / 10
+    results = load(make_store(tmp_path, nodes=(5,), losses=(0.5, 7.5), latencies=(0, 50, 100),
+                              writes=40, mean_ms=against_phi, sd_ms=0.01))
+    (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    assert high["spearman"] == pytest.approx(-1.0, abs=0.01)
+    assert high["verdict"].startswith("no: the measured excess runs opposite")
+    text = compare_mod.format_text(compare_mod.compare(results))
+    assert "rank correlation" in text
+
+
+def test_analysis_of_a_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no results in"):
+        load(tmp_path / "none")
