@@ -35,13 +35,19 @@ test: install
 unit: python
 	$(PY) -m pytest -ra tests/unit
 
-# The main job. Until the sweep (issue 4) lands, this brings a 3-node testbed up, writes
-# from the endpoint, and tears it down.
+# The main job: the seed paper's sweep (396 cells, ~14 h here; resumable: rerun to
+# continue), then the figures, the comparison with φ and the HTML report.
+# `make sweep SWEEP_ARGS=--quick` runs the ~12-minute preset instead.
+SWEEP_ARGS ?= --config experiments/configs/paper.toml
+RESULTS ?= results
 sweep: install
-	$(PY) -m experiments.smoke
+	$(PY) -m experiments.sweep $(SWEEP_ARGS) --out $(RESULTS)
+	$(PY) -m analysis.plots $(RESULTS) --no-report
+	$(PY) -m analysis.compare $(RESULTS)
 
 bench: install
 	$(PY) benchmarks/bringup.py
+	$(PY) benchmarks/plots.py
 
 clean-testbed: python
 	$(PY) -m testbed clean
