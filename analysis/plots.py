@@ -28,16 +28,9 @@ from testbed.errors import TestbedError  # noqa: E402
 
 from . import phi as phi_mod  # noqa: E402
 from .results import Results, load  # noqa: E402
-from .stats import cell_stats, high_rf_average  # noqa: E402
+from .stats import cell_stats, high_rf_average, mean_rtt, pooled  # noqa: E402
 
 FORMATS = ("png", "svg")
-
-
-def _pooled(cells: list[dict[str, Any]]) -> dict[tuple, np.ndarray]:
-    acc: dict[tuple, list[np.ndarray]] = defaultdict(list)
-    for c in cells:
-        acc[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(c["rtt_ms"])
-    return {k: np.concatenate(v) for k, v in acc.items()}
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:
@@ -59,9 +52,8 @@ def _label(cells: list[dict[str, Any]]) -> str:
 
 def rtt_vs_latency(results: Results, out: Path) -> list[dict[str, Any]]:
     """Figures 2/3: one per (nodes, loss); returns [{name, paths, series}]."""
-    pooled = _pooled(results.cells)
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for (n, loss, rf, lat), rtts in pooled.items():
+    for (n, loss, rf, lat), rtts in pooled(results.cells).items():
         s = cell_stats(rtts)
         groups[(n, loss)][rf].append((lat, s["mean"], s["ci_low"], s["ci_high"]))
     made = []
@@ -120,8 +112,7 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
 def loss_excess(results: Results) -> list[dict[str, Any]]:
     """Per (nodes, loss above the lowest, RF): φ and the RTT loss added (ms), averaged
     over the latencies measured at both loss levels."""
-    pooled = _pooled(results.cells)
-    means = {k: float(v.mean()) for k, v in pooled.items()}
+    means = mean_rtt(results.cells)
     level = sorted({c["cl"] for c in results.cells})
     cl = level[0] if len(level) == 1 else "LOCAL_QUORUM"
     losses: dict[int, set] = defaultdict(set)

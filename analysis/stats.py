@@ -81,14 +81,18 @@ def per_cell(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def mean_rtt(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
-    """(nodes, loss, rf, latency) -> mean RTT over every request of that point (all
-    repetitions pooled)."""
-    pooled: dict[tuple, list[np.ndarray]] = defaultdict(list)
+def pooled(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, np.ndarray]:
+    """(nodes, loss, rf, latency) -> every request RTT of that point (repetitions pooled)."""
+    acc: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for c in cells:
-        pooled[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(
+        acc[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(
             np.asarray(c["rtt_ms"], dtype=float))
-    return {k: float(np.concatenate(v).mean()) for k, v in pooled.items()}
+    return {k: np.concatenate(v) for k, v in acc.items()}
+
+
+def mean_rtt(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
+    """(nodes, loss, rf, latency) -> mean RTT over every request of that point."""
+    return {k: float(v.mean()) for k, v in pooled(cells).items()}
 
 
 def slopes(cells: Iterable[Mapping[str, Any]]) -> dict[tuple[int, float, int], dict[str, float]]:

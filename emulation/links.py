@@ -144,16 +144,21 @@ def paper(topology: Topology, delay_ms: float, loss_pct: float,
     return LinkMatrix(topology, links, profile="paper")
 
 
+def read_toml(path: Path | str, what: str) -> dict:
+    """A TOML file's contents; ConfigError naming ``what`` when missing or invalid."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{what} not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
 def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
     """A matrix from TOML: optional ``[default]`` for every pair, then ``[[link]]`` tables
     with ``src``, ``dst`` and any of delay_ms, jitter_ms, loss_pct, rate_mbit (``src`` or
     ``dst`` may be ``"*"``). Later entries win. Raises ConfigError naming the problem."""
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"link file not found: {path}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    data = read_toml(path, "link file")
     unknown = set(data) - {"default", "link"}
     if unknown:
         raise ConfigError(f"{path}: unknown tables {sorted(unknown)} (use [default], [[link]])")

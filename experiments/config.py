@@ -10,12 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from emulation.links import MAX_DELAY_MS, PROFILES
+from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from testbed.backends import backend_class
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
@@ -201,19 +200,11 @@ class SweepConfig:
                 values[key] = _as_tuple(key, values[key])
         return cls(**values)
 
-    def with_changes(self, **changes: Any) -> "SweepConfig":
-        return replace(self, **changes)
-
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """The ``[sweep]`` table of a TOML file (ConfigError for anything else in it)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file not found: {path}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    data = read_toml(path, "config file")
     if set(data) - {"sweep"}:
         raise ConfigError(f"{path}: unknown tables {sorted(set(data) - {'sweep'})} "
                           f"(settings go in [sweep])")

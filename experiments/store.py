@@ -136,16 +136,14 @@ class Store:
                 (run_id, fingerprint, name, json.dumps(config), json.dumps(manifest),
                  time.time()))
 
-    def resumable_run(self, fingerprint: str) -> RunInfo | None:
-        """The newest run with this fingerprint that did not complete, if any."""
-        for run in reversed(self.runs()):
-            if run.fingerprint == fingerprint:
-                return run if run.status != "complete" else None
-        return None
-
     def latest_run(self, fingerprint: str) -> RunInfo | None:
         matching = [r for r in self.runs() if r.fingerprint == fingerprint]
         return matching[-1] if matching else None
+
+    def resumable_run(self, fingerprint: str) -> RunInfo | None:
+        """The newest run with this fingerprint, if it did not complete."""
+        latest = self.latest_run(fingerprint)
+        return latest if latest is not None and latest.status != "complete" else None
 
     def runs(self) -> list[RunInfo]:
         rows = self.db.execute(

@@ -38,7 +38,7 @@ from testbed.errors import ConfigError
 
 from . import estimate
 from .config import Cell, SweepConfig, load_toml, parse_list, preset
-from .progress import Progress, describe
+from .progress import Progress
 from .store import Store
 from .workloads import WriteWorker
 
@@ -423,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{config.out} ({len(cells)} cells); --new-run measures it again")
         print(summary_table(store, latest.run_id))
         return 0
-    resumed = store.resumable_run(fingerprint) if not args.new_run else None
+    resumed = latest if latest is not None and latest.status != "complete" \
+        and not args.new_run else None
     if resumed:
         run_id = resumed.run_id
         store.set_status(run_id, "running")
@@ -441,24 +442,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, [c for c in todo if c.cell_id not in sweep.finished], up=sweep.cluster_up))
     sweep = Sweep(config, store, run_id, progress)
     t0 = time.monotonic()
-    status, code = "complete", 0
+    status, code, problem = "complete", 0, ""
     try:
         remove_stale_testbeds(store, say)
         for nodes, group in groupby(todo, key=lambda c: c.nodes):
             sweep.run_cluster(nodes, list(group))
     except KeyboardInterrupt:
         status, code = "interrupted", 130
-        progress.close()
-        say(f"\ninterrupted: {len(store.done_cells(run_id))} of {len(cells)} cells stored; "
-            f"the testbed is down. Rerun the same command to resume.")
+        problem = "interrupted: the testbed is down. "
     except TestbedError as exc:
-        status, code = "failed", 1
-        progress.close()
-        say(f"\nerror: {exc}\n{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
-            f"rerun the same command to resume.")
+        status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
         progress.close()
         store.set_status(run_id, status)
+    if problem:
+        say(f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
+            f"rerun the same command to resume.")
     if code == 0:
         wall = time.monotonic() - t0
         total_rtt = store.total_rtt_ns(run_id) / 1e9

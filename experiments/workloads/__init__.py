@@ -45,7 +45,7 @@ class WriteWorker:
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
         try:
-            self.hello: dict[str, Any] = self._reply(90)["hello"]
+            self.hello: dict[str, Any] = self._line(90)["hello"]
         except BaseException:
             self.close()
             raise
@@ -80,9 +80,6 @@ class WriteWorker:
             raise WorkerError(f"workload: {msg['error']}")
         return msg
 
-    def _reply(self, idle_s: float) -> dict:
-        return self._line(idle_s)
-
     def _log_tail(self, lines: int = 15) -> str:
         try:
             text = self.log_path.read_text(errors="replace").strip().splitlines()
@@ -94,7 +91,7 @@ class WriteWorker:
 
     def schema(self, keyspace: str, rf: int) -> dict:
         self._send({"op": "schema", "keyspace": keyspace, "rf": rf})
-        return self._reply(120)
+        return self._line(120)
 
     def run(self, *, keyspace: str, cl: str, writes: int, warmup: int, key_seed: str,
             warmup_seed: str, on_progress: Callable[[int], None] = lambda n: None
