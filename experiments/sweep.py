@@ -442,11 +442,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, [c for c in todo if c.cell_id not in sweep.finished], up=sweep.cluster_up))
     sweep = Sweep(config, store, run_id, progress)
     t0 = time.monotonic()
-    status, code, problem = "complete", 0, ""
+    # "failed" unless the loop finishes: an unexpected exception must not leave the run
+    # marked complete, or rerunning would not resume it.
+    status, code, problem = "failed", 0, ""
     try:
         remove_stale_testbeds(store, say)
         for nodes, group in groupby(todo, key=lambda c: c.nodes):
             sweep.run_cluster(nodes, list(group))
+        status = "complete"
     except KeyboardInterrupt:
         status, code = "interrupted", 130
         problem = "interrupted: the testbed is down. "
