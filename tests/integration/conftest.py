@@ -36,3 +36,11 @@ def run_cli(*args: str, module: str = "testbed", run: str | None = None,
 def assert_no_residue(run_id: str | None = None) -> None:
     left = residue(run_id)
     assert left == {"namespaces": [], "processes": [], "run_dirs": []}, left
+
+
+def rtt_tolerance_ms(expected_rtt_ms: float) -> float:
+    """How far a measured median RTT may be from the configured one: 2 ms of forwarding
+    and scheduling (the netem gateway runs under TCG on the same two cores as the
+    cluster) plus 3 % of the delay (netem's timers in a TCG guest fire late in
+    proportion to load). 100 ms must read 95-105 ms: far from 0, 50 or 200."""
+    return 2.0 + 0.03 * expected_rtt_ms

@@ -6,9 +6,8 @@ import pytest
 from emulation import api, links, shapers
 from emulation.verify import measure_pair
 
-from .conftest import run_cli
+from .conftest import rtt_tolerance_ms, run_cli
 
-RTT_TOLERANCE_MS = 2.0
 
 
 def _edge_pids(tb):
@@ -38,7 +37,7 @@ def test_uniform_rtt_and_loss_between_edge_nodes(cluster, delay_ms, loss_pct):
     assert result["shaper"] == shapers.resolve("auto")
     pair = measure_pair(cluster, matrix, "e0", "e1", level=0.99)
     assert pair.configured_rtt_ms == 2 * delay_ms
-    assert abs(pair.median_rtt_ms - 2 * delay_ms) <= RTT_TOLERANCE_MS, pair
+    assert abs(pair.median_rtt_ms - 2 * delay_ms) <= rtt_tolerance_ms(2 * delay_ms), pair
     assert pair.probes >= (1000 if loss_pct else 100)
     assert pair.loss_ok, pair  # inside the 99 % binomial interval
     assert _edge_pids(cluster) == pids and all(n.alive() for n in cluster.nodes.values())
@@ -49,8 +48,8 @@ def test_paper_profile_edge_links_and_fixed_endpoint_links(cluster):
     api.set_links(cluster, matrix)
     edge = measure_pair(cluster, matrix, "e1", "e2")
     endpoint = measure_pair(cluster, matrix, "ep", "e0")
-    assert abs(edge.median_rtt_ms - 40) <= RTT_TOLERANCE_MS, edge
-    assert abs(endpoint.median_rtt_ms - 10) <= RTT_TOLERANCE_MS, endpoint
+    assert abs(edge.median_rtt_ms - 40) <= rtt_tolerance_ms(40), edge
+    assert abs(endpoint.median_rtt_ms - 10) <= rtt_tolerance_ms(10), endpoint
 
 
 def test_cli_show_verify_and_clear_return_to_baseline(cluster):
@@ -68,7 +67,7 @@ def test_cli_show_verify_and_clear_return_to_baseline(cluster):
                        module="emulation", run=cluster.run_id)
     assert verified.returncode == 0, verified.stderr
     pair = json.loads(verified.stdout)["pairs"][0]
-    assert abs(pair["median_rtt_ms"] - 100) <= RTT_TOLERANCE_MS
+    assert abs(pair["median_rtt_ms"] - 100) <= rtt_tolerance_ms(100)
     assert pair["configured_loss_pct"] == pytest.approx(4.9375)
     assert pair["probes"] >= 1000 and pair["loss_ok"], pair
     assert json.loads(verified.stdout)["loss_location"]
@@ -76,7 +75,7 @@ def test_cli_show_verify_and_clear_return_to_baseline(cluster):
     assert cleared.returncode == 0, cleared.stderr
     tb = type(cluster).attach(cluster.run_id)
     base = measure_pair(tb, api.configured(tb), "e0", "e2")
-    assert base.configured_rtt_ms == 0 and base.median_rtt_ms < RTT_TOLERANCE_MS, base
+    assert base.configured_rtt_ms == 0 and base.median_rtt_ms < rtt_tolerance_ms(0), base
 
 
 def test_cassandra_kept_running_through_every_change(cluster):

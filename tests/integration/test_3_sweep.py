@@ -7,6 +7,7 @@ Each test runs `python -m experiments.sweep` as a user would (its own cluster).
 import csv
 import os
 import signal
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 from experiments.store import Store
 
-from .conftest import assert_no_residue
+from .conftest import assert_no_residue, rtt_tolerance_ms
 
 NODES = 3
 LATENCY = 20.0
@@ -77,26 +78,35 @@ def test_shaping_was_measured_for_each_cell(small_grid):
     for c in store.cells(run.run_id):
         measured = c["shaping"]["measured"]
         assert measured["probes"] == 100
-        assert measured["median_rtt_ms"] == pytest.approx(2 * c["latency_ms"], abs=2.0)
+        assert abs(measured["median_rtt_ms"] - 2 * c["latency_ms"]) <= rtt_tolerance_ms(
+            2 * c["latency_ms"])
 
 
 def test_rtt_grows_by_2L_per_round_trip(small_grid):
     """uniform profile: endpoint<->coordinator is one 2L round trip; a write that needs a
-    replica other than its coordinator adds one more (coordinator<->replica)."""
+    replica other than its coordinator adds one more (coordinator<->replica).
+
+    Compared per class of write (local ack only / remote ack needed) with medians: two
+    cores run three JVMs, the endpoint and the TCG gateway, so a few writes of 50 are
+    delayed by CPU contention (GC, flushes); a mean moves with them, a median does not."""
     _, store, run, _ = small_grid
     by = requests_of(store, run.run_id)
     for rf in (1, 2, 3):
         acks = rf // 2 + 1  # LOCAL_QUORUM
-        base = [r for r in by[(rf, 0.0)] if r["rtt_ms"] < 150]
+        base = [r["rtt_ms"] for r in by[(rf, 0.0)] if r["rtt_ms"] < 150]
         shaped = [r for r in by[(rf, LATENCY)] if r["rtt_ms"] < RETRANSMITTED_MS]
         # Writes that hit a retransmission are rare at 0.5 % loss; they are excluded here
         # (their count is checked) because one 250 ms outlier moves a 50-write mean 5 ms.
         assert len(shaped) >= 40 and len(base) >= 40
         remote = [not (r["cir"] and acks == 1) for r in shaped]
-        expected = 2 * LATENCY * (1 + sum(remote) / len(remote))
-        grown = (sum(r["rtt_ms"] for r in shaped) / len(shaped)
-                 - sum(r["rtt_ms"] for r in base) / len(base))
-        assert grown == pytest.approx(expected, abs=0.12 * expected), (rf, grown, expected)
+        for needs_remote in (False, True):
+            cls = [r["rtt_ms"] for r, rem in zip(shaped, remote) if rem == needs_remote]
+            if len(cls) < 5:  # RF 2/3 always need a remote ack; RF 1 has both classes
+                continue
+            expected = 2 * LATENCY * (2 if needs_remote else 1)
+            grown = statistics.median(cls) - statistics.median(base)
+            assert grown == pytest.approx(expected, abs=0.12 * expected), (
+                rf, needs_remote, grown, expected)
         # Per request: one round trip (2L) without a remote ack, two with one.
         for r, needs_remote in zip(shaped, remote):
             assert r["rtt_ms"] >= 2 * LATENCY * (2 if needs_remote else 1) - 1.0
