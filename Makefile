@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install system python cassandra gateway test unit sweep bench clean-testbed
+.PHONY: install system python cassandra gateway image test unit sweep bench clean-testbed
 
-install: cassandra gateway
+install: cassandra gateway image
 
 system:
 	bash scripts/install-system.sh
@@ -27,6 +27,10 @@ cassandra: python
 # The netem gateway VM image (kernel, busybox, ip/tc) from Debian packages; cached.
 gateway: python
 	$(PY) -m emulation gateway build
+
+# The VM base image of the libvirt backend (debootstrap; ~2 min; cached on its inputs).
+image: cassandra
+	$(PY) -m testbed image build
 
 # The whole suite: unit tests, then integration tests on real namespaces and Cassandra.
 test: install

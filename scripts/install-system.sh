@@ -11,7 +11,12 @@ packages=(
   maven               # assembles Cassandra from Maven Central
   python3 python3-venv python3-pip
   ca-certificates
-  qemu-system-x86     # the netem gateway VM (kernels without sch_netem)
+  qemu-system-x86     # the netem gateway VM (kernels without sch_netem), the VM backend
+  # the libvirt backend: libvirtd, its network helper, the image build, SSH to the VMs,
+  # and what building libvirt-python from PyPI needs
+  libvirt-daemon-system libvirt-daemon-driver-qemu dnsmasq-base
+  debootstrap qemu-utils e2fsprogs openssh-client
+  libvirt-dev pkg-config gcc
 )
 
 missing=()
@@ -29,13 +34,30 @@ if ((${#missing[@]} == 0)); then
     [[ $(id -u) -eq 0 ]] || { echo "error: no apt package lists and not root" >&2; exit 1; }
     apt-get update -q
   fi
-  exit 0
+else
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "error: missing packages (${missing[*]}) and not root: run as root" >&2
+    exit 1
+  fi
+  echo "system packages: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-if [[ $(id -u) -ne 0 ]]; then
-  echo "error: missing packages (${missing[*]}) and not root: run as root" >&2
-  exit 1
+
+# libvirtd (and virtlogd, which keeps the VMs' logs) must be running for the libvirt
+# backend: started through systemd where it is PID 1, else as daemons of their own.
+if ! virsh -q -c qemu:///system version >/dev/null 2>&1; then
+  if [[ -d /run/systemd/system ]]; then
+    systemctl start virtlogd.socket libvirtd.socket libvirtd.service
+  else
+    pgrep -x virtlogd >/dev/null || virtlogd -d
+    pgrep -x libvirtd >/dev/null || libvirtd -d
+  fi
+  for _ in $(seq 50); do
+    virsh -q -c qemu:///system version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  virsh -q -c qemu:///system version >/dev/null || { echo "error: libvirtd did not start" >&2; exit 1; }
+  echo "libvirtd: started"
 fi
-echo "system packages: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"

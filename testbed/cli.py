@@ -8,6 +8,7 @@ import logging
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from collections.abc import Sequence
 
 from .cassandra import dist as dist_mod
@@ -39,7 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring a testbed up and leave it running")
     up.add_argument("--nodes", type=int, default=3,
                     help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)")
-    up.add_argument("--backend", default="netns", help="netns (default)")
+    up.add_argument("--backend", default="netns",
+                    help="netns (default): namespaces on this machine; libvirt: one QEMU VM "
+                         "per host (`image build` first); hosts: the machines of --inventory")
+    up.add_argument("--inventory", metavar="FILE",
+                    help="Ansible inventory of the hosts (--backend hosts)")
+    up.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
+    up.add_argument("--vm-memory", type=int, metavar="MB",
+                    help="memory per edge VM in MB (libvirt; default 2048)")
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet ({DEFAULT_SUBNET})")
     up.add_argument("--heap-mb", type=int, default=DEFAULT_HEAP_MB,
                     help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})")
@@ -67,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("clean", help="remove every leftover of any earlier run")
 
+    iv = sub.add_parser("inventory", help="a run's hosts as an Ansible inventory (JSON; "
+                                          "for ansible, or for --backend hosts)")
+    iv.add_argument("--run", help="run id (default: the newest testbed that is up)")
+
     ds = sub.add_parser("dist", help="the Cassandra distribution")
     ds_sub = ds.add_subparsers(dest="dist_command", required=True)
     inst = ds_sub.add_parser("install", help="assemble (once) and prepare the start-up archive")
@@ -77,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     inst.add_argument("--java", help="java binary")
     ds_sub.add_parser("verify", help="check every jar's sha256 against the manifest")
     ds_sub.add_parser("path", help="print the installed distribution's directory")
+
+    im = sub.add_parser("image", help="the VM base image (libvirt backend)")
+    im_sub = im.add_subparsers(dest="image_command", required=True)
+    ib = im_sub.add_parser("build", help="build it (cached: rebuilt only when an input changes)")
+    ib.add_argument("--force", action="store_true", help="rebuild even if cached")
+    im_sub.add_parser("path", help="print the current image's directory")
     return parser
 
 
@@ -98,7 +116,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         running = active_run()
     except StateError:
         running = None
-    if running is not None:
+    if running is not None and running.backend == args.backend:
         raise ConfigError(
             f"testbed run {running.run_id} is already up; `python -m testbed down` first"
         )
@@ -109,12 +127,35 @@ def cmd_up(args: argparse.Namespace) -> int:
         java=args.java,
         deadlines=Deadlines(cql_s=args.cql_timeout),
         progress=print,
+        backend_options=backend_options(args),
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()
+    vms = tb.state.extra.get("libvirt") if tb.state else None
+    if vms:
+        boots = ", ".join(f"{h} {s:.1f} s" for h, s in vms["boot_to_ssh_s"].items())
+        print(f"VMs: {vms['accel'].upper()} (libvirt domain type {vms['domain_type']}); "
+              f"boot to SSH: {boots}; provisioned in {vms['provision_s']:.1f} s")
     _print_hosts(tb.status())  # measured (nodetool), not assumed from readiness
     print(f"run {tb.run_id} is up; `python -m testbed status`, `python -m testbed down`")
     return 0
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """--inventory / --vm-* as the backend's options; ConfigError where they do not apply."""
+    opts: dict = {}
+    if args.inventory:
+        if args.backend != "hosts":
+            raise ConfigError("--inventory is for --backend hosts")
+        opts["inventory"] = str(Path(args.inventory).resolve())
+    if args.vm_vcpus is not None or args.vm_memory is not None:
+        if args.backend != "libvirt":
+            raise ConfigError("--vm-vcpus/--vm-memory are for --backend libvirt")
+        from .backends.libvirt import EDGE_SIZE
+
+        opts["edge_size"] = {"vcpus": args.vm_vcpus or EDGE_SIZE.vcpus,
+                             "memory_mb": args.vm_memory or EDGE_SIZE.memory_mb}
+    return opts
 
 
 def _print_hosts(hosts: list[dict]) -> None:
@@ -189,7 +230,28 @@ def cmd_dist(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_image(args: argparse.Namespace) -> int:
+    from . import images
+
+    if args.image_command == "path":
+        print(images.load().root)
+        return 0
+    images.build(force=args.force, progress=print)
+    return 0
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    tb = Testbed.attach(args.run)
+    inventory = getattr(tb.backend, "inventory", None)
+    if inventory is None:
+        raise ConfigError(f"run {tb.run_id} ({tb.backend_name}) has no SSH hosts")
+    print(json.dumps(inventory(), indent=1))
+    return 0
+
+
 COMMANDS = {
+    "inventory": cmd_inventory,
+    "image": cmd_image,
     "up": cmd_up,
     "status": cmd_status,
     "exec": cmd_exec,

@@ -19,6 +19,7 @@ def run(
     input: str | None = None,
     timeout: float | None = 60,
     cwd: str | os.PathLike | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` (no shell) and return the completed process.
 
@@ -30,7 +31,7 @@ def run(
     try:
         proc = subprocess.run(
             cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False,
-            cwd=cwd,
+            cwd=cwd, env=env,
         )
     except FileNotFoundError as exc:
         raise CommandError(cmd, 127, "", f"not found: {exc.filename}") from exc

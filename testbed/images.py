@@ -1,0 +1,338 @@
+"""Build the VM base image (edge nodes and endpoint) from package registries only; cached.
+
+    python -m testbed image build
+
+The definition lives in ``vm-images/node/`` (package list, first-boot script and unit,
+sshd settings, initramfs modules); this module turns it into
+
+- ``base.qcow2``: a Debian 12 root file system (debootstrap, then apt-get inside it) with
+  openjdk-17-jre-headless, python3, a venv at /opt/edgetb/venv holding tcconfig and
+  cassandra-driver (wheels downloaded from PyPI on the host, installed offline), and the
+  testbed's Cassandra distribution at the same absolute path as on the host, so a node's
+  rendered settings and JVM command line are the same as under netns;
+- ``vmlinuz`` and ``initrd.img``: the image's own kernel, booted directly by libvirt with
+  the per-VM settings on its command line (name, static address, the testbed's SSH key).
+
+The build is keyed on every input (the files above, the kernel and JRE package versions,
+the Python pins, the Cassandra jars): an unchanged input set reuses the cached image.
+VMs never write to it: each gets a copy-on-write overlay.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cassandra import dist as dist_mod
+from .cassandra.dist import cache_root
+from .errors import CommandError, ConfigError, StateError
+from .runner import run
+
+IMAGE_FORMAT = 1
+SUITE = "bookworm"
+DEFINITION = Path(__file__).resolve().parent.parent / "vm-images" / "node"
+GUEST_VENV = "/opt/edgetb/venv"
+GUEST_PYTHON = f"{GUEST_VENV}/bin/python"
+GUEST_SRC = "/opt/edgetb/src"
+GUEST_JAVA = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java"
+# The guests run the endpoint workload (cassandra-driver) and tcconfig: the host's pins.
+GUEST_WHEELS = ("cassandra-driver==3.30.1", "tcconfig==0.30.1", "PyYAML==6.0.3")
+IMAGE_SIZE = "6G"  # sparse; the root file system grows into it inside each overlay
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    root: Path
+
+    @property
+    def disk(self) -> Path:
+        return self.root / "base.qcow2"
+
+    @property
+    def kernel(self) -> Path:
+        return self.root / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.root / "initrd.img"
+
+    @property
+    def manifest(self) -> dict:
+        return json.loads((self.root / "manifest.json").read_text())
+
+
+def image_root() -> Path:
+    return cache_root() / "images"
+
+
+def load() -> NodeImage:
+    """The current image; StateError saying how to build it when there is none."""
+    image = NodeImage((image_root() / "current").resolve())
+    for path in (image.disk, image.kernel, image.initrd, image.root / "manifest.json"):
+        if not path.is_file():
+            raise StateError("no VM image built yet: run `python -m testbed image build`")
+    return image
+
+
+def read_packages(definition: Path = DEFINITION) -> dict[str, list[str]]:
+    """packages.txt as {"debootstrap": [...], "apt": [...]} (pure; unit-tested)."""
+    groups: dict[str, list[str]] = {}
+    current = None
+    for raw in (definition / "packages.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = groups.setdefault(line[1:-1], [])
+        elif current is None:
+            raise ConfigError(f"{definition / 'packages.txt'}: package {line!r} before a "
+                              f"[section]")
+        else:
+            current.append(line)
+    if set(groups) != {"debootstrap", "apt"}:
+        raise ConfigError(f"{definition / 'packages.txt'} needs [debootstrap] and [apt]")
+    return groups
+
+
+def _candidate(package: str) -> str:
+    out = run(["apt-cache", "policy", package]).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("Candidate:"):
+            return line.split(":", 1)[1].strip()
+    raise ConfigError(f"apt knows no package {package} (run apt-get update first)")
+
+
+def inputs(dist: dist_mod.CassandraDist, definition: Path = DEFINITION) -> dict:
+    """Everything the image is made of; its hash names the cached image."""
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(definition.iterdir()) if p.is_file()}
+    return {
+        "format": IMAGE_FORMAT,
+        "builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "suite": SUITE,
+        "definition": files,
+        "kernel": _candidate("linux-image-amd64"),
+        "jre": _candidate("openjdk-17-jre-headless"),
+        "wheels": list(GUEST_WHEELS),
+        "guest_python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "cassandra": dist.version,
+        "cassandra_root": str(dist.root),
+        "cassandra_jars": hashlib.sha256(
+            json.dumps(dist.jars, sort_keys=True).encode()).hexdigest(),
+    }
+
+
+def _mirror() -> str:
+    """The Debian mirror apt on this host uses (the only place packages can come from)."""
+    d = Path("/etc/apt/sources.list.d")
+    for path in [Path("/etc/apt/sources.list"), *sorted(d.glob("*.sources")),
+                 *sorted(d.glob("*.list"))]:
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in text.splitlines():
+            words = line.split()
+            if line.startswith("URIs:") and len(words) > 1 and "debian" in words[1] \
+                    and "security" not in words[1]:
+                return words[1]
+            if words[:1] == ["deb"] and "debian" in line and "security" not in line:
+                return next(w for w in words[1:] if not w.startswith("["))
+    return "http://deb.debian.org/debian"
+
+
+class _Chroot:
+    """proc/sys/dev mounted into a build root for apt's maintainer scripts; unmounted on exit."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.mounted: list[Path] = []
+
+    def __enter__(self) -> "_Chroot":
+        for fs, args in (("proc", ["-t", "proc", "proc"]), ("sys", ["-t", "sysfs", "sys"]),
+                         ("dev", ["--bind", "/dev"]), ("dev/pts", ["--bind", "/dev/pts"])):
+            target = self.root / fs
+            target.mkdir(exist_ok=True)
+            run(["mount", *args, str(target)])
+            self.mounted.append(target)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for target in reversed(self.mounted):
+            subprocess.run(["umount", "-l", str(target)], capture_output=True)
+        self.mounted = []
+
+    def run(self, argv: list[str], timeout: float = 1800) -> None:
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive",
+               "LC_ALL": "C", "HOME": "/root"}
+        _step(["chroot", str(self.root), *argv], timeout=timeout, env=env)
+
+
+def build(*, force: bool = False, progress=print) -> NodeImage:
+    """Build (or reuse) the VM base image; returns it."""
+    if os.geteuid() != 0:
+        raise ConfigError("building the VM image needs root (debootstrap, chroot)")
+    for tool in ("debootstrap", "mkfs.ext4", "qemu-img"):
+        if not shutil.which(tool):
+            raise ConfigError(f"{tool} is missing: run `make install` (scripts/install-system.sh)")
+    dist = dist_mod.install(progress=progress)
+    packages = read_packages()
+    spec = inputs(dist)
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    target = image_root() / key
+    current = image_root() / "current"
+    if not force and (target / "manifest.json").is_file():
+        _point(current, target)
+        progress(f"VM image: {target} (cached)")
+        return load()
+    image_root().mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    progress(f"building the VM image (Debian {SUITE}, Cassandra {dist.version}); "
+             f"about 2 min")
+    work = Path(tempfile.mkdtemp(dir=image_root(), prefix=".build-"))
+    try:
+        rootfs = work / "rootfs"
+        wheels = work / "wheels"
+        progress("  downloading wheels from PyPI: " + ", ".join(GUEST_WHEELS))
+        _step([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d",
+             str(wheels), *GUEST_WHEELS], timeout=900)
+        progress(f"  debootstrap {SUITE} ({len(packages['debootstrap'])} packages)")
+        _step(["debootstrap", "--variant=minbase",
+             "--include=" + ",".join(packages["debootstrap"]), SUITE, str(rootfs), _mirror()],
+            timeout=3600)
+        _configure(rootfs)
+        with _Chroot(rootfs) as chroot:
+            progress("  apt-get install " + " ".join(packages["apt"]))
+            chroot.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                        *packages["apt"]])
+            chroot.run(["apt-get", "clean"])
+            progress("  guest venv: " + ", ".join(GUEST_WHEELS))
+            shutil.copytree(wheels, rootfs / "tmp" / "wheels")
+            chroot.run(["python3", "-m", "venv", GUEST_VENV])
+            chroot.run([GUEST_PYTHON, "-m", "pip", "install", "-q", "--no-index",
+                        "--find-links", "/tmp/wheels", *GUEST_WHEELS])
+            shutil.rmtree(rootfs / "tmp" / "wheels")
+        (rootfs / "etc/resolv.conf").write_text("")
+        progress(f"  Cassandra {dist.version} at {dist.root}")
+        shutil.copytree(dist.root, rootfs / str(dist.root).lstrip("/"), symlinks=True,
+                        ignore=shutil.ignore_patterns("cds"))
+        staging = work / "image"
+        staging.mkdir()
+        boot = rootfs / "boot"
+        shutil.copy(next(boot.glob("vmlinuz-*")), staging / "vmlinuz")
+        shutil.copy(next(boot.glob("initrd.img-*")), staging / "initrd.img")
+        for keyfile in (rootfs / "etc" / "ssh").glob("ssh_host_*"):
+            keyfile.unlink()  # made per VM at first boot
+        progress("  file system -> qcow2")
+        raw = work / "root.ext4"
+        # Inode tables and journal written now: a lazily initialised ext4 fills every new
+        # overlay with ~100 MB of background writes during the VM's first minute.
+        _step(["mkfs.ext4", "-q", "-L", "edgetb-root", "-E",
+               "lazy_itable_init=0,lazy_journal_init=0", "-d", str(rootfs), str(raw),
+               IMAGE_SIZE],
+            timeout=1800)
+        _step(["qemu-img", "convert", "-O", "qcow2", str(raw), str(staging / "base.qcow2")],
+            timeout=1800)
+        raw.unlink()
+        build_s = time.monotonic() - t0
+        (staging / "manifest.json").write_text(json.dumps(
+            {**spec, "key": key, "build_s": round(build_s, 1),
+             "built": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        _remove_build_dir(work)
+    _point(current, target)
+    for old in image_root().iterdir():  # images of earlier inputs
+        if old.is_dir() and not old.is_symlink() and old.name not in (key, "current") \
+                and not old.name.startswith("."):
+            shutil.rmtree(old, ignore_errors=True)
+    image = load()
+    progress(f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
+             f"built in {build_s:.0f} s")
+    return image
+
+
+def _configure(rootfs: Path) -> None:
+    """Files of the definition into the new root, before the kernel (and its initrd)."""
+    d = DEFINITION
+    (rootfs / "etc/initramfs-tools/conf.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/initramfs-tools/conf.d/edgetb").write_text("MODULES=list\nCOMPRESS=gzip\n")
+    shutil.copy(d / "initramfs-modules", rootfs / "etc/initramfs-tools/modules")
+    sbin = rootfs / "usr/local/sbin/edgetb-firstboot"
+    shutil.copy(d / "edgetb-firstboot.sh", sbin)
+    sbin.chmod(0o755)
+    unit_dir = rootfs / "etc/systemd/system"
+    shutil.copy(d / "edgetb-firstboot.service", unit_dir / "edgetb-firstboot.service")
+    wants = unit_dir / "multi-user.target.wants"
+    wants.mkdir(exist_ok=True)
+    link = wants / "edgetb-firstboot.service"
+    if not link.exists():
+        link.symlink_to("/etc/systemd/system/edgetb-firstboot.service")
+    (rootfs / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+    shutil.copy(d / "sshd_config.conf", rootfs / "etc/ssh/sshd_config.d/edgetb.conf")
+    (rootfs / "etc/fstab").write_text("LABEL=edgetb-root / ext4 defaults,noatime 0 1\n")
+    (rootfs / "etc/hostname").write_text("edgetb\n")
+    # apt needs a resolver during the build only (emptied afterwards: a testbed VM talks
+    # to its own subnet and nothing else).
+    (rootfs / "etc/resolv.conf").unlink(missing_ok=True)
+    shutil.copy("/etc/resolv.conf", rootfs / "etc/resolv.conf")
+
+
+def _step(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) -> None:
+    """Run one build step in its own process group: on failure, timeout or Ctrl-C every
+    process it started (debootstrap's dpkg, apt's maintainer scripts) is killed with it."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise CommandError(argv, proc.returncode, out[-4000:], "")
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve()) + "/"
+    with open("/proc/mounts") as f:
+        points = [line.split()[1].replace("\\040", " ") for line in f]
+    return sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True)
+
+
+def _remove_build_dir(work: Path) -> None:
+    """Unmount whatever a build left mounted inside ``work`` (a bind of /dev above all),
+    then delete it. Never deletes through a mount point."""
+    for point in _mounts_under(work):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+    left = _mounts_under(work)
+    if left:
+        raise StateError(f"cannot remove {work}: still mounted: {', '.join(left)}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def ssh_key_argument(public_key: str) -> str:
+    """The kernel command line form of an OpenSSH public key (base64: no spaces)."""
+    return base64.b64encode(public_key.strip().encode()).decode()
+
+
+def _point(link: Path, target: Path) -> None:
+    tmp = link.with_name(link.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target.name)
+    os.replace(tmp, link)
