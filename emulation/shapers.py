@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any, Protocol
 
 from testbed.backends.netns import BRIDGE, switch_namespace
@@ -49,10 +50,21 @@ def netem_available() -> bool:
     return _netem_cache
 
 
-def resolve(name: str) -> str:
-    """auto -> direct where the kernel has netem, else gateway; ConfigError for unknown names."""
+REMOTE_BACKENDS = ("libvirt", "hosts")
+
+
+def resolve(name: str, backend: str = "netns") -> str:
+    """auto -> direct where the kernel has netem, else gateway; ConfigError for unknown names.
+
+    VMs and inventory hosts (``libvirt``, ``hosts``) have kernels of their own with netem:
+    they are always shaped directly, inside each host, as the paper's scripts did."""
     if name not in SHAPERS:
         raise ConfigError(f"unknown shaper {name!r} (choose from {', '.join(SHAPERS)})")
+    if backend in REMOTE_BACKENDS:
+        if name == "gateway":
+            raise ConfigError(f"the {backend} backend shapes inside its hosts: use --shaper "
+                              f"direct (or auto)")
+        return "direct"
     if name == "auto":
         return "direct" if netem_available() else "gateway"
     if name == "direct" and not netem_available():
@@ -201,9 +213,10 @@ class DirectShaper:
         t0 = time.monotonic()
         structures = {}
         for host in self.tb.topology.hosts:
-            prefix = self.tb.exec_argv(host.name, [])
-            structures[host.name] = tcgen.generate(direct_rules(self.tb.topology, host),
-                                                   tcgen.run_tcset_in(prefix))
+            structures[host.name] = tcgen.generate(
+                direct_rules(self.tb.topology, host),
+                tcgen.run_tcset_via(lambda argv, h=host.name: self.tb.exec_argv(h, argv),
+                                    str(Path(self.tb.python).parent / "tcset")))
         self.structures = structures
         emulation_state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
         _save(self.tb)
@@ -249,7 +262,8 @@ def for_testbed(tb: Testbed, name: str = "auto") -> GatewayShaper | DirectShaper
     if tb.state is None:
         raise StateError("testbed is not up")
     current = emulation_state(tb).get("shaper")
-    chosen = resolve(name) if current is None or name != "auto" else current
+    chosen = (resolve(name, tb.backend_name) if current is None or name != "auto"
+              else current)
     if current is not None and chosen != current:
         raise ConfigError(f"this testbed already shapes with {current}; "
                           f"`python -m emulation clear --remove` first")

@@ -175,9 +175,16 @@ def change_lines(structure: Structure, links: dict[tuple[str, str], Link]) -> li
 
 def run_tcset_in(exec_prefix: list[str]) -> Callable[[list[str]], str]:
     """A ``run_tcset`` that runs tcconfig behind ``exec_prefix`` (e.g. ip netns exec NS)."""
+    return run_tcset_via(lambda argv: [*exec_prefix, *argv])
+
+
+def run_tcset_via(exec_argv: Callable[[list[str]], list[str]],
+                  tcset: str | None = None) -> Callable[[list[str]], str]:
+    """A ``run_tcset`` that runs tcconfig through ``exec_argv`` (e.g. SSH to a VM), with
+    the host's own ``tcset`` when it lives elsewhere than this interpreter's."""
 
     def run(argv: list[str]) -> str:
-        cmd = [*exec_prefix, *argv]
+        cmd = exec_argv([tcset or argv[0], *argv[1:]])
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise CommandError(cmd, proc.returncode, proc.stdout, proc.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -77,7 +76,7 @@ def measure_pair(tb: Testbed, matrix: LinkMatrix, a: str, b: str, *, rtt_probes:
     count = loss_probes if loss > 0 else rtt_probes
     rtt = matrix.rtt_ms(a, b)
     wait_s = max(1.0, 4 * rtt / 1000 + 4 * matrix.link(a, b).jitter_ms / 1000)
-    argv = [sys.executable, "-m", "emulation.probe", tb.address(b), "--count", str(count),
+    argv = [tb.python, "-m", "emulation.probe", tb.address(b), "--count", str(count),
             "--interval", str(PROBE_INTERVAL_S), "--wait", str(wait_s)]
     data = json.loads(tb.exec(a, argv, timeout=count * PROBE_INTERVAL_S + wait_s + 30).stdout)
     rtts = [us / 1000 for us in data["rtt_us"]]

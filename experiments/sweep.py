@@ -392,7 +392,7 @@ def preflight(config: SweepConfig) -> None:
     """Checks that need no testbed: root, the gateway image when the gateway shapes."""
     if os.geteuid() != 0:
         raise ConfigError("the sweep builds network namespaces: run it as root")
-    if shapers.resolve(config.shaper) == "gateway":
+    if shapers.resolve(config.shaper, config.backend or "netns") == "gateway":
         gateway_image.load()
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import state as st
+from .backends.libvirt import clean_leftovers
 from .backends.netns import delete_namespace, list_prefixed_namespaces
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
@@ -32,10 +33,11 @@ class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    libvirt: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.runs or self.namespaces or self.processes)
+        return not (self.runs or self.namespaces or self.processes or self.libvirt)
 
 
 def tagged_processes() -> dict[int, str]:
@@ -84,6 +86,8 @@ def clean(base: Path | None = None, progress: Callable[[str], None] = print,
             for ns in list_prefixed_namespaces(run_dir.name):
                 delete_namespace(ns)
                 report.namespaces.append(ns)
+            # VMs before their overlays (in the run directory) go.
+            report.libvirt += clean_leftovers(run_dir.name)
         finally:
             lock.release()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -96,13 +100,15 @@ def clean(base: Path | None = None, progress: Callable[[str], None] = print,
     for pid, owner in tagged_processes().items():
         if owner not in busy and run_id in (None, owner):
             _kill(pid, report)
+    # libvirt domains, networks and overlay pools whose run directory is gone.
+    report.libvirt += clean_leftovers(run_id, skip=sorted(busy))
     if not busy and run_id is None:  # a half-written class-data-sharing archive of a killed training run
         for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
             leftover.unlink(missing_ok=True)
     progress(
         "nothing to clean" if report.empty else
         f"removed {len(report.runs)} run dirs, {len(report.namespaces)} namespaces, "
-        f"{len(report.processes)} processes"
+        f"{len(report.processes)} processes, {len(report.libvirt)} libvirt objects"
     )
     return report
 
@@ -122,9 +128,12 @@ def _kill(pid: int, report: CleanReport) -> None:
 def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, list]:
     """What is left on this machine of run ``run_id`` (or of any run): namespaces,
     tagged processes (JVMs, gateway VM) and run directories. Empty lists = clean."""
+    from .backends.libvirt import leftovers
+
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
     return {
+        **{f"libvirt_{kind}": names for kind, names in leftovers(run_id).items()},
         "namespaces": list_prefixed_namespaces(run_id),
         "processes": procs,
         "run_dirs": dirs,

@@ -52,6 +52,8 @@ class Testbed:
         deadlines: readiness deadlines per stage.
         cds_training: record a class-data-sharing archive from this run (used by `dist install`).
         progress: called with one line per step (default: silent).
+        backend_options: backend settings, e.g. {"inventory": FILE} for ``hosts``,
+            {"edge_size": {"vcpus": 2, "memory_mb": 2048}} for ``libvirt``.
 
     Raises ConfigError before anything is created when the input is invalid.
     """
@@ -69,6 +71,7 @@ class Testbed:
         cds_training: bool = False,
         progress: Progress | None = None,
         base: Path | None = None,
+        backend_options: dict[str, Any] | None = None,
     ):
         self.topology = topology
         self.backend_name = backend
@@ -81,10 +84,15 @@ class Testbed:
         self.backend: Backend | None = None
         self.nodes: dict[str, CassandraNode] = {}
         self.timings: dict[str, float] = {}
+        self.backend_options = dict(backend_options or {})
         # Validate everything before anything on the system changes.
-        backend_class(backend)
         if os.geteuid() != 0:
-            raise ConfigError("the netns backend needs root (network namespaces)")
+            raise ConfigError(f"the {backend} backend needs root (namespaces, libvirt, "
+                              f"SSH keys of the run)")
+        cls = backend_class(backend)
+        validate = getattr(cls, "validate", None)
+        if validate is not None:
+            validate(topology, self.backend_options)
         self.java: Java | None = None
         self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
@@ -123,6 +131,7 @@ class Testbed:
             cassandra=self.settings.to_dict() if self.settings else None,
             java=self.java.path if self.java else None,
         )
+        state.extra["backend"] = self.backend_options
         st.create_run(state, self.base)
         self.state = state
         with self._undo_on_failure():
@@ -139,7 +148,11 @@ class Testbed:
         if self.state is None or self.settings is None:
             raise StateError("create_hosts() first, with Cassandra settings")
         with self._undo_on_failure():
-            self._start_cassandra()
+            if self.remote:
+                self._start_remote_cassandra()
+            else:
+                self._start_cassandra()
+            self._driver_probe()
             self._mark_up()
 
     def _mark_up(self) -> None:
@@ -180,7 +193,7 @@ class Testbed:
         lock.acquire()
         saved = None
         try:
-            if self.nodes:
+            if self.nodes and not self.remote:  # remote backends stop their hosts' units
                 stop_nodes(list(self.nodes.values()))
                 self._keep_cds_archive()
             backend = self.backend or make_backend(state.backend, self.topology, state)
@@ -242,6 +255,47 @@ class Testbed:
         state.save()
         self.timings.update(wait_for_nodes(list(self.nodes.values()), self.deadlines,
                                            self.progress))
+        self.timings["cassandra"] = time.monotonic() - t0
+
+    def _start_remote_cassandra(self) -> None:
+        """Cassandra on VMs or inventory hosts: the same rendered files and JVM command line
+        (the image keeps the distribution at the same path), copied and started by the
+        `cassandra` playbook as a systemd unit, then the same readiness stages over SSH."""
+        from .backends import remote
+        from .cassandra import config as cfg
+        from .cassandra.node import _NO_MLOCK
+
+        assert self.state and self.backend and self.settings and self.dist
+        state = self.state
+        nodes_vars = {}
+        for host in self.topology.edges:
+            node = remote.RemoteCassandraNode(host, state.run_dir / "nodes" / host.name,
+                                              state.run_id, self.backend.exec_argv)
+            node.write_config(self.settings, self.topology)
+            node.check_ports(self.backend.exec_argv)
+            self.nodes[host.name] = node
+            jvm = cfg.jvm_args(settings=self.settings, classpath=self.dist.classpath,
+                               node_dir=node.node_dir, run_id=state.run_id, host=host.name,
+                               cds_archive=None, cds_dump_to=None)
+            nodes_vars[host.name] = {
+                "dir": str(node.node_dir),
+                "argv": remote.start_unit_argv([*_NO_MLOCK, self.backend.java, *jvm],
+                                               node.node_dir, node.marker)}
+        t0 = time.monotonic()
+        self.progress(f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
+                      f"({self.backend_name}, heap {self.settings.heap_mb} MB)")
+        self.timings["cassandra playbook"] = self.backend.start_cassandra(nodes_vars)
+        self.timings.update(wait_for_nodes(list(self.nodes.values()), self.deadlines,
+                                           self.progress, poll_s=1.0))
+        self.timings["cassandra"] = time.monotonic() - t0
+
+    @property
+    def remote(self) -> bool:
+        """Whether the hosts are reached over SSH (libvirt VMs, inventory hosts)."""
+        return bool(getattr(self.backend, "remote", False)) if self.backend else \
+            self.backend_name in ("libvirt", "hosts")
+
+    def _driver_probe(self) -> None:
         probe_start = time.monotonic()
         try:
             self.driver_probe(timeout_s=self.deadlines.driver_s)
@@ -254,7 +308,6 @@ class Testbed:
         self.timings["driver connects"] = time.monotonic() - probe_start
         self.progress(f"  driver session from {self.topology.endpoint.name}: "
                       f"{self.timings['driver connects']:.1f} s")
-        self.timings["cassandra"] = time.monotonic() - t0
 
     def _cds_tmp(self) -> Path:
         """Where the training node dumps its archive (renamed into place only when whole)."""
@@ -274,10 +327,15 @@ class Testbed:
                           timeout_s=timeout_s)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    @staticmethod
-    def client_argv(args: Sequence[str], timeout_s: float = 60.0) -> list[str]:
-        """The command line of ``python -m testbed.client ARGS`` (this interpreter)."""
-        return [sys.executable, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
+    @property
+    def python(self) -> str:
+        """The Python interpreter on the hosts (this one under netns; the image's venv on
+        VMs and inventory hosts): it runs the client, the probes and the workload."""
+        return getattr(self.backend, "python", None) or sys.executable
+
+    def client_argv(self, args: Sequence[str], timeout_s: float = 60.0) -> list[str]:
+        """The command line of ``python -m testbed.client ARGS`` on the hosts."""
+        return [self.python, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
 
     def client(self, args: Sequence[str], *, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
         """Run ``python -m testbed.client ARGS`` on the endpoint; raises CommandError on failure."""
@@ -330,7 +388,8 @@ class Testbed:
         """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
         if self.java is None or self.dist is None:
             raise StateError("this testbed runs no Cassandra")
-        argv = [self.java.path,
+        java = self.backend.java if self.remote else self.java.path  # type: ignore[union-attr]
+        argv = [java,
                 *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
         return run(self.exec_argv(host, argv), timeout=timeout).stdout
 
@@ -373,6 +432,7 @@ class Testbed:
         tb.progress = _quiet
         tb.base = base
         tb.state = state
+        tb.backend_options = dict(state.extra.get("backend", {}))
         tb.backend = make_backend(state.backend, topology, state)
         tb.timings = dict(state.extra.get("timings", {}))
         tb.java = Java(state.java, 17, "") if state.java else None
@@ -385,10 +445,15 @@ class Testbed:
         tb.nodes = {}
         for host in topology.edges:
             proc = state.processes.get(host.name)
-            tb.nodes[host.name] = CassandraNode(
-                host, state.run_dir / "nodes" / host.name, state.run_id,
-                pid=proc["pid"] if proc else None,
-            )
+            node_dir = state.run_dir / "nodes" / host.name
+            if tb.remote:
+                from .backends.remote import RemoteCassandraNode
+
+                tb.nodes[host.name] = RemoteCassandraNode(host, node_dir, state.run_id,
+                                                          tb.backend.exec_argv)
+            else:
+                tb.nodes[host.name] = CassandraNode(host, node_dir, state.run_id,
+                                                    pid=proc["pid"] if proc else None)
         return tb
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import selectors
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ class WriteWorker:
         self.timeout_s = timeout_s
         self.watch = watch
         self.log_path = log_path
-        argv = [sys.executable, "-m", "experiments.workloads.writes", "--policy", policy,
+        argv = [tb.python, "-m", "experiments.workloads.writes", "--policy", policy,
                 "--timeout", str(timeout_s)]
         self._log = open(log_path, "ab")
         self.proc = tb.popen(tb.topology.endpoint.name, argv, stdin=subprocess.PIPE,

@@ -12,9 +12,14 @@ from ..topology import Topology
 
 
 class Backend(Protocol):
-    """What the Testbed needs from a backend (netns now; libvirt and hosts later)."""
+    """What the Testbed needs from a backend (netns, libvirt, hosts).
+
+    ``remote`` backends (libvirt, hosts) run commands over SSH, start Cassandra through
+    an Ansible playbook and name the interpreter (``python``) and ``java`` on their hosts.
+    """
 
     name: str
+    remote: bool
 
     def create(self) -> None:
         """Build every host and link of the topology; record each object in the state."""
@@ -31,9 +36,12 @@ class Backend(Protocol):
 
 def backend_class(name: str) -> type:
     """The backend registered as ``name``; ConfigError naming the available ones."""
+    from .hosts import HostsBackend
+    from .libvirt import LibvirtBackend
     from .netns import NetnsBackend
 
-    registry: dict[str, type] = {"netns": NetnsBackend}
+    registry: dict[str, type] = {"netns": NetnsBackend, "libvirt": LibvirtBackend,
+                                 "hosts": HostsBackend}
     try:
         return registry[name]
     except KeyError:

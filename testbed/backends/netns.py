@@ -106,6 +106,7 @@ class NetnsBackend:
     """Builds a Topology as network namespaces joined by a bridge."""
 
     name = "netns"
+    remote = False
 
     def __init__(self, topology: Topology, state: RunState):
         self.topology = topology

@@ -1,0 +1,143 @@
+"""hosts backend: machines that already exist (edge boards, VMs of another tool), listed in
+an Ansible inventory, get the same provisioning, Cassandra and shaping as the testbed's
+own VMs.
+
+The inventory names each host after the topology (``e0`` .. ``e{k-1}`` and ``ep``); each
+host's address (``edgetb_address``, else ``ansible_host``) must be the topology's address
+for it (``--subnet``: the endpoint is .10, edge node i is .11+i), because Cassandra's
+settings and the shaping rules are rendered from the topology. SSH uses the inventory's
+user, port and key (``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file``).
+
+Nothing is created or destroyed on the machines themselves: `down` stops Cassandra,
+removes the shaping and the run's directory on every host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..state import RunState
+from ..topology import Topology
+from . import remote
+from .remote import SSH, RemoteHost
+
+SSH_TIMEOUT_S = 60.0
+
+
+def read_inventory(path: str | Path) -> dict[str, dict]:
+    """host name -> its variables, from any inventory Ansible reads (INI, YAML, JSON)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"inventory not found: {path}")
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    hosts = {h.name: dict(h.get_vars()) for h in manager.get_hosts()}
+    if not hosts:
+        raise ConfigError(f"inventory {path} lists no hosts")
+    return hosts
+
+
+def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, RemoteHost]:
+    """The topology's hosts as found in the inventory; ConfigError naming every mismatch."""
+    remote.check_inventory_names(
+        {n: None for n in inventory}, [h.name for h in topology.hosts])  # type: ignore
+    found = {}
+    problems = []
+    for h in topology.hosts:
+        v = inventory[h.name]
+        ssh_address = str(v.get("ansible_host", h.name))
+        address = str(v.get("edgetb_address", ssh_address))
+        if address != h.address:
+            problems.append(f"{h.name} is {address}, the topology needs {h.address}")
+        found[h.name] = RemoteHost(h.name, ssh_address, str(v.get("ansible_user", "root")),
+                                   int(v.get("ansible_port", 22)))
+    if problems:
+        raise ConfigError("inventory addresses do not match the topology (set edgetb_address "
+                          "or --subnet): " + "; ".join(problems))
+    return found
+
+
+def inventory_key(inventory: dict[str, dict]) -> Path | None:
+    keys = {str(v["ansible_ssh_private_key_file"]) for v in inventory.values()
+            if v.get("ansible_ssh_private_key_file")}
+    if len(keys) > 1:
+        raise ConfigError("the inventory names several SSH keys; use one for all hosts")
+    return Path(keys.pop()) if keys else None
+
+
+class HostsBackend(remote.RemoteBackend):
+    """Existing machines from an Ansible inventory; exec over SSH."""
+
+    name = "hosts"
+
+    def __init__(self, topology: Topology, state: RunState):
+        self.topology = topology
+        self.state = state
+        opts = state.extra.get("backend", {})
+        if not opts.get("inventory"):
+            raise ConfigError("the hosts backend needs --inventory FILE")
+        self.inventory_path = Path(opts["inventory"])
+        inv = read_inventory(self.inventory_path)
+        self.hosts = remote_hosts(topology, inv)
+        key = inventory_key(inv)
+        self.ssh = SSH(state.run_id, state.run_dir / "ssh", key)
+        if key is None:
+            raise ConfigError("the inventory names no ansible_ssh_private_key_file")
+
+    @staticmethod
+    def validate(topology: Topology, options: dict) -> None:
+        if not options.get("inventory"):
+            raise ConfigError("the hosts backend needs --inventory FILE")
+        inv = read_inventory(options["inventory"])
+        remote_hosts(topology, inv)
+        key = inventory_key(inv)
+        if key is None or not key.is_file():
+            raise ConfigError(f"SSH key of the inventory not found: {key}")
+
+    def create(self) -> None:
+        self.ssh.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for host in self.hosts.values():
+            self.ssh.wait(host, SSH_TIMEOUT_S)
+        from .libvirt import provision_extravars
+
+        archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
+        cassandra = self._cassandra_archive()
+        secs = remote.playbook("provision", private_dir=self.ansible_dir,
+                               inv=self.inventory(), ssh=self.ssh,
+                               extravars=provision_extravars(self.state.run_id, archive,
+                                                             str(cassandra)))
+        self.state.extra["hosts"] = {"provision_s": round(secs, 1),
+                                     "inventory": str(self.inventory_path)}
+        self.state.save()
+
+    def _cassandra_archive(self) -> Path:
+        """The testbed's Cassandra as a tarball, for hosts that do not have it yet."""
+        import tarfile
+
+        from ..cassandra import dist as dist_mod
+
+        dist = dist_mod.load()
+        dist.tools_logback  # written on first use; the hosts' nodetool needs it
+        path = self.state.run_dir / "ansible" / "cassandra.tar.gz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+            for sub in ("lib", "conf"):
+                if (dist.root / sub).is_dir():
+                    tar.add(dist.root / sub, arcname=sub)
+        return path
+
+    def destroy(self) -> None:
+        # The hosts outlive the run: the shaping inside them (direct shaper: tcconfig's
+        # qdiscs on eth0) goes with it.
+        shaped = "direct" in self.state.extra.get("emulation", {})
+        with remote.suppress_failures():
+            remote.playbook("teardown", private_dir=self.ansible_dir,
+                            inv=self.inventory(), ssh=self.ssh,
+                            extravars={"edgetb_run_dir": str(self.state.run_dir),
+                                       "edgetb_shaped_devices": ["eth0"] if shaped else []},
+                            timeout_s=120)
+        self.ssh.close(list(self.hosts.values()))
+

@@ -1,0 +1,511 @@
+"""libvirt backend: every host of the topology is a QEMU VM (KVM where KVM really boots a
+guest, TCG otherwise), on an isolated libvirt network, booted from the testbed's image.
+
+Everything is defined from typed data (dataclasses rendered with ElementTree) and made
+with libvirt-python as *transient* objects (createXML): a destroyed domain, network or
+storage pool leaves no definition behind. Names carry the run (``tb-<run>-<host>``,
+``tb-<run>-net``, ``tb-<run>-disks``), so `python -m testbed clean` finds those of a
+killed run. Each VM boots the image's kernel with its name, static address and the run's
+own SSH public key on the kernel command line (``vm-images/node/edgetb-firstboot.sh``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import images
+from ..errors import ConfigError, StateError, TestbedError
+from ..runner import run
+from ..state import PREFIX, RunState
+from ..topology import Topology
+from . import remote
+from .remote import SSH, RemoteHost
+
+log = logging.getLogger(__name__)
+
+URI = os.environ.get("EDGETB_LIBVIRT_URI", "qemu:///system")
+BOOT_TIMEOUT_S = 600.0  # TCG on two cores, several guests booting at once
+KVM_TRIAL_TIMEOUT_S = 90.0
+METADATA_NS = "https://github.com/edgetb/edgetb/libvirt/1"
+
+
+@dataclass(frozen=True)
+class VMSize:
+    """vCPUs and memory of one VM."""
+
+    vcpus: int
+    memory_mb: int
+
+    def check(self, what: str) -> None:
+        if not 1 <= self.vcpus <= 64:
+            raise ConfigError(f"{what}: vcpus must be between 1 and 64, got {self.vcpus}")
+        if not 256 <= self.memory_mb <= 65536:
+            raise ConfigError(f"{what}: memory must be 256..65536 MB, got {self.memory_mb}")
+
+
+# Sized like a small edge device (a 2-core, 2 GB board); the endpoint only runs a client.
+EDGE_SIZE = VMSize(vcpus=2, memory_mb=2048)
+ENDPOINT_SIZE = VMSize(vcpus=1, memory_mb=1024)
+
+
+@dataclass(frozen=True)
+class NetworkDef:
+    """An isolated libvirt network (no forwarding, no DHCP) with the host on ``address``."""
+
+    name: str
+    bridge: str
+    address: str
+    prefixlen: int
+
+    def to_xml(self) -> str:
+        net = ET.Element("network")
+        ET.SubElement(net, "name").text = self.name
+        ET.SubElement(net, "bridge", name=self.bridge, stp="off", delay="0")
+        ET.SubElement(net, "dns", enable="no")  # no DNS, no DHCP: addresses are static
+        ET.SubElement(net, "ip", address=self.address,
+                      netmask=str(ipaddress.IPv4Network(f"0.0.0.0/{self.prefixlen}").netmask))
+        return ET.tostring(net, encoding="unicode")
+
+
+@dataclass(frozen=True)
+class PoolDef:
+    """A directory storage pool holding the run's overlay volumes."""
+
+    name: str
+    path: Path
+
+    def to_xml(self) -> str:
+        pool = ET.Element("pool", type="dir")
+        ET.SubElement(pool, "name").text = self.name
+        ET.SubElement(ET.SubElement(pool, "target"), "path").text = str(self.path)
+        return ET.tostring(pool, encoding="unicode")
+
+
+@dataclass(frozen=True)
+class OverlayDef:
+    """A qcow2 copy-on-write volume over the (read-only, shared) base image."""
+
+    name: str
+    capacity_bytes: int
+    backing: Path
+
+    def to_xml(self) -> str:
+        vol = ET.Element("volume", type="file")
+        ET.SubElement(vol, "name").text = self.name
+        ET.SubElement(vol, "capacity", unit="bytes").text = str(self.capacity_bytes)
+        target = ET.SubElement(vol, "target")
+        ET.SubElement(target, "format", type="qcow2")
+        backing = ET.SubElement(vol, "backingStore")
+        ET.SubElement(backing, "path").text = str(self.backing)
+        ET.SubElement(backing, "format", type="qcow2")
+        return ET.tostring(vol, encoding="unicode")
+
+
+@dataclass(frozen=True)
+class DomainDef:
+    """One VM: direct kernel boot of the image's kernel, one virtio disk and NIC."""
+
+    name: str
+    run_id: str
+    host: str
+    domain_type: str  # "kvm" or "qemu" (TCG)
+    size: VMSize
+    kernel: Path
+    initrd: Path
+    cmdline: str
+    disk: Path
+    network: str
+    mac: str
+    console_log: Path
+
+    def to_xml(self) -> str:
+        dom = ET.Element("domain", type=self.domain_type)
+        ET.SubElement(dom, "name").text = self.name
+        meta = ET.SubElement(dom, "metadata")
+        ET.SubElement(meta, f"{{{METADATA_NS}}}run", host=self.host).text = self.run_id
+        ET.SubElement(dom, "memory", unit="MiB").text = str(self.size.memory_mb)
+        ET.SubElement(dom, "vcpu").text = str(self.size.vcpus)
+        os_ = ET.SubElement(dom, "os")
+        ET.SubElement(os_, "type", arch="x86_64", machine="pc").text = "hvm"
+        ET.SubElement(os_, "kernel").text = str(self.kernel)
+        ET.SubElement(os_, "initrd").text = str(self.initrd)
+        ET.SubElement(os_, "cmdline").text = self.cmdline
+        ET.SubElement(ET.SubElement(dom, "features"), "acpi")
+        if self.domain_type == "kvm":
+            ET.SubElement(dom, "cpu", mode="host-passthrough")
+        ET.SubElement(dom, "clock", offset="utc")
+        for event, action in (("on_poweroff", "destroy"), ("on_reboot", "restart"),
+                              ("on_crash", "destroy")):
+            ET.SubElement(dom, event).text = action
+        dev = ET.SubElement(dom, "devices")
+        disk = ET.SubElement(dev, "disk", type="file", device="disk")
+        ET.SubElement(disk, "driver", name="qemu", type="qcow2", cache="unsafe")
+        ET.SubElement(disk, "source", file=str(self.disk))
+        ET.SubElement(disk, "target", dev="vda", bus="virtio")
+        nic = ET.SubElement(dev, "interface", type="network")
+        ET.SubElement(nic, "source", network=self.network)
+        ET.SubElement(nic, "mac", address=self.mac)
+        ET.SubElement(nic, "model", type="virtio")
+        serial = ET.SubElement(dev, "serial", type="file")
+        ET.SubElement(serial, "source", path=str(self.console_log))
+        ET.SubElement(serial, "target", port="0")
+        rng = ET.SubElement(dev, "rng", model="virtio")
+        ET.SubElement(rng, "backend", model="random").text = "/dev/urandom"
+        ET.SubElement(dev, "memballoon", model="none")
+        # qemu runs as root for this domain: the image lives in root's cache, not in a
+        # libvirt storage directory, and nothing is relabelled.
+        label = ET.SubElement(dom, "seclabel", type="static", model="dac", relabel="no")
+        ET.SubElement(label, "label").text = "+0:+0"
+        ET.register_namespace("edgetb", METADATA_NS)
+        return ET.tostring(dom, encoding="unicode")
+
+
+def domain_name(run_id: str, host: str) -> str:
+    return f"{PREFIX}-{run_id}-{host}"
+
+
+def network_name(run_id: str) -> str:
+    return f"{PREFIX}-{run_id}-net"
+
+
+def pool_name(run_id: str) -> str:
+    return f"{PREFIX}-{run_id}-disks"
+
+
+def bridge_name(run_id: str) -> str:
+    return f"{PREFIX}{run_id}br"  # <= 15 characters
+
+
+def mac_for(address: str) -> str:
+    """A stable locally administered MAC from the host's IPv4 address (QEMU's 52:54:00)."""
+    b = ipaddress.IPv4Address(address).packed
+    return f"52:54:00:{b[1]:02x}:{b[2]:02x}:{b[3]:02x}"
+
+
+def kernel_cmdline(name: str, cidr: str, public_key: str) -> str:
+    return " ".join([
+        "root=/dev/vda", "rw", "console=ttyS0", "net.ifnames=0", "quiet",
+        "systemd.show_status=false", "random.trust_cpu=on",
+        f"edgetb.name={name}", f"edgetb.addr={cidr}",
+        f"edgetb.key={images.ssh_key_argument(public_key)}",
+    ])
+
+
+def _quiet_libvirt() -> None:
+    """libvirt prints every error to stderr by default; ours are raised or logged."""
+    import libvirt
+
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+
+
+def connect():
+    """An open libvirt connection; ConfigError saying how to fix it otherwise."""
+    try:
+        import libvirt
+    except ImportError as exc:
+        raise ConfigError("libvirt-python is not installed: run `make install`") from exc
+    _quiet_libvirt()
+    try:
+        return libvirt.open(URI)
+    except libvirt.libvirtError as exc:
+        raise ConfigError(f"cannot connect to libvirt at {URI} ({exc}); is libvirtd "
+                          f"running? `make install` installs and starts it") from exc
+
+
+def choose_domain_type() -> str | None:
+    """"kvm" or "qemu" when decided, None when KVM must be tried first.
+
+    /dev/kvm is not proof (a PVM hypervisor exposes it, and a stock guest kernel hangs),
+    so the verdict is the one the gateway VM's trial recorded for this host kernel and
+    QEMU, or $EDGETB_VM_ACCEL=kvm|tcg."""
+    forced = os.environ.get("EDGETB_VM_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return "kvm" if forced == "kvm" else "qemu"
+    from emulation.gateway.vm import known_accel
+
+    accel = known_accel()
+    return None if accel is None else ("kvm" if accel == "kvm" else "qemu")
+
+
+class LibvirtBackend(remote.RemoteBackend):
+    """Hosts as libvirt VMs; exec over SSH with the run's key."""
+
+    name = "libvirt"
+
+    def __init__(self, topology: Topology, state: RunState):
+        self.topology = topology
+        self.state = state
+        opts = state.extra.setdefault("backend", {})
+        self.edge_size = VMSize(**opts.get("edge_size", EDGE_SIZE.__dict__))
+        self.endpoint_size = VMSize(**opts.get("endpoint_size", ENDPOINT_SIZE.__dict__))
+        self.edge_size.check("edge VM")
+        self.endpoint_size.check("endpoint VM")
+        self.ssh = SSH(state.run_id, state.run_dir / "ssh")
+        self.hosts = {h.name: RemoteHost(h.name, h.address) for h in topology.hosts}
+
+    @staticmethod
+    def validate(topology: Topology, options: dict) -> None:
+        """Checks that need no system change (called before anything is created)."""
+        for key in ("edge_size", "endpoint_size"):
+            if key in options:
+                VMSize(**options[key]).check(key)
+        images.load()  # StateError telling how to build it
+        conn = connect()
+        try:
+            taken = [n for n in conn.listNetworks() if n.startswith(f"{PREFIX}-")]
+        finally:
+            conn.close()
+        if taken:
+            raise ConfigError(f"another libvirt testbed is up ({', '.join(taken)}): its "
+                              f"subnet would clash; `python -m testbed down` it first")
+
+    # -- Backend protocol ----------------------------------------------------------------
+
+    def create(self) -> None:
+        image = images.load()
+        run_id = self.state.run_id
+        vm_dir = self.state.run_dir / "vms"
+        vm_dir.mkdir(parents=True, exist_ok=True)
+        public_key = self.ssh.generate_key()
+        net = ipaddress.IPv4Network(self.topology.subnet)
+        netdef = NetworkDef(network_name(run_id), bridge_name(run_id), str(net[1]),
+                            net.prefixlen)
+        capacity = json.loads(run(["qemu-img", "info", "--output=json", str(image.disk)])
+                              .stdout)["virtual-size"]
+        conn = connect()
+        import libvirt
+
+        try:
+            self.state.extra["libvirt"] = {"network": netdef.name, "pool": pool_name(run_id),
+                                           "domains": [], "image": str(image.root)}
+            self.state.save()
+            conn.networkCreateXML(netdef.to_xml())
+            pool = conn.storagePoolCreateXML(PoolDef(pool_name(run_id), vm_dir).to_xml(), 0)
+            disks = {}
+            for h in self.topology.hosts:
+                vol = pool.createXML(OverlayDef(f"{h.name}.qcow2", capacity,
+                                                image.disk).to_xml(), 0)
+                disks[h.name] = Path(vol.path())
+            domain_type = choose_domain_type()
+            trial = domain_type is None
+            t0 = time.monotonic()
+            boot = self._boot_all(conn, image, disks, public_key, domain_type or "kvm",
+                                  KVM_TRIAL_TIMEOUT_S if trial else BOOT_TIMEOUT_S)
+            if trial:
+                from emulation.gateway.vm import record_accel
+
+                if boot is None:
+                    record_accel("tcg", "libvirt: a KVM guest did not reach SSH")
+                    self._destroy_domains(conn)
+                    domain_type = "qemu"
+                    t0 = time.monotonic()
+                    boot = self._boot_all(conn, image, disks, public_key, domain_type,
+                                          BOOT_TIMEOUT_S)
+                else:
+                    record_accel("kvm", "libvirt: KVM guests reached SSH")
+                    domain_type = "kvm"
+            if boot is None:
+                raise TestbedError(f"the VMs did not reach SSH within {BOOT_TIMEOUT_S:.0f} s "
+                                   f"(consoles: {vm_dir}/*.console.log)")
+            self.state.extra["libvirt"].update(
+                domain_type=domain_type, accel="kvm" if domain_type == "kvm" else "tcg",
+                boot_to_ssh_s=boot, boot_all_s=round(time.monotonic() - t0, 1))
+            self.state.save()
+        except libvirt.libvirtError as exc:
+            raise TestbedError(f"libvirt: {exc}") from exc
+        finally:
+            conn.close()
+        self._provision()
+
+    def _boot_all(self, conn, image, disks, public_key: str, domain_type: str,
+                  timeout_s: float) -> dict[str, float] | None:
+        """Start every VM, then wait for SSH on each; seconds to SSH per host, or None."""
+        import libvirt
+
+        rec = self.state.extra["libvirt"]
+        started = {}
+        for h in self.topology.hosts:
+            d = DomainDef(
+                name=domain_name(self.state.run_id, h.name), run_id=self.state.run_id,
+                host=h.name, domain_type=domain_type,
+                size=self.edge_size if h.is_edge else self.endpoint_size,
+                kernel=image.kernel, initrd=image.initrd,
+                cmdline=kernel_cmdline(h.name, h.cidr, public_key), disk=disks[h.name],
+                network=rec["network"], mac=mac_for(h.address),
+                console_log=self.state.run_dir / "vms" / f"{h.name}.console.log")
+            d.console_log.unlink(missing_ok=True)
+            try:
+                conn.createXML(d.to_xml(), 0)
+            except libvirt.libvirtError as exc:
+                if domain_type == "kvm" and choose_domain_type() is None:
+                    return None
+                raise TestbedError(f"libvirt could not start {d.name}: {exc}") from exc
+            rec["domains"].append(d.name)
+            started[h.name] = time.monotonic()
+            self.state.save()
+        boot = {}
+        deadline = min(started.values()) + timeout_s
+        for name, t_start in started.items():
+            dom_name = domain_name(self.state.run_id, name)
+
+            def alive(n=dom_name) -> bool:
+                try:
+                    return bool(conn.lookupByName(n).isActive())
+                except libvirt.libvirtError:
+                    return False
+
+            try:
+                self.ssh.wait(self.hosts[name], max(1.0, deadline - time.monotonic()), alive)
+            except TestbedError:
+                if domain_type == "kvm" and choose_domain_type() is None:
+                    return None
+                raise
+            boot[name] = round(time.monotonic() - t_start, 1)
+        return boot
+
+    def _provision(self) -> None:
+        archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
+        secs = remote.playbook("provision", private_dir=self.ansible_dir,
+                               inv=self.inventory(), ssh=self.ssh,
+                               extravars=provision_extravars(self.state.run_id, archive))
+        self.state.extra["libvirt"]["provision_s"] = round(secs, 1)
+        self.state.save()
+
+    def destroy(self) -> None:
+        self.ssh.close(list(self.hosts.values()))
+        conn = connect()
+        try:
+            remove_run_objects(conn, self.state.run_id)
+        finally:
+            conn.close()
+
+    def _destroy_domains(self, conn) -> None:
+        import libvirt
+
+        for name in self.state.extra["libvirt"]["domains"]:
+            try:
+                conn.lookupByName(name).destroy()
+            except libvirt.libvirtError:
+                pass
+        self.state.extra["libvirt"]["domains"] = []
+
+
+def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "") -> dict:
+    from ..cassandra import dist as dist_mod
+
+    dist = dist_mod.load()
+    return {**remote.provision_vars(run_id, archive),
+            "edgetb_cassandra_root": str(dist.root),
+            "edgetb_cassandra_archive": cassandra_archive,
+            "edgetb_wheels": list(images.GUEST_WHEELS)}
+
+
+# -- finding and removing leftovers ------------------------------------------------------------
+
+
+def _owner(name: str, kind_suffix: str | None = None) -> str | None:
+    parts = name.split("-")
+    if len(parts) >= 3 and parts[0] == PREFIX:
+        return parts[1]
+    return None
+
+
+def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
+    """libvirt objects carrying the testbed prefix (of one run or of any): domains,
+    networks, storage pools. Empty when libvirt is not installed or not running."""
+    try:
+        import libvirt
+    except ImportError:
+        return {"domains": [], "networks": [], "pools": []}
+    try:
+        conn = libvirt.open(URI)
+    except libvirt.libvirtError:
+        return {"domains": [], "networks": [], "pools": []}
+    try:
+        def mine(name: str) -> bool:
+            owner = _owner(name)
+            return owner is not None and run_id in (None, owner)
+
+        return {
+            "domains": sorted(d.name() for d in conn.listAllDomains() if mine(d.name())),
+            "networks": sorted(n.name() for n in conn.listAllNetworks() if mine(n.name())),
+            "pools": sorted(p.name() for p in conn.listAllStoragePools() if mine(p.name())),
+        }
+    finally:
+        conn.close()
+
+
+def remove_run_objects(conn, run_id: str | None = None, skip: Sequence[str] = ()) -> list[str]:
+    """Destroy (and undefine, if persistent) every prefixed domain, network and pool of
+    run ``run_id`` (or of every run but those in ``skip``); returns their names."""
+    import libvirt
+
+    removed = []
+
+    def mine(name: str) -> bool:
+        owner = _owner(name)
+        return owner is not None and run_id in (None, owner) and owner not in skip
+
+    _quiet_libvirt()
+    for dom in conn.listAllDomains():
+        if mine(dom.name()):
+            try:
+                persistent = dom.isPersistent()
+                if dom.isActive():
+                    dom.destroy()  # a transient domain is gone after this
+                if persistent:
+                    dom.undefine()
+            except libvirt.libvirtError as exc:
+                log.warning("domain %s: %s", dom.name(), exc)
+            removed.append(dom.name())
+    for pool in conn.listAllStoragePools():
+        if mine(pool.name()):
+            try:
+                persistent = pool.isPersistent()
+                if pool.isActive():
+                    for vol in pool.listAllVolumes():
+                        vol.delete(0)
+                    pool.destroy()
+                if persistent:
+                    pool.undefine()
+            except libvirt.libvirtError as exc:
+                log.warning("pool %s: %s", pool.name(), exc)
+            removed.append(pool.name())
+    for net in conn.listAllNetworks():
+        if mine(net.name()):
+            try:
+                persistent = net.isPersistent()
+                if net.isActive():
+                    net.destroy()
+                if persistent:
+                    net.undefine()
+            except libvirt.libvirtError as exc:
+                log.warning("network %s: %s", net.name(), exc)
+            removed.append(net.name())
+    return removed
+
+
+def clean_leftovers(run_id: str | None = None, skip: Sequence[str] = ()) -> list[str]:
+    """remove_run_objects on a fresh connection; [] when libvirt is absent or down."""
+    if not any(leftovers(run_id).values()):
+        return []
+    conn = connect()
+    try:
+        return remove_run_objects(conn, run_id, skip)
+    finally:
+        conn.close()
+
+
+def require_image() -> images.NodeImage:
+    try:
+        return images.load()
+    except StateError as exc:
+        raise ConfigError(str(exc)) from exc

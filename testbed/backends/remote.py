@@ -1,0 +1,359 @@
+"""What the libvirt and hosts backends share: hosts reached over SSH with the testbed's own
+key, provisioned with Ansible (through ansible-runner), running Cassandra as a systemd
+unit with the same rendered settings and JVM command line as under netns.
+
+Every SSH process carries the run's tag in its ControlPath (``edgetb.run=<run>:<host>``),
+so `python -m testbed clean` finds the connection masters of a killed run by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CommandError, ConfigError, TestbedError
+from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
+from ..runner import run
+
+
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_PACKAGES = ("testbed", "emulation", "experiments")
+CASSANDRA_UNIT = "edgetb-cassandra"
+
+
+class ProvisionError(TestbedError):
+    """A playbook failed on a host."""
+
+
+@dataclass(frozen=True)
+class RemoteHost:
+    """How to reach one host of the topology."""
+
+    name: str
+    address: str  # where SSH connects (for VMs: the topology address)
+    user: str = "root"
+    port: int = 22
+
+
+class SSH:
+    """SSH argument lists for one run: its key, known_hosts and tagged connection masters."""
+
+    def __init__(self, run_id: str, ssh_dir: Path, key: Path | None = None):
+        self.run_id = run_id
+        self.dir = ssh_dir
+        self.key = key or ssh_dir / "id_ed25519"
+
+    @property
+    def control_path(self) -> str:
+        # The tag on every ssh command line; %h keeps the socket path short (108-byte limit).
+        return str(self.dir / f"edgetb.run={self.run_id}:%h")
+
+    def settings(self, *, connect_timeout: int = 10) -> list[str]:
+        """``-o`` settings without the connection sharing ones."""
+        return ["IdentitiesOnly=yes", "BatchMode=yes", "StrictHostKeyChecking=accept-new",
+                f"UserKnownHostsFile={self.dir / 'known_hosts'}",
+                f"ConnectTimeout={connect_timeout}", "LogLevel=ERROR",
+                "ServerAliveInterval=5"]
+
+    def options(self, *, connect_timeout: int = 10) -> list[str]:
+        out = ["-i", str(self.key)]
+        for setting in [*self.settings(connect_timeout=connect_timeout),
+                        "ControlMaster=auto", f"ControlPath={self.control_path}",
+                        "ControlPersist=30"]:
+            out += ["-o", setting]
+        return out
+
+    def argv(self, host: RemoteHost, argv: Sequence[str], **kw) -> list[str]:
+        return ["ssh", *self.options(**kw), "-p", str(host.port), f"{host.user}@{host.address}",
+                "--", shlex.join(argv) if argv else "true"]
+
+    def generate_key(self) -> str:
+        """A new ed25519 key pair for this run only; returns the public key."""
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self.key.is_file():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                 f"edgetb-{self.run_id}", "-f", str(self.key)])
+        return self.key.with_suffix(".pub").read_text().strip()
+
+    def close(self, hosts: Sequence[RemoteHost]) -> None:
+        """End the connection masters (and anything else carrying this run's tag)."""
+        for host in hosts:
+            subprocess.run(["ssh", "-o", f"ControlPath={self.control_path}", "-O", "exit",
+                            f"{host.user}@{host.address}"], capture_output=True, timeout=10)
+        kill_tagged_ssh(self.run_id)
+
+    def wait(self, host: RemoteHost, timeout_s: float, alive=lambda: True) -> float:
+        """Seconds until ``ssh host true`` works; TestbedError after ``timeout_s``."""
+        t0 = time.monotonic()
+        last = ""
+        while time.monotonic() - t0 < timeout_s:
+            if not alive():
+                raise TestbedError(f"{host.name}: stopped while waiting for SSH")
+            proc = subprocess.run(self.argv(host, ["true"], connect_timeout=5),
+                                  capture_output=True, text=True, timeout=30)
+            if proc.returncode == 0:
+                return time.monotonic() - t0
+            last = proc.stderr.strip()
+            time.sleep(1.0)
+        raise TestbedError(f"{host.name} ({host.address}): no SSH within {timeout_s:.0f} s"
+                           f"{f' ({last})' if last else ''}")
+
+
+def kill_tagged_ssh(run_id: str) -> list[int]:
+    """SIGTERM our ssh processes of run ``run_id`` (found by the tag in their ControlPath)."""
+    from ..clean import tagged_processes
+
+    killed = []
+    for pid, owner in tagged_processes().items():
+        if owner != run_id:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != "ssh":
+                    continue
+            os.kill(pid, signal.SIGTERM)
+            killed.append(pid)
+        except (OSError, ProcessLookupError):
+            pass
+    return killed
+
+
+# -- Ansible ---------------------------------------------------------------------------------
+
+
+def inventory(hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH,
+              python: str = "/usr/bin/python3") -> dict:
+    """An Ansible inventory (as data) of the run's hosts, grouped by role."""
+    groups: dict[str, dict] = {"edge": {"hosts": {}}, "endpoint": {"hosts": {}}}
+    for h in hosts:
+        groups[roles[h.name]]["hosts"][h.name] = {
+            "ansible_host": h.address, "ansible_port": h.port, "ansible_user": h.user,
+            "ansible_ssh_private_key_file": str(ssh.key),
+            "ansible_python_interpreter": python,
+        }
+    return {"all": {"children": groups}}
+
+
+def playbook(name: str, *, private_dir: Path, inv: dict, ssh: SSH, extravars: dict,
+             limit: str | None = None, timeout_s: float = 900) -> float:
+    """Run ``playbooks/<name>.yml`` through ansible-runner; ProvisionError on failure."""
+    import ansible_runner
+
+    private_dir.mkdir(parents=True, exist_ok=True)
+    (private_dir / "inventory.json").write_text(json.dumps(inv, indent=1))
+    # Ansible adds the ControlPath itself (from ANSIBLE_SSH_CONTROL_PATH): the same tagged
+    # sockets as our own ssh commands, so both share one connection per host.
+    ssh_args = " ".join(f"-o {shlex.quote(s)}" for s in ssh.settings())
+    venv_bin = str(Path(os.sys.executable).parent)
+    envvars = {
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_SSH_ARGS": f"-o ControlMaster=auto -o ControlPersist=30 {ssh_args}",
+        "ANSIBLE_SSH_CONTROL_PATH": ssh.control_path.replace("%h", "%%h"),
+        "ANSIBLE_HOST_KEY_CHECKING": "False",  # our known_hosts + accept-new decide
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_LOCAL_TEMP": str(private_dir / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(private_dir),
+        playbook=str(PLAYBOOKS / f"{name}.yml"),
+        inventory=str(private_dir / "inventory.json"),
+        extravars=extravars,
+        envvars=envvars,
+        limit=limit,
+        quiet=True,
+        timeout=int(timeout_s),
+        suppress_env_files=True,
+    )
+    if r.rc != 0 or r.status != "successful":
+        failures = []
+        for event in r.events:
+            if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+                data = event.get("event_data", {})
+                res = data.get("res", {})
+                msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
+                failures.append(f"{data.get('host')}: task '{data.get('task')}': "
+                                f"{str(msg).strip()[:600]}")
+        detail = "\n".join(failures) or r.stdout.read()[-2000:]
+        raise ProvisionError(f"playbook {name} failed ({r.status}, rc {r.rc}):\n{detail}")
+    return time.monotonic() - t0
+
+
+def project_archive(path: Path) -> Path:
+    """The testbed's Python packages (code and shipped data) as a tarball for the hosts."""
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        name = info.name
+        if "__pycache__" in name or name.endswith((".pyc", ".pyo")):
+            return None
+        return info
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for pkg in PROJECT_PACKAGES:
+            tar.add(PROJECT_ROOT / pkg, arcname=pkg, filter=keep)
+    return path
+
+
+def provision_vars(run_id: str, archive: Path) -> dict:
+    return {"edgetb_run": run_id, "edgetb_src": GUEST_SRC, "edgetb_archive": str(archive),
+            "edgetb_python": GUEST_PYTHON, "edgetb_java": GUEST_JAVA}
+
+
+# -- Cassandra on a remote host ----------------------------------------------------------------
+
+
+class RemoteLog:
+    """Reads a growing log on a remote host incrementally (``tail -c +N`` over SSH)."""
+
+    def __init__(self, exec_argv, host: str, path: Path):
+        self.exec_argv = exec_argv
+        self.host = host
+        self.path = path
+        self._offset = 0
+        self._partial = ""
+
+    def new_lines(self) -> list[str]:
+        proc = subprocess.run(self.exec_argv(self.host, ["tail", "-c", f"+{self._offset + 1}",
+                                                         str(self.path)]),
+                              capture_output=True, timeout=30)
+        if proc.returncode != 0:
+            return []
+        self._offset += len(proc.stdout)
+        data = self._partial + proc.stdout.decode(errors="replace")
+        lines = data.split("\n")
+        self._partial = lines.pop()
+        return lines
+
+
+def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
+    """(ActiveState, MainPID) of the Cassandra unit on ``host``."""
+    proc = subprocess.run(exec_argv(host, ["systemctl", "show", "-p", "ActiveState", "-p",
+                                           "MainPID", "--value", CASSANDRA_UNIT]),
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        return "unknown", None
+    lines = proc.stdout.split()
+    pid = int(lines[0]) if lines and lines[0].isdigit() and lines[0] != "0" else None
+    active = lines[1] if len(lines) > 1 else "unknown"
+    return active, pid
+
+
+def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str) -> list[str]:
+    """systemd-run of the node's JVM: the same command line as under netns, its output
+    appended to the same stdout.log, killed with the unit."""
+    out = node_dir / "logs" / "stdout.log"
+    return ["systemd-run", f"--unit={CASSANDRA_UNIT}", "--collect", "--quiet",
+            f"--description=Cassandra {marker}", f"--working-directory={node_dir}",
+            f"--property=StandardOutput=append:{out}", f"--property=StandardError=append:{out}",
+            "--property=KillMode=mixed", "--property=TimeoutStopSec=20",
+            "--property=LimitNOFILE=100000", "--property=LimitMEMLOCK=0", *java_argv]
+
+
+def check_inventory_names(hosts: dict[str, RemoteHost], wanted: Sequence[str]) -> None:
+    missing = [n for n in wanted if n not in hosts]
+    if missing:
+        raise ConfigError(f"the inventory has no host for {', '.join(missing)} "
+                          f"(it has {', '.join(sorted(hosts)) or 'none'})")
+
+
+@contextlib.contextmanager
+def suppress_failures():
+    try:
+        yield
+    except (TestbedError, CommandError, OSError, subprocess.SubprocessError):
+        pass
+
+
+# -- what both remote backends do the same way ---------------------------------------------------
+
+
+class RemoteBackend:
+    """Shared by the libvirt and hosts backends: SSH exec, the run's inventory, Cassandra
+    through the `cassandra` playbook. Subclasses set ``topology``, ``state``, ``ssh`` and
+    ``hosts`` (name -> RemoteHost)."""
+
+    remote = True
+    python = GUEST_PYTHON
+    java = GUEST_JAVA
+    topology: object
+    state: object
+    ssh: SSH
+    hosts: dict[str, RemoteHost]
+
+    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        return self.ssh.argv(self.hosts[host], ["env", f"PYTHONPATH={GUEST_SRC}", *argv])
+
+    def pids(self, host: str) -> list[int]:
+        return []  # processes on the hosts end with the unit, the run or the VM
+
+    def inventory(self) -> dict:
+        """The run's hosts as an Ansible inventory (as data)."""
+        roles = {h.name: h.role for h in self.topology.hosts}  # type: ignore[attr-defined]
+        return inventory(list(self.hosts.values()), roles, self.ssh)
+
+    @property
+    def ansible_dir(self) -> Path:
+        return self.state.run_dir / "ansible"  # type: ignore[attr-defined]
+
+    def start_cassandra(self, nodes: dict[str, dict]) -> float:
+        """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
+        {"dir": node directory, "argv": systemd-run command}); returns seconds."""
+        return playbook("cassandra", private_dir=self.ansible_dir, inv=self.inventory(),
+                        ssh=self.ssh, extravars={"edgetb_nodes": nodes})
+
+
+# -- a Cassandra node on a remote host ----------------------------------------------------------
+
+from ..cassandra.node import CassandraNode  # noqa: E402  (after the helpers it uses)
+
+
+class RemoteCassandraNode(CassandraNode):
+    """A node whose JVM runs as unit ``edgetb-cassandra`` on a remote host: the same
+    directory layout (at the same absolute path), watched over SSH."""
+
+    def __init__(self, host, node_dir: Path, run_id: str, exec_argv, pid: int | None = None):
+        super().__init__(host, node_dir, run_id, pid)
+        self.exec_argv = exec_argv
+        self.log = RemoteLog(exec_argv, host.name, self.system_log)  # type: ignore[assignment]
+
+    def alive(self) -> bool:
+        active, pid = unit_state(self.exec_argv, self.name)
+        if pid:
+            self.pid = pid
+        return active in ("active", "activating", "reloading")
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def log_tail(self, lines: int = 25) -> str:
+        proc = subprocess.run(
+            self.exec_argv(self.name, ["tail", "-n", str(lines), str(self.system_log),
+                                       str(self.stdout_log)]),
+            capture_output=True, text=True, timeout=30)
+        return proc.stdout.strip()
+
+    def signal(self, sig: int) -> None:
+        subprocess.run(self.exec_argv(self.name, ["systemctl", "kill", "-s", str(int(sig)),
+                                                  CASSANDRA_UNIT]),
+                       capture_output=True, timeout=30)
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return True
+            time.sleep(1.0)
+        return not self.alive()

@@ -1,0 +1,181 @@
+"""Pure parts of the libvirt and hosts backends: the typed libvirt definitions, the image
+definition, SSH argument lists, inventories. No libvirt, no VM (the integration tests
+boot real ones)."""
+
+import base64
+import json
+import shlex
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from testbed import Topology, images
+from testbed.backends import hosts, libvirt as lv, remote
+from testbed.errors import ConfigError
+
+
+def domain(**kw):
+    base = dict(name="tb-abc123-e0", run_id="abc123", host="e0", domain_type="qemu",
+                size=lv.VMSize(2, 2048), kernel=Path("/img/vmlinuz"),
+                initrd=Path("/img/initrd.img"),
+                cmdline=lv.kernel_cmdline("e0", "10.77.0.11/24", "ssh-ed25519 AAAA k"),
+                disk=Path("/run/e0.qcow2"), network="tb-abc123-net", mac="52:54:00:77:00:0b",
+                console_log=Path("/run/e0.console.log"))
+    base.update(kw)
+    return lv.DomainDef(**base)
+
+
+def test_domain_xml_is_what_the_data_says():
+    root = ET.fromstring(domain().to_xml())
+    assert root.get("type") == "qemu"
+    assert root.findtext("name") == "tb-abc123-e0"
+    assert root.find("memory").get("unit") == "MiB" and root.findtext("memory") == "2048"
+    assert root.findtext("vcpu") == "2"
+    assert root.findtext("os/kernel") == "/img/vmlinuz"
+    assert root.find("devices/disk/source").get("file") == "/run/e0.qcow2"
+    assert root.find("devices/disk/driver").get("type") == "qcow2"
+    assert root.find("devices/interface/source").get("network") == "tb-abc123-net"
+    assert root.find("devices/interface/mac").get("address") == "52:54:00:77:00:0b"
+    assert root.find("devices/interface/model").get("type") == "virtio"
+    assert root.find("cpu") is None  # TCG: QEMU's default CPU model
+    meta = root.find("metadata")[0]
+    assert meta.text == "abc123" and meta.get("host") == "e0"
+    kvm = ET.fromstring(domain(domain_type="kvm").to_xml())
+    assert kvm.get("type") == "kvm" and kvm.find("cpu").get("mode") == "host-passthrough"
+
+
+def test_hostile_values_stay_data_not_markup():
+    root = ET.fromstring(domain(cmdline="a='x' <b> & \"c\"").to_xml())
+    assert root.findtext("os/cmdline") == "a='x' <b> & \"c\""
+
+
+def test_kernel_cmdline_carries_name_address_and_key():
+    key = "ssh-ed25519 AAAAC3Nza edgetb-abc123"
+    args = dict(a.split("=", 1) for a in lv.kernel_cmdline("ep", "10.77.0.10/24", key).split()
+                if "=" in a)
+    assert args["edgetb.name"] == "ep" and args["edgetb.addr"] == "10.77.0.10/24"
+    assert base64.b64decode(args["edgetb.key"]).decode() == key
+    assert args["net.ifnames"] == "0"  # the guest's NIC is eth0, as the shapers expect
+
+
+def test_network_pool_and_overlay_definitions():
+    net = ET.fromstring(lv.NetworkDef("tb-abc123-net", "tbabc123br", "10.77.0.1", 24).to_xml())
+    assert net.find("ip").get("netmask") == "255.255.255.0"
+    assert net.find("forward") is None  # isolated: nothing leaves the subnet
+    assert net.find("dns").get("enable") == "no" and net.find("ip/dhcp") is None
+    assert len(lv.bridge_name("abc123")) <= 15
+    vol = ET.fromstring(lv.OverlayDef("e0.qcow2", 6 << 30, Path("/img/base.qcow2")).to_xml())
+    assert vol.findtext("backingStore/path") == "/img/base.qcow2"
+    assert vol.find("target/format").get("type") == "qcow2"
+    assert vol.findtext("capacity") == str(6 << 30)
+
+
+def test_mac_is_stable_and_distinct_per_address():
+    topo = Topology(edge_nodes=5)
+    macs = [lv.mac_for(h.address) for h in topo.hosts]
+    assert len(set(macs)) == len(macs) and all(m.startswith("52:54:00:") for m in macs)
+    assert lv.mac_for("10.77.0.11") == "52:54:00:4d:00:0b"
+
+
+def test_vm_sizes_are_checked():
+    with pytest.raises(ConfigError, match="vcpus"):
+        lv.VMSize(0, 1024).check("edge VM")
+    with pytest.raises(ConfigError, match="memory"):
+        lv.VMSize(1, 64).check("edge VM")
+
+
+def test_names_carry_the_run_for_clean():
+    for name in (lv.domain_name("abc123", "e0"), lv.network_name("abc123"),
+                 lv.pool_name("abc123")):
+        assert lv._owner(name) == "abc123"
+    assert lv._owner("default") is None and lv._owner("virbr0") is None
+
+
+def test_image_definition_reads_and_is_keyed_on_its_files():
+    groups = images.read_packages()
+    assert "openssh-server" in groups["debootstrap"] and "python3" in groups["debootstrap"]
+    assert {"openjdk-17-jre-headless", "linux-image-amd64"} <= set(groups["apt"])
+
+
+def test_guest_wheels_are_the_hosts_pins():
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    for pin in images.GUEST_WHEELS:
+        if not pin.startswith("PyYAML"):
+            assert f'"{pin}"' in text, pin
+
+
+def test_bad_package_file_is_a_clear_error(tmp_path):
+    (tmp_path / "packages.txt").write_text("openssh-server\n")
+    with pytest.raises(ConfigError, match="before a"):
+        images.read_packages(tmp_path)
+
+
+def test_ssh_argv_quotes_the_remote_command(tmp_path):
+    ssh = remote.SSH("abc123", tmp_path)
+    argv = ssh.argv(remote.RemoteHost("e0", "10.77.0.11"), ["echo", "a b", "$HOME;x"])
+    assert argv[0] == "ssh" and argv[-3:-1] == ["root@10.77.0.11", "--"]
+    assert shlex.split(argv[-1]) == ["echo", "a b", "$HOME;x"]
+    # every ssh process carries the run's tag (clean finds connection masters by it)
+    assert any("edgetb.run=abc123:" in a for a in argv)
+    opts = ssh.options()
+    assert all(opts[i] == "-o" for i in range(2, len(opts), 2))
+
+
+def test_inventory_groups_hosts_by_role(tmp_path):
+    ssh = remote.SSH("abc123", tmp_path)
+    topo = Topology(edge_nodes=2)
+    inv = remote.inventory([remote.RemoteHost(h.name, h.address) for h in topo.hosts],
+                           {h.name: h.role for h in topo.hosts}, ssh)
+    children = inv["all"]["children"]
+    assert sorted(children["edge"]["hosts"]) == ["e0", "e1"]
+    assert children["endpoint"]["hosts"]["ep"]["ansible_host"] == "10.77.0.10"
+
+
+def _write_inventory(tmp_path, hosts_vars):
+    path = tmp_path / "inv.json"
+    path.write_text(json.dumps({"all": {"hosts": hosts_vars}}))
+    return path
+
+
+def test_hosts_inventory_must_match_the_topology(tmp_path):
+    topo = Topology(edge_nodes=1)
+    key = tmp_path / "key"
+    key.write_text("x")
+    good = {"e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key)},
+            "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)}}
+    hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, good))})
+    missing = {"e0": good["e0"]}
+    with pytest.raises(ConfigError, match="no host for ep"):
+        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path,
+                                                                             missing))})
+    wrong = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20"}}
+    with pytest.raises(ConfigError, match="e0 is 192.168.1.20, the topology needs 10.77.0.11"):
+        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, wrong))})
+    # a board reached by another address, numbered like the topology inside the testbed
+    board = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20",
+                            "edgetb_address": "10.77.0.11"}}
+    hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, board))})
+    with pytest.raises(ConfigError, match="inventory not found"):
+        hosts.HostsBackend.validate(topo, {"inventory": str(tmp_path / "nope")})
+    with pytest.raises(ConfigError, match="needs --inventory"):
+        hosts.HostsBackend.validate(topo, {})
+
+
+def test_cli_rejects_backend_options_that_do_not_apply():
+    from testbed.cli import backend_options, build_parser
+
+    args = build_parser().parse_args(["up", "--inventory", "x.ini"])
+    with pytest.raises(ConfigError, match="--backend hosts"):
+        backend_options(args)
+    args = build_parser().parse_args(["up", "--backend", "libvirt", "--vm-memory", "1024"])
+    assert backend_options(args) == {"edge_size": {"vcpus": 2, "memory_mb": 1024}}
+
+
+def test_remote_backends_always_shape_inside_their_hosts():
+    from emulation import shapers
+
+    assert shapers.resolve("auto", "libvirt") == "direct"
+    assert shapers.resolve("direct", "hosts") == "direct"
+    with pytest.raises(ConfigError, match="shapes inside its hosts"):
+        shapers.resolve("gateway", "libvirt")
