@@ -294,7 +294,11 @@ class RemoteBackend:
     hosts: dict[str, RemoteHost]
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
-        return self.ssh.argv(self.hosts[host], ["env", f"PYTHONPATH={GUEST_SRC}", *argv])
+        # `python` and `tcset` are the testbed venv's, as on the controller under netns.
+        path = f"{Path(GUEST_PYTHON).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:" \
+               f"/usr/bin:/sbin:/bin"
+        return self.ssh.argv(self.hosts[host], ["env", f"PATH={path}",
+                                                f"PYTHONPATH={GUEST_SRC}", *argv])
 
     def pids(self, host: str) -> list[int]:
         return []  # processes on the hosts end with the unit, the run or the VM
