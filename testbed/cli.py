@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     dn = sub.add_parser("down", help="stop Cassandra and remove the testbed")
     dn.add_argument("--run", help="run id (default: the newest testbed that is up)")
 
-    sub.add_parser("clean", help="remove every leftover of any earlier run")
+    cl = sub.add_parser("clean", help="remove every leftover of any earlier run")
+    cl.add_argument("--run", help="only the leftovers of this run (default: of every run)")
 
     iv = sub.add_parser("inventory", help="a run's hosts as an Ansible inventory (JSON; "
                                           "for ansible, or for --backend hosts)")
@@ -195,10 +196,10 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_clean(_args: argparse.Namespace) -> int:
+def cmd_clean(args: argparse.Namespace) -> int:
     from .clean import clean
 
-    clean()
+    clean(run_id=args.run)
     return 0
 
 

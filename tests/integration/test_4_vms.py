@@ -159,6 +159,6 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
     proc.wait()
     assert run_id, proc.stdout.read()
     assert lv.leftovers(run_id)["domains"]  # the VMs outlive the killed command
-    clean = run_cli("clean", timeout=300)
+    clean = run_cli("clean", run=run_id, timeout=300)  # not the session's shared cluster
     assert clean.returncode == 0, clean.stderr
     assert_no_residue(run_id)
