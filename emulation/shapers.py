@@ -17,6 +17,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed.backends import backend_class
 from testbed.backends.netns import BRIDGE, switch_namespace
 from testbed.cassandra.dist import cache_root
 from testbed.errors import CommandError, ConfigError, StateError
@@ -50,9 +51,6 @@ def netem_available() -> bool:
     return _netem_cache
 
 
-REMOTE_BACKENDS = ("libvirt", "hosts")
-
-
 def resolve(name: str, backend: str = "netns") -> str:
     """auto -> direct where the kernel has netem, else gateway; ConfigError for unknown names.
 
@@ -60,7 +58,7 @@ def resolve(name: str, backend: str = "netns") -> str:
     they are always shaped directly, inside each host, as the paper's scripts did."""
     if name not in SHAPERS:
         raise ConfigError(f"unknown shaper {name!r} (choose from {', '.join(SHAPERS)})")
-    if backend in REMOTE_BACKENDS:
+    if backend_class(backend).remote:
         if name == "gateway":
             raise ConfigError(f"the {backend} backend shapes inside its hosts: use --shaper "
                               f"direct (or auto)")

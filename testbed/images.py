@@ -37,6 +37,7 @@ from pathlib import Path
 from .cassandra import dist as dist_mod
 from .cassandra.dist import cache_root
 from .errors import CommandError, ConfigError, StateError
+from .keyed_cache import input_key, publish
 from .runner import run
 
 IMAGE_FORMAT = 1
@@ -189,11 +190,10 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
     dist = dist_mod.install(progress=progress)
     packages = read_packages()
     spec = inputs(dist)
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    key = input_key(spec)
     target = image_root() / key
-    current = image_root() / "current"
     if not force and (target / "manifest.json").is_file():
-        _point(current, target)
+        publish(image_root(), key)
         progress(f"VM image: {target} (cached)")
         return load()
     image_root().mkdir(parents=True, exist_ok=True)
@@ -254,11 +254,7 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         staging.rename(target)
     finally:
         _remove_build_dir(work)
-    _point(current, target)
-    for old in image_root().iterdir():  # images of earlier inputs
-        if old.is_dir() and not old.is_symlink() and old.name not in (key, "current") \
-                and not old.name.startswith("."):
-            shutil.rmtree(old, ignore_errors=True)
+    publish(image_root(), key)
     image = load()
     progress(f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
              f"built in {build_s:.0f} s")
@@ -330,9 +326,3 @@ def ssh_key_argument(public_key: str) -> str:
     """The kernel command line form of an OpenSSH public key (base64: no spaces)."""
     return base64.b64encode(public_key.strip().encode()).decode()
 
-
-def _point(link: Path, target: Path) -> None:
-    tmp = link.with_name(link.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target.name)
-    os.replace(tmp, link)

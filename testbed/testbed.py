@@ -292,8 +292,7 @@ class Testbed:
     @property
     def remote(self) -> bool:
         """Whether the hosts are reached over SSH (libvirt VMs, inventory hosts)."""
-        return bool(getattr(self.backend, "remote", False)) if self.backend else \
-            self.backend_name in ("libvirt", "hosts")
+        return backend_class(self.backend_name).remote
 
     def _driver_probe(self) -> None:
         probe_start = time.monotonic()

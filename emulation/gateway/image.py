@@ -17,7 +17,6 @@ import hashlib
 import io
 import json
 import lzma
-import os
 import re
 import shutil
 import stat
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from testbed.cassandra.dist import cache_root
 from testbed.errors import ConfigError, StateError
+from testbed.keyed_cache import input_key, publish
 from testbed.runner import run
 
 MODULES = (
@@ -141,11 +141,10 @@ def build(*, force: bool = False, progress=print) -> GatewayImage:
         "init": hashlib.sha256(INIT_SCRIPT.encode()).hexdigest(),
         "modules": list(MODULES),
     }
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+    key = input_key(inputs)
     target = image_root() / key
-    current = image_root() / "current"
     if not force and (target / "manifest.json").is_file():
-        _point(current, target)
+        publish(image_root(), key)
         return load()
     image_root().mkdir(parents=True, exist_ok=True)
     progress(f"building the netem gateway image from {kpkg} and busybox-static")
@@ -168,11 +167,7 @@ def build(*, force: bool = False, progress=print) -> GatewayImage:
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
-    _point(current, target)
-    for old in image_root().iterdir():  # images of earlier inputs
-        if old.is_dir() and not old.is_symlink() and old.name not in (key, "current") \
-                and not old.name.startswith("."):
-            shutil.rmtree(old, ignore_errors=True)
+    publish(image_root(), key)
     image = load()
     progress(f"gateway image: {image.root} (vmlinux {image.kernel.stat().st_size >> 20} MB, "
              f"initramfs {image.initrd.stat().st_size >> 10} KB)")
@@ -279,12 +274,6 @@ def _cpio_entry(out: io.BytesIO, name: str, mode: int, data: bytes, ino: int) ->
     out.write(data)
     out.write(b"\0" * (-len(data) % 4))
 
-
-def _point(link: Path, target: Path) -> None:
-    tmp = link.with_name(".current.tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target.name)
-    os.replace(tmp, link)
 
 
 def _apt_version(package: str) -> str:

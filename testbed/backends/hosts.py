@@ -42,8 +42,10 @@ def read_inventory(path: str | Path) -> dict[str, dict]:
 
 def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, RemoteHost]:
     """The topology's hosts as found in the inventory; ConfigError naming every mismatch."""
-    remote.check_inventory_names(
-        {n: None for n in inventory}, [h.name for h in topology.hosts])  # type: ignore
+    missing = [h.name for h in topology.hosts if h.name not in inventory]
+    if missing:
+        raise ConfigError(f"the inventory has no host for {', '.join(missing)} "
+                          f"(it has {', '.join(sorted(inventory))})")
     found = {}
     problems = []
     for h in topology.hosts:
@@ -68,6 +70,20 @@ def inventory_key(inventory: dict[str, dict]) -> Path | None:
     return Path(keys.pop()) if keys else None
 
 
+def load(topology: Topology, options: dict) -> tuple[Path, dict[str, RemoteHost], Path]:
+    """The inventory file, the topology's hosts in it and its SSH key (ConfigError when
+    any is missing or does not match the topology)."""
+    if not options.get("inventory"):
+        raise ConfigError("the hosts backend needs --inventory FILE")
+    path = Path(options["inventory"])
+    inv = read_inventory(path)
+    found = remote_hosts(topology, inv)
+    key = inventory_key(inv)
+    if key is None:
+        raise ConfigError("the inventory names no ansible_ssh_private_key_file")
+    return path, found, key
+
+
 class HostsBackend(remote.RemoteBackend):
     """Existing machines from an Ansible inventory; exec over SSH."""
 
@@ -76,25 +92,13 @@ class HostsBackend(remote.RemoteBackend):
     def __init__(self, topology: Topology, state: RunState):
         self.topology = topology
         self.state = state
-        opts = state.extra.get("backend", {})
-        if not opts.get("inventory"):
-            raise ConfigError("the hosts backend needs --inventory FILE")
-        self.inventory_path = Path(opts["inventory"])
-        inv = read_inventory(self.inventory_path)
-        self.hosts = remote_hosts(topology, inv)
-        key = inventory_key(inv)
+        self.inventory_path, self.hosts, key = load(topology, state.extra.get("backend", {}))
         self.ssh = SSH(state.run_id, state.run_dir / "ssh", key)
-        if key is None:
-            raise ConfigError("the inventory names no ansible_ssh_private_key_file")
 
     @staticmethod
     def validate(topology: Topology, options: dict) -> None:
-        if not options.get("inventory"):
-            raise ConfigError("the hosts backend needs --inventory FILE")
-        inv = read_inventory(options["inventory"])
-        remote_hosts(topology, inv)
-        key = inventory_key(inv)
-        if key is None or not key.is_file():
+        _, _, key = load(topology, options)
+        if not key.is_file():
             raise ConfigError(f"SSH key of the inventory not found: {key}")
 
     def create(self) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import images
-from ..errors import ConfigError, StateError, TestbedError
+from ..errors import ConfigError, TestbedError
 from ..runner import run
 from ..state import PREFIX, RunState
 from ..topology import Topology
@@ -411,85 +411,71 @@ def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "")
 # -- finding and removing leftovers ------------------------------------------------------------
 
 
-def _owner(name: str, kind_suffix: str | None = None) -> str | None:
+def _owner(name: str) -> str | None:
+    """The run id in a testbed object's name (``tb-<run>-...``), else None."""
     parts = name.split("-")
     if len(parts) >= 3 and parts[0] == PREFIX:
         return parts[1]
     return None
 
 
+def _mine(name: str, run_id: str | None, skip: Sequence[str] = ()) -> bool:
+    owner = _owner(name)
+    return owner is not None and run_id in (None, owner) and owner not in skip
+
+
 def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
     """libvirt objects carrying the testbed prefix (of one run or of any): domains,
     networks, storage pools. Empty when libvirt is not installed or not running."""
+    found: dict[str, list[str]] = {"domains": [], "networks": [], "pools": []}
     try:
         import libvirt
     except ImportError:
-        return {"domains": [], "networks": [], "pools": []}
+        return found
     try:
         conn = libvirt.open(URI)
     except libvirt.libvirtError:
-        return {"domains": [], "networks": [], "pools": []}
+        return found
     try:
-        def mine(name: str) -> bool:
-            owner = _owner(name)
-            return owner is not None and run_id in (None, owner)
-
-        return {
-            "domains": sorted(d.name() for d in conn.listAllDomains() if mine(d.name())),
-            "networks": sorted(n.name() for n in conn.listAllNetworks() if mine(n.name())),
-            "pools": sorted(p.name() for p in conn.listAllStoragePools() if mine(p.name())),
-        }
+        for kind, objects in (("domains", conn.listAllDomains()),
+                              ("networks", conn.listAllNetworks()),
+                              ("pools", conn.listAllStoragePools())):
+            found[kind] = sorted(o.name() for o in objects if _mine(o.name(), run_id))
+        return found
     finally:
         conn.close()
 
 
+def _delete_volumes(pool) -> None:
+    for vol in pool.listAllVolumes():
+        vol.delete(0)
+
+
 def remove_run_objects(conn, run_id: str | None = None, skip: Sequence[str] = ()) -> list[str]:
     """Destroy (and undefine, if persistent) every prefixed domain, network and pool of
-    run ``run_id`` (or of every run but those in ``skip``); returns their names."""
+    run ``run_id`` (or of every run but those in ``skip``); returns their names.
+    Domains go first (they use the pools' overlays and the networks)."""
     import libvirt
 
-    removed = []
-
-    def mine(name: str) -> bool:
-        owner = _owner(name)
-        return owner is not None and run_id in (None, owner) and owner not in skip
-
     _quiet_libvirt()
-    for dom in conn.listAllDomains():
-        if mine(dom.name()):
+    removed = []
+    for objects, before_destroy in ((conn.listAllDomains(), None),
+                                    (conn.listAllStoragePools(), _delete_volumes),
+                                    (conn.listAllNetworks(), None)):
+        for obj in objects:
+            if not _mine(obj.name(), run_id, skip):
+                continue
             try:
-                persistent = dom.isPersistent()
-                if dom.isActive():
-                    dom.destroy()  # a transient domain is gone after this
+                persistent = obj.isPersistent()
+                if obj.isActive():
+                    if before_destroy:
+                        before_destroy(obj)
+                    obj.destroy()  # a transient object is gone after this
                 if persistent:
-                    dom.undefine()
+                    obj.undefine()
             except libvirt.libvirtError as exc:
-                log.warning("domain %s: %s", dom.name(), exc)
-            removed.append(dom.name())
-    for pool in conn.listAllStoragePools():
-        if mine(pool.name()):
-            try:
-                persistent = pool.isPersistent()
-                if pool.isActive():
-                    for vol in pool.listAllVolumes():
-                        vol.delete(0)
-                    pool.destroy()
-                if persistent:
-                    pool.undefine()
-            except libvirt.libvirtError as exc:
-                log.warning("pool %s: %s", pool.name(), exc)
-            removed.append(pool.name())
-    for net in conn.listAllNetworks():
-        if mine(net.name()):
-            try:
-                persistent = net.isPersistent()
-                if net.isActive():
-                    net.destroy()
-                if persistent:
-                    net.undefine()
-            except libvirt.libvirtError as exc:
-                log.warning("network %s: %s", net.name(), exc)
-            removed.append(net.name())
+                log.warning("%s: %s", obj.name(), exc)
+            removed.append(obj.name())
     return removed
 
 
@@ -503,9 +489,3 @@ def clean_leftovers(run_id: str | None = None, skip: Sequence[str] = ()) -> list
     finally:
         conn.close()
 
-
-def require_image() -> images.NodeImage:
-    try:
-        return images.load()
-    except StateError as exc:
-        raise ConfigError(str(exc)) from exc

@@ -14,13 +14,14 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CommandError, ConfigError, TestbedError
+from ..errors import CommandError, TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
 
@@ -154,7 +155,7 @@ def playbook(name: str, *, private_dir: Path, inv: dict, ssh: SSH, extravars: di
     # Ansible adds the ControlPath itself (from ANSIBLE_SSH_CONTROL_PATH): the same tagged
     # sockets as our own ssh commands, so both share one connection per host.
     ssh_args = " ".join(f"-o {shlex.quote(s)}" for s in ssh.settings())
-    venv_bin = str(Path(os.sys.executable).parent)
+    venv_bin = str(Path(sys.executable).parent)
     envvars = {
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "ANSIBLE_SSH_ARGS": f"-o ControlMaster=auto -o ControlPersist=30 {ssh_args}",
@@ -262,13 +263,6 @@ def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str) -> li
             "--property=LimitNOFILE=100000", "--property=LimitMEMLOCK=0", *java_argv]
 
 
-def check_inventory_names(hosts: dict[str, RemoteHost], wanted: Sequence[str]) -> None:
-    missing = [n for n in wanted if n not in hosts]
-    if missing:
-        raise ConfigError(f"the inventory has no host for {', '.join(missing)} "
-                          f"(it has {', '.join(sorted(hosts)) or 'none'})")
-
-
 @contextlib.contextmanager
 def suppress_failures():
     try:
@@ -328,6 +322,8 @@ class RemoteCassandraNode(CassandraNode):
     """A node whose JVM runs as unit ``edgetb-cassandra`` on a remote host: the same
     directory layout (at the same absolute path), watched over SSH."""
 
+    poll_s = 1.0  # alive() is an SSH round trip
+
     def __init__(self, host, node_dir: Path, run_id: str, exec_argv, pid: int | None = None):
         super().__init__(host, node_dir, run_id, pid)
         self.exec_argv = exec_argv
@@ -354,10 +350,3 @@ class RemoteCassandraNode(CassandraNode):
                                                   CASSANDRA_UNIT]),
                        capture_output=True, timeout=30)
 
-    def wait_exit(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                return True
-            time.sleep(1.0)
-        return not self.alive()

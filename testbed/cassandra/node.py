@@ -88,6 +88,8 @@ def listening_ports(exec_argv: ExecArgv, host: str) -> set[tuple[str, int]]:
 class CassandraNode:
     """A Cassandra node of one run; stateless apart from its directory and PID."""
 
+    poll_s = 0.05  # how often wait_exit() asks alive()
+
     def __init__(self, host: Host, node_dir: Path, run_id: str, pid: int | None = None):
         self.host = host
         self.node_dir = node_dir
@@ -203,7 +205,7 @@ class CassandraNode:
         while time.monotonic() < deadline:
             if not self.alive():
                 return True
-            time.sleep(0.05)
+            time.sleep(self.poll_s)
         return not self.alive()
 
 
