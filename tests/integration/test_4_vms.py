@@ -96,16 +96,19 @@ def test_ansible_runner_reaches_every_vm(vms, tmp_path):
 def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
     run_id, _ = vms
     base = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
-    proc = run_cli("set", "--profile", "uniform", "--latency", "25", "--loss", "0",
-                   module="emulation", run=run_id, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "via direct" in proc.stdout  # netem inside the guests, set up by tcconfig
-    qdiscs = run_cli("exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev",
-                     "eth0").stdout
-    assert "netem" in qdiscs and "delay 25ms" in qdiscs, qdiscs
-    shaped = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
-    assert abs(shaped - base - 50) <= rtt_tolerance_ms(50), (base, shaped)
-    proc = run_cli("clear", "--remove", module="emulation", run=run_id, timeout=300)
+    try:
+        proc = run_cli("set", "--profile", "uniform", "--latency", "25", "--loss", "0",
+                       module="emulation", run=run_id, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "via direct" in proc.stdout  # netem inside the guests, set up by tcconfig
+        qdiscs = run_cli("exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev",
+                         "eth0").stdout
+        assert "netem" in qdiscs and "delay 25ms" in qdiscs, qdiscs
+        shaped = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
+        assert abs(shaped - base - 50) <= rtt_tolerance_ms(50), (base, shaped)
+    finally:
+        # the VMs are shared with the next tests: never leave them shaped
+        proc = run_cli("clear", "--remove", module="emulation", run=run_id, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert statistics.median(ping_ms(run_id, "ep", "10.77.0.11")) < base + 5
 
