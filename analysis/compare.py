@@ -49,7 +49,7 @@ def compare(results: Results) -> dict[str, Any]:
     means = mean_rtt(cells)
     slope = slopes(cells)
     losses: dict[int, list[float]] = defaultdict(list)
-    for (n, loss, _rf, _lat) in means:
+    for n, loss, _rf, _lat in means:
         if loss not in losses[n]:
             losses[n].append(loss)
     groups = []
@@ -62,67 +62,94 @@ def compare(results: Results) -> dict[str, Any]:
             for rf in rfs:
                 s = slope.get((n, loss, rf), {}).get("ls", math.nan)
                 base = slope.get((n, low, rf), {}).get("ls", math.nan)
-                rows.append({
-                    "rf": rf, "phi": float(phi_mod.phi(n, rf, cl)),
-                    "mean_rtt_ms": {f"{lat:g}": means.get((n, loss, rf, lat)) for lat in lats},
-                    "slope": s, "excess_slope": s - base if loss != low else None,
-                })
-            group: dict[str, Any] = {"nodes": n, "loss": loss, "base_loss": low,
-                                     "latencies": lats, "rfs": rows}
+                rows.append(
+                    {
+                        "rf": rf,
+                        "phi": float(phi_mod.phi(n, rf, cl)),
+                        "mean_rtt_ms": {f"{lat:g}": means.get((n, loss, rf, lat)) for lat in lats},
+                        "slope": s,
+                        "excess_slope": s - base if loss != low else None,
+                    }
+                )
+            group: dict[str, Any] = {
+                "nodes": n,
+                "loss": loss,
+                "base_loss": low,
+                "latencies": lats,
+                "rfs": rows,
+            }
             if loss != low:
                 usable = [r for r in rows if not math.isnan(r["excess_slope"])]
                 rho = spearman([r["phi"] for r in usable], [r["excess_slope"] for r in usable])
                 no_rf1 = [r for r in usable if r["rf"] > 1]
                 rho2 = spearman([r["phi"] for r in no_rf1], [r["excess_slope"] for r in no_rf1])
-                group.update(spearman=rho, verdict=verdict(rho, len(usable)),
-                             spearman_without_rf1=rho2,
-                             verdict_without_rf1=verdict(rho2, len(no_rf1)))
+                group.update(
+                    spearman=rho,
+                    verdict=verdict(rho, len(usable)),
+                    spearman_without_rf1=rho2,
+                    verdict_without_rf1=verdict(rho2, len(no_rf1)),
+                )
             groups.append(group)
     std = std_across_nodes(cells)
-    rf3 = {f"{lat:g}": v["std"] for (rf, lat), v in sorted(std.items())
-           if rf == 3 and v["nodes"] > 1}
+    rf3 = {
+        f"{lat:g}": v["std"] for (rf, lat), v in sorted(std.items()) if rf == 3 and v["nodes"] > 1
+    }
     claim = None
     if rf3:
         worst = max(rf3.values())
-        claim = {"std_ms_by_latency": rf3, "max_std_ms": worst,
-                 "holds": worst < PAPER_STD_CLAIM_MS}
+        claim = {"std_ms_by_latency": rf3, "max_std_ms": worst, "holds": worst < PAPER_STD_CLAIM_MS}
     return {"consistency_level": cl, "groups": groups, "rf3_std_across_nodes": claim}
 
 
 def format_text(data: dict[str, Any]) -> str:
-    lines = [f"Measured write RTT vs φ ({data['consistency_level']}, round-robin "
-             f"coordinators). slope: ms of RTT per ms of one-way latency (least squares);",
-             "excess: slope minus the same RF's slope at the lowest loss measured.", ""]
+    lines = [
+        f"Measured write RTT vs φ ({data['consistency_level']}, round-robin "
+        f"coordinators). slope: ms of RTT per ms of one-way latency (least squares);",
+        "excess: slope minus the same RF's slope at the lowest loss measured.",
+        "",
+    ]
     for g in data["groups"]:
         lats = g["latencies"]
-        lines.append(f"== {g['nodes']} nodes, loss {g['loss']:g} %"
-                     + (" (baseline loss)" if g["loss"] == g["base_loss"] else ""))
-        head = (f"{'RF':>3} {'φ':>6} " + " ".join(f"{f'{lat:g}ms':>8}" for lat in lats)
-                + f" {'slope':>7} {'excess':>7}")
+        lines.append(
+            f"== {g['nodes']} nodes, loss {g['loss']:g} %"
+            + (" (baseline loss)" if g["loss"] == g["base_loss"] else "")
+        )
+        head = (
+            f"{'RF':>3} {'φ':>6} "
+            + " ".join(f"{f'{lat:g}ms':>8}" for lat in lats)
+            + f" {'slope':>7} {'excess':>7}"
+        )
         lines.append(head)
         for r in g["rfs"]:
-            vals = " ".join(f"{r['mean_rtt_ms'][f'{lat:g}']:>8.2f}"
-                            if r["mean_rtt_ms"][f"{lat:g}"] is not None else f"{'-':>8}"
-                            for lat in lats)
+            vals = " ".join(
+                f"{r['mean_rtt_ms'][f'{lat:g}']:>8.2f}"
+                if r["mean_rtt_ms"][f"{lat:g}"] is not None
+                else f"{'-':>8}"
+                for lat in lats
+            )
             excess = "" if r["excess_slope"] is None else f"{r['excess_slope']:>7.3f}"
             lines.append(f"{r['rf']:>3} {r['phi']:>6.3f} {vals} {r['slope']:>7.3f} {excess}")
         if "spearman" in g:
-            lines.append(f"  rank correlation φ vs excess: {g['spearman']:+.2f} -> "
-                         f"{g['verdict']}")
-            lines.append(f"  without RF 1 (as the paper argues): "
-                         f"{g['spearman_without_rf1']:+.2f} -> {g['verdict_without_rf1']}")
+            lines.append(f"  rank correlation φ vs excess: {g['spearman']:+.2f} -> {g['verdict']}")
+            lines.append(
+                f"  without RF 1 (as the paper argues): "
+                f"{g['spearman_without_rf1']:+.2f} -> {g['verdict_without_rf1']}"
+            )
         lines.append("")
     claim = data["rf3_std_across_nodes"]
     if claim:
-        lines.append(f"Section 5.4: std of RF 3's mean RTT across node counts, worst latency "
-                     f"{claim['max_std_ms']:.2f} ms -> the paper's '< {PAPER_STD_CLAIM_MS} "
-                     f"ms' {'holds' if claim['holds'] else 'does not hold'} here")
+        lines.append(
+            f"Section 5.4: std of RF 3's mean RTT across node counts, worst latency "
+            f"{claim['max_std_ms']:.2f} ms -> the paper's '< {PAPER_STD_CLAIM_MS} "
+            f"ms' {'holds' if claim['holds'] else 'does not hold'} here"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.compare",
-                                description="Compare measured RTT with φ's predictions.")
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.compare", description="Compare measured RTT with φ's predictions."
+    )
     p.add_argument("results", help="results directory (holds results.sqlite)")
     p.add_argument("--run", help="only this run id (default: every run, pooled)")
     p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
@@ -142,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"saved: {out / 'compare.txt'}, {out / 'compare.json'}")
     if not args.no_report:
         from .report import write_report
+
         print(f"report: {write_report(results)}")
     return 0
 

@@ -56,8 +56,9 @@ def _check(nodes: int, rf: int, level: str) -> tuple[str, int]:
     return level, acks
 
 
-def phi_given_pc(nodes: int, rf: int, p_c: Fraction | float,
-                 level: str = "LOCAL_QUORUM") -> Fraction | float:
+def phi_given_pc(
+    nodes: int, rf: int, p_c: Fraction | float, level: str = "LOCAL_QUORUM"
+) -> Fraction | float:
     """φ for a given probability that the coordinator is a replica."""
     _, acks = _check(nodes, rf, level)
     not_replica = _ratio(acks, rf)
@@ -73,8 +74,9 @@ def phi(nodes: int, rf: int, level: str = "LOCAL_QUORUM") -> Fraction:
     return phi_given_pc(nodes, rf, Fraction(rf, nodes), level)
 
 
-def phi_measured(nodes: int, rf: int, coordinator_is_replica: list[bool] | list[int],
-                 level: str = "LOCAL_QUORUM") -> tuple[float, float]:
+def phi_measured(
+    nodes: int, rf: int, coordinator_is_replica: list[bool] | list[int], level: str = "LOCAL_QUORUM"
+) -> tuple[float, float]:
     """(φ, measured P_c) using the fraction of requests whose coordinator held the key."""
     flags = [bool(x) for x in coordinator_is_replica if x is not None]
     if not flags:
@@ -84,7 +86,7 @@ def phi_measured(nodes: int, rf: int, coordinator_is_replica: list[bool] | list[
 
 
 def truncate(value: Fraction | float, decimals: int = PAPER_DECIMALS) -> float:
-    scale = 10 ** decimals
+    scale = 10**decimals
     return math.floor(float(value) * scale + 1e-12) / scale
 
 
@@ -109,24 +111,28 @@ def format_table(nodes: list[int], level: str = "LOCAL_QUORUM", exact: bool = Fa
             except ConfigError:
                 cells.append(f"{'n/a':>18}")
                 continue
-            shown = f"{value.numerator}/{value.denominator}" if exact else \
-                f"{truncate(value):.2f}"
+            shown = f"{value.numerator}/{value.denominator}" if exact else f"{truncate(value):.2f}"
             rounded = round(float(value), PAPER_DECIMALS)
             if not exact and rounded != truncate(value):
-                notes.append(f"{n} nodes RF {rf}: φ = {value} = {float(value):.4f}; the "
-                             f"paper's two decimals truncate to {truncate(value):.2f} "
-                             f"(rounded: {rounded:.2f})")
+                notes.append(
+                    f"{n} nodes RF {rf}: φ = {value} = {float(value):.4f}; the "
+                    f"paper's two decimals truncate to {truncate(value):.2f} "
+                    f"(rounded: {rounded:.2f})"
+                )
             cells.append(f"{shown:>18}")
         lines.append(f"{rf:>3} " + " ".join(cells))
-    lines.append("RF 1: φ = 1 - 1/n (a write coordinated by its replica needs no remote ack; "
-                 "defined as 0, see analysis/phi.py)")
+    lines.append(
+        "RF 1: φ = 1 - 1/n (a write coordinated by its replica needs no remote ack; "
+        "defined as 0, see analysis/phi.py)"
+    )
     lines.extend(notes)
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.phi",
-                                description="Print φ for node counts and RFs.")
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.phi", description="Print φ for node counts and RFs."
+    )
     p.add_argument("--nodes", type=int, nargs="+", default=[3, 4, 5])
     p.add_argument("--cl", default="LOCAL_QUORUM", help="consistency level")
     p.add_argument("--exact", action="store_true", help="fractions instead of decimals")

@@ -64,21 +64,35 @@ def rtt_vs_latency(results: Results, out: Path) -> list[dict[str, Any]]:
             pts.sort()
             x = [p[0] for p in pts]
             y = [p[1] for p in pts]
-            line, = ax.plot(x, y, marker="o", ms=3, label=f"RF_{rf}")
+            (line,) = ax.plot(x, y, marker="o", ms=3, label=f"RF_{rf}")
             lo = [p[2] if np.isfinite(p[2]) else p[1] for p in pts]
             hi = [p[3] if np.isfinite(p[3]) else p[1] for p in pts]
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
         ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=10)
-        ax.text(0.01, 0.99, label + "; bands: 95 % CI of the mean", transform=ax.transAxes,
-                fontsize=7, va="top", color="0.35")
+        ax.text(
+            0.01,
+            0.99,
+            label + "; bands: 95 % CI of the mean",
+            transform=ax.transAxes,
+            fontsize=7,
+            va="top",
+            color="0.35",
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"rtt_n{n}_loss{loss:g}"
         series = len(ax.get_lines())  # what was drawn, not what was asked for
-        made.append({"name": name, "paths": _save(fig, out, name), "series": series,
-                     "nodes": n, "loss": loss})
+        made.append(
+            {
+                "name": name,
+                "paths": _save(fig, out, name),
+                "series": series,
+                "nodes": n,
+                "loss": loss,
+            }
+        )
     return made
 
 
@@ -93,19 +107,18 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for loss, pts in sorted(by_loss.items()):
             pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
-                    label=f"loss {loss:g} %")
+            ax.plot(
+                [p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"loss {loss:g} %"
+            )
         rfs = sorted({c["rf"] for c in results.cells if c["nodes"] == n and c["rf"] >= 3})
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
-        ax.set_title(f"{n}-node cluster: average of RF {', '.join(map(str, rfs))}",
-                     fontsize=10)
+        ax.set_title(f"{n}-node cluster: average of RF {', '.join(map(str, rfs))}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"high_rf_n{n}"
         series = len(ax.get_lines())
-        made.append({"name": name, "paths": _save(fig, out, name), "series": series,
-                     "nodes": n})
+        made.append({"name": name, "paths": _save(fig, out, name), "series": series, "nodes": n})
     return made
 
 
@@ -116,22 +129,32 @@ def loss_excess(results: Results) -> list[dict[str, Any]]:
     level = sorted({c["cl"] for c in results.cells})
     cl = level[0] if len(level) == 1 else "LOCAL_QUORUM"
     losses: dict[int, set] = defaultdict(set)
-    for (n, loss, _rf, _lat) in means:
+    for n, loss, _rf, _lat in means:
         losses[n].add(loss)
     rows = []
     for n, levels in sorted(losses.items()):
         low = min(levels)
         for loss in sorted(levels - {low}):
             for rf in sorted({k[2] for k in means if k[0] == n and k[1] == loss}):
-                lats = [k[3] for k in means if k[:3] == (n, loss, rf)
-                        and (n, low, rf, k[3]) in means]
+                lats = [
+                    k[3] for k in means if k[:3] == (n, loss, rf) and (n, low, rf, k[3]) in means
+                ]
                 if not lats:
                     continue
-                excess = float(np.mean([means[(n, loss, rf, lat)] - means[(n, low, rf, lat)]
-                                        for lat in lats]))
-                rows.append({"nodes": n, "loss": loss, "base_loss": low, "rf": rf,
-                             "phi": float(phi_mod.phi(n, rf, cl)), "excess_ms": excess,
-                             "latencies": len(lats)})
+                excess = float(
+                    np.mean([means[(n, loss, rf, lat)] - means[(n, low, rf, lat)] for lat in lats])
+                )
+                rows.append(
+                    {
+                        "nodes": n,
+                        "loss": loss,
+                        "base_loss": low,
+                        "rf": rf,
+                        "phi": float(phi_mod.phi(n, rf, cl)),
+                        "excess_ms": excess,
+                        "latencies": len(lats),
+                    }
+                )
     return rows
 
 
@@ -141,22 +164,28 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
         return []
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     markers = {3: "o", 4: "s", 5: "^"}
-    for (n, loss) in sorted({(r["nodes"], r["loss"]) for r in rows}):
-        pts = sorted((r["phi"], r["excess_ms"], r["rf"]) for r in rows
-                     if r["nodes"] == n and r["loss"] == loss)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="none",
-                marker=markers.get(n, "D"), label=f"{n} nodes, loss {loss:g} %")
+    for n, loss in sorted({(r["nodes"], r["loss"]) for r in rows}):
+        pts = sorted(
+            (r["phi"], r["excess_ms"], r["rf"])
+            for r in rows
+            if r["nodes"] == n and r["loss"] == loss
+        )
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            linestyle="none",
+            marker=markers.get(n, "D"),
+            label=f"{n} nodes, loss {loss:g} %",
+        )
         for x, y, rf in pts:
-            ax.annotate(f"RF{rf}", (x, y), fontsize=6, xytext=(3, 2),
-                        textcoords="offset points")
+            ax.annotate(f"RF{rf}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
     ax.set_xlabel("φ (ack ratio, round-robin coordinators)")
     ax.set_ylabel("RTT added by loss (ms, mean over latencies)")
     ax.set_title("φ against the measured loss-induced excess RTT", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     series = len(ax.get_lines())
-    return [{"name": "phi_vs_excess", "paths": _save(fig, out, "phi_vs_excess"),
-             "series": series}]
+    return [{"name": "phi_vs_excess", "paths": _save(fig, out, "phi_vs_excess"), "series": series}]
 
 
 def make_all(results: Results) -> list[dict[str, Any]]:
@@ -166,8 +195,9 @@ def make_all(results: Results) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.plots",
-                                description="Regenerate the figures from stored results.")
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.plots", description="Regenerate the figures from stored results."
+    )
     p.add_argument("results", help="results directory (holds results.sqlite)")
     p.add_argument("--run", help="only this run id (default: every run, pooled)")
     p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
@@ -186,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(made)} figures in {time.monotonic() - t0:.1f} s")
     if not args.no_report:
         from .report import write_report
+
         print(f"report: {write_report(results)}")
     return 0
 

@@ -40,66 +40,118 @@ def _fmt(v) -> str:
 
 def _table(rows: list[dict], columns: list[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in columns) + "</tr>"
-                   for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def write_report(results: Results) -> Path:
     out = results.directory / "report.html"
     figures = sorted(results.output_dir.glob("*.png")) if results.output_dir.is_dir() else []
-    parts = [f"<!doctype html><meta charset='utf-8'><title>Edge testbed results</title>"
-             f"<style>{CSS}</style><h1>Cassandra writes on an emulated edge network</h1>"
-             f"<p>Results in <code>{html.escape(str(results.directory.resolve()))}</code>: "
-             f"{len(results.cells)} cells, {sum(len(c['rtt_ms']) for c in results.cells)} "
-             f"requests, {len(results.runs)} run(s). Generated "
-             f"{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>"]
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>Edge testbed results</title>"
+        f"<style>{CSS}</style><h1>Cassandra writes on an emulated edge network</h1>"
+        f"<p>Results in <code>{html.escape(str(results.directory.resolve()))}</code>: "
+        f"{len(results.cells)} cells, {sum(len(c['rtt_ms']) for c in results.cells)} "
+        f"requests, {len(results.runs)} run(s). Generated "
+        f"{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>"
+    ]
     parts.append("<h2>Figures</h2>")
     if figures:
         for f in figures:
             rel = f.relative_to(results.directory)
             svg = rel.with_suffix(".svg")
-            parts.append(f"<figure><a href='{html.escape(str(svg))}'><img src="
-                         f"'{html.escape(str(rel))}' alt='{html.escape(f.stem)}'></a>"
-                         f"<figcaption>{html.escape(f.stem)}</figcaption></figure>")
+            parts.append(
+                f"<figure><a href='{html.escape(str(svg))}'><img src="
+                f"'{html.escape(str(rel))}' alt='{html.escape(f.stem)}'></a>"
+                f"<figcaption>{html.escape(f.stem)}</figcaption></figure>"
+            )
     else:
-        parts.append("<p>No figures yet: run <code>python -m analysis.plots "
-                     f"{html.escape(str(results.directory))}</code>.</p>")
+        parts.append(
+            "<p>No figures yet: run <code>python -m analysis.plots "
+            f"{html.escape(str(results.directory))}</code>.</p>"
+        )
     nodes = sorted({c["nodes"] for c in results.cells}) or [3, 4, 5]
     levels = sorted({c["cl"] for c in results.cells}) or ["LOCAL_QUORUM"]
-    parts.append(f"<h2>φ (ack ratio)</h2><pre>"
-                 f"{html.escape(phi_mod.format_table(nodes, levels[0]))}</pre>")
+    parts.append(
+        f"<h2>φ (ack ratio)</h2><pre>{html.escape(phi_mod.format_table(nodes, levels[0]))}</pre>"
+    )
     compare_txt = results.output_dir / "compare.txt"
     parts.append("<h2>Measured RTT vs φ</h2>")
-    parts.append(f"<pre>{html.escape(compare_txt.read_text())}</pre>" if compare_txt.is_file()
-                 else "<p>Run <code>python -m analysis.compare</code> to add it.</p>")
-    slope_rows = [{"nodes": n, "loss %": loss, "RF": rf, "LS slope": v["ls"],
-                   "median-line slope": v["median_line"], "latencies": v["points"]}
-                  for (n, loss, rf), v in sorted(slopes(results.cells).items())]
-    parts.append("<h2>Slopes of RTT vs latency (section 5.1)</h2>"
-                 + _table(slope_rows, ["nodes", "loss %", "RF", "LS slope",
-                                       "median-line slope", "latencies"]))
-    spread = [{"RF": rf, "latency ms": lat, "std across node counts (ms)": v["std"],
-               "node counts": v["nodes"]}
-              for (rf, lat), v in sorted(std_across_nodes(results.cells).items())
-              if v["nodes"] > 1]
+    parts.append(
+        f"<pre>{html.escape(compare_txt.read_text())}</pre>"
+        if compare_txt.is_file()
+        else "<p>Run <code>python -m analysis.compare</code> to add it.</p>"
+    )
+    slope_rows = [
+        {
+            "nodes": n,
+            "loss %": loss,
+            "RF": rf,
+            "LS slope": v["ls"],
+            "median-line slope": v["median_line"],
+            "latencies": v["points"],
+        }
+        for (n, loss, rf), v in sorted(slopes(results.cells).items())
+    ]
+    parts.append(
+        "<h2>Slopes of RTT vs latency (section 5.1)</h2>"
+        + _table(
+            slope_rows, ["nodes", "loss %", "RF", "LS slope", "median-line slope", "latencies"]
+        )
+    )
+    spread = [
+        {
+            "RF": rf,
+            "latency ms": lat,
+            "std across node counts (ms)": v["std"],
+            "node counts": v["nodes"],
+        }
+        for (rf, lat), v in sorted(std_across_nodes(results.cells).items())
+        if v["nodes"] > 1
+    ]
     if spread:
-        parts.append("<h2>Spread of the mean RTT across node counts (section 5.4)</h2>"
-                     + _table(spread, ["RF", "latency ms", "std across node counts (ms)",
-                                       "node counts"]))
-    cell_rows = sorted(per_cell(results.cells),
-                       key=lambda r: (r["nodes"], r["loss_pct"], r["rf"], r["latency_ms"],
-                                      r["repetition"]))
-    parts.append("<details><summary><b>Per-cell statistics</b> (ms)</summary>"
-                 + _table(cell_rows, ["nodes", "rf", "latency_ms", "loss_pct", "repetition",
-                                      "n", "mean", "median", "p95", "p99", "std", "ci_low",
-                                      "ci_high", "errors"]) + "</details>")
+        parts.append(
+            "<h2>Spread of the mean RTT across node counts (section 5.4)</h2>"
+            + _table(spread, ["RF", "latency ms", "std across node counts (ms)", "node counts"])
+        )
+    cell_rows = sorted(
+        per_cell(results.cells),
+        key=lambda r: (r["nodes"], r["loss_pct"], r["rf"], r["latency_ms"], r["repetition"]),
+    )
+    parts.append(
+        "<details><summary><b>Per-cell statistics</b> (ms)</summary>"
+        + _table(
+            cell_rows,
+            [
+                "nodes",
+                "rf",
+                "latency_ms",
+                "loss_pct",
+                "repetition",
+                "n",
+                "mean",
+                "median",
+                "p95",
+                "p99",
+                "std",
+                "ci_low",
+                "ci_high",
+                "errors",
+            ],
+        )
+        + "</details>"
+    )
     parts.append("<h2>Runs</h2>")
     for run in results.runs:
-        parts.append(f"<details><summary>run {html.escape(run['run_id'])} "
-                     f"({html.escape(run['status'])})</summary><pre>"
-                     f"{html.escape(json.dumps({'config': run['config'], 'manifest': run['manifest']}, indent=1))}"
-                     f"</pre></details>")
+        described = json.dumps({"config": run["config"], "manifest": run["manifest"]}, indent=1)
+        parts.append(
+            f"<details><summary>run {html.escape(run['run_id'])} "
+            f"({html.escape(run['status'])})</summary><pre>"
+            f"{html.escape(described)}"
+            f"</pre></details>"
+        )
     tmp = out.with_suffix(".html.tmp")
     tmp.write_text("\n".join(parts))
     tmp.replace(out)

@@ -21,8 +21,8 @@ from testbed.errors import ConfigError
 @dataclass
 class Results:
     directory: Path
-    cells: list[dict[str, Any]]   # cell columns + rtt_ms, cir (arrays), errors, error_types
-    runs: list[dict[str, Any]]    # run_id, status, config, manifest
+    cells: list[dict[str, Any]]  # cell columns + rtt_ms, cir (arrays), errors, error_types
+    runs: list[dict[str, Any]]  # run_id, status, config, manifest
 
     @property
     def output_dir(self) -> Path:
@@ -35,32 +35,58 @@ def load(directory: str | Path, run_id: str | None = None) -> Results:
     directory = Path(directory)
     path = directory / DB_NAME
     if not path.is_file():
-        raise ConfigError(f"no results in {directory} (expected {DB_NAME}; run "
-                          f"`python -m experiments.sweep --out {directory}` first)")
+        raise ConfigError(
+            f"no results in {directory} (expected {DB_NAME}; run "
+            f"`python -m experiments.sweep --out {directory}` first)"
+        )
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         where, args = ("WHERE run_id=?", (run_id,)) if run_id else ("", ())
-        runs = [{"run_id": r[0], "status": r[1], "config": json.loads(r[2]),
-                 "manifest": json.loads(r[3]), "started": r[4], "finished": r[5]}
-                for r in con.execute("SELECT run_id, status, config, manifest, started, "
-                                     f"finished FROM runs {where} ORDER BY started", args)]
+        runs = [
+            {
+                "run_id": r[0],
+                "status": r[1],
+                "config": json.loads(r[2]),
+                "manifest": json.loads(r[3]),
+                "started": r[4],
+                "finished": r[5],
+            }
+            for r in con.execute(
+                "SELECT run_id, status, config, manifest, started, "
+                f"finished FROM runs {where} ORDER BY started",
+                args,
+            )
+        ]
         if run_id and not runs:
             raise ConfigError(f"no run {run_id!r} in {path}")
         cells = {}
         for r in con.execute(
-                "SELECT run_id, cell_id, nodes, rf, cl, policy, profile, latency_ms, loss_pct, "
-                f"repetition, writes, shaping FROM cells {where} ORDER BY started", args):
+            "SELECT run_id, cell_id, nodes, rf, cl, policy, profile, latency_ms, loss_pct, "
+            f"repetition, writes, shaping FROM cells {where} ORDER BY started",
+            args,
+        ):
             cells[(r[0], r[1])] = {
-                "run_id": r[0], "cell_id": r[1], "nodes": r[2], "rf": r[3], "cl": r[4],
-                "policy": r[5], "profile": r[6], "latency_ms": r[7], "loss_pct": r[8],
-                "repetition": r[9], "writes": r[10], "shaping": json.loads(r[11]),
+                "run_id": r[0],
+                "cell_id": r[1],
+                "nodes": r[2],
+                "rf": r[3],
+                "cl": r[4],
+                "policy": r[5],
+                "profile": r[6],
+                "latency_ms": r[7],
+                "loss_pct": r[8],
+                "repetition": r[9],
+                "writes": r[10],
+                "shaping": json.loads(r[11]),
             }
         rtts: dict[tuple, list] = defaultdict(list)
         cirs: dict[tuple, list] = defaultdict(list)
         errors: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for run, cell, rtt, cir, err in con.execute(
-                f"SELECT run_id, cell_id, rtt_ns, coordinator_is_replica, error FROM requests "
-                f"{where} ORDER BY run_id, cell_id, seq", args):
+            f"SELECT run_id, cell_id, rtt_ns, coordinator_is_replica, error FROM requests "
+            f"{where} ORDER BY run_id, cell_id, seq",
+            args,
+        ):
             key = (run, cell)
             rtts[key].append(rtt)
             cirs[key].append(-1 if cir is None else cir)

@@ -16,9 +16,38 @@ from typing import Any
 import numpy as np
 
 # Two-sided 95 % Student t quantiles for 1..30 degrees of freedom; normal beyond.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
-        2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
-        2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t95(dof: int) -> float:
@@ -32,15 +61,31 @@ def cell_stats(rtt_ms: Sequence[float], errors: int = 0) -> dict[str, float]:
     a = np.asarray(rtt_ms, dtype=float)
     n = int(a.size)
     if n == 0:
-        return {"n": 0, "errors": errors, "mean": math.nan, "median": math.nan,
-                "p95": math.nan, "p99": math.nan, "std": math.nan, "ci_low": math.nan,
-                "ci_high": math.nan}
+        return {
+            "n": 0,
+            "errors": errors,
+            "mean": math.nan,
+            "median": math.nan,
+            "p95": math.nan,
+            "p99": math.nan,
+            "std": math.nan,
+            "ci_low": math.nan,
+            "ci_high": math.nan,
+        }
     mean = float(a.mean())
     std = float(a.std(ddof=1)) if n > 1 else 0.0
     half = t95(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
-    return {"n": n, "errors": errors, "mean": mean, "median": float(np.median(a)),
-            "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)),
-            "std": std, "ci_low": mean - half, "ci_high": mean + half}
+    return {
+        "n": n,
+        "errors": errors,
+        "mean": mean,
+        "median": float(np.median(a)),
+        "p95": float(np.percentile(a, 95)),
+        "p99": float(np.percentile(a, 99)),
+        "std": std,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+    }
 
 
 def ls_slope(x: Sequence[float], y: Sequence[float]) -> float:
@@ -57,12 +102,12 @@ def median_line_slope(x: Sequence[float], y: Sequence[float]) -> float:
     paper's "median line" (section 5.1): sort by x, split into thirds (outer thirds get
     the extra points when n mod 3 = 2, the middle one when n mod 3 = 1), and join the
     (median x, median y) points of the outer thirds."""
-    pts = sorted(zip((float(v) for v in x), (float(v) for v in y)))
+    pts = sorted(zip((float(v) for v in x), (float(v) for v in y), strict=True))
     n = len(pts)
     if n < 3:
         return ls_slope(x, y)
     k = n // 3 + (1 if n % 3 == 2 else 0)
-    left, right = pts[:k], pts[n - k:]
+    left, right = pts[:k], pts[n - k :]
     xl, yl = np.median([p[0] for p in left]), np.median([p[1] for p in left])
     xr, yr = np.median([p[0] for p in right]), np.median([p[1] for p in right])
     if xr == xl:
@@ -86,7 +131,8 @@ def pooled(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, np.ndarray]:
     acc: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for c in cells:
         acc[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(
-            np.asarray(c["rtt_ms"], dtype=float))
+            np.asarray(c["rtt_ms"], dtype=float)
+        )
     return {k: np.concatenate(v) for k, v in acc.items()}
 
 
@@ -106,13 +152,17 @@ def slopes(cells: Iterable[Mapping[str, Any]]) -> dict[tuple[int, float, int], d
     for key, pts in series.items():
         pts.sort()
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-        out[key] = {"ls": ls_slope(xs, ys), "median_line": median_line_slope(xs, ys),
-                    "points": len(pts)}
+        out[key] = {
+            "ls": ls_slope(xs, ys),
+            "median_line": median_line_slope(xs, ys),
+            "points": len(pts),
+        }
     return out
 
 
-def std_across_nodes(cells: Iterable[Mapping[str, Any]], loss: float | None = None
-                     ) -> dict[tuple[int, float], dict[str, float]]:
+def std_across_nodes(
+    cells: Iterable[Mapping[str, Any]], loss: float | None = None
+) -> dict[tuple[int, float], dict[str, float]]:
     """(rf, latency) -> std (sample) of the mean RTT across node counts, pooled over loss
     unless ``loss`` is given (section 5.4: < 1.5 ms for RF 3, the paper claims)."""
     means = mean_rtt(cells)
@@ -123,13 +173,16 @@ def std_across_nodes(cells: Iterable[Mapping[str, Any]], loss: float | None = No
     out = {}
     for key, by_nodes in groups.items():
         per_node = [float(np.mean(v)) for v in by_nodes.values()]
-        out[key] = {"std": float(np.std(per_node, ddof=1)) if len(per_node) > 1 else math.nan,
-                    "nodes": len(per_node)}
+        out[key] = {
+            "std": float(np.std(per_node, ddof=1)) if len(per_node) > 1 else math.nan,
+            "nodes": len(per_node),
+        }
     return out
 
 
-def high_rf_average(cells: Iterable[Mapping[str, Any]], rfs: Sequence[int] = (3, 4, 5)
-                    ) -> dict[tuple[int, float, float], float]:
+def high_rf_average(
+    cells: Iterable[Mapping[str, Any]], rfs: Sequence[int] = (3, 4, 5)
+) -> dict[tuple[int, float, float], float]:
     """(nodes, loss, latency) -> average over RF in ``rfs`` (those present) of the mean
     RTT: the paper's Figure 4 view."""
     means = mean_rtt(cells)

@@ -21,15 +21,28 @@ def paper_like(nodes: int, rf: int, latency: float, loss: float) -> float:
     return 5 + 10 + need * 2 * latency * (1 + loss / 100 * (3.0 if rf == 2 else 1.0))
 
 
-def make_store(directory: str | Path, *, nodes: Sequence[int] = (3, 4, 5),
-               losses: Sequence[float] = (0.5, 2.5, 7.5),
-               latencies: Sequence[float] = tuple(range(0, 101, 10)), writes: int = 1000,
-               mean_ms: Callable[[int, int, float, float], float] = paper_like,
-               sd_ms: float = 2.0, seed: int = 0, run_id: str = "synthetic") -> Path:
+def make_store(
+    directory: str | Path,
+    *,
+    nodes: Sequence[int] = (3, 4, 5),
+    losses: Sequence[float] = (0.5, 2.5, 7.5),
+    latencies: Sequence[float] = tuple(range(0, 101, 10)),
+    writes: int = 1000,
+    mean_ms: Callable[[int, int, float, float], float] = paper_like,
+    sd_ms: float = 2.0,
+    seed: int = 0,
+    run_id: str = "synthetic",
+) -> Path:
     rng = random.Random(seed)
     store = Store(directory)
-    config = {"nodes": list(nodes), "loss_pct": list(losses), "latency_ms": list(latencies),
-              "writes": writes, "cl": "LOCAL_QUORUM", "name": "synthetic"}
+    config = {
+        "nodes": list(nodes),
+        "loss_pct": list(losses),
+        "latency_ms": list(latencies),
+        "writes": writes,
+        "cl": "LOCAL_QUORUM",
+        "name": "synthetic",
+    }
     store.begin_run(run_id, "synthetic", "synthetic", config, {"synthetic": True})
     t = time.time()
     for n in nodes:
@@ -43,20 +56,42 @@ def make_store(directory: str | Path, *, nodes: Sequence[int] = (3, 4, 5),
                     for seq in range(writes):
                         coord = names[seq % n]
                         replicas = rng.sample(names, rf)
-                        reqs.append({
-                            "run_id": run_id, "cell_id": cell_id, "seq": seq,
-                            "key": f"{cell_id}-{seq}", "coordinator": coord,
-                            "replicas": ",".join(replicas),
-                            "coordinator_is_replica": int(coord in replicas),
-                            "rtt_ns": max(1, int(rng.gauss(mu, sd_ms) * 1e6)),
-                            "error": None, "t_start_ns": seq})
-                    store.commit_cell({
-                        "run_id": run_id, "cell_id": cell_id, "nodes": n, "rf": rf,
-                        "cl": "LOCAL_QUORUM", "policy": "round-robin", "profile": "paper",
-                        "latency_ms": float(lat), "loss_pct": float(loss), "repetition": 1,
-                        "writes": writes, "warmup": 0, "key_seed": "synthetic",
-                        "shaping": {"synthetic": True}, "testbed_run": "none",
-                        "started": t, "finished": t}, reqs)
+                        reqs.append(
+                            {
+                                "run_id": run_id,
+                                "cell_id": cell_id,
+                                "seq": seq,
+                                "key": f"{cell_id}-{seq}",
+                                "coordinator": coord,
+                                "replicas": ",".join(replicas),
+                                "coordinator_is_replica": int(coord in replicas),
+                                "rtt_ns": max(1, int(rng.gauss(mu, sd_ms) * 1e6)),
+                                "error": None,
+                                "t_start_ns": seq,
+                            }
+                        )
+                    store.commit_cell(
+                        {
+                            "run_id": run_id,
+                            "cell_id": cell_id,
+                            "nodes": n,
+                            "rf": rf,
+                            "cl": "LOCAL_QUORUM",
+                            "policy": "round-robin",
+                            "profile": "paper",
+                            "latency_ms": float(lat),
+                            "loss_pct": float(loss),
+                            "repetition": 1,
+                            "writes": writes,
+                            "warmup": 0,
+                            "key_seed": "synthetic",
+                            "shaping": {"synthetic": True},
+                            "testbed_run": "none",
+                            "started": t,
+                            "finished": t,
+                        },
+                        reqs,
+                    )
                     t += 1
     store.set_status(run_id, "complete")
     store.close()

@@ -33,8 +33,13 @@ def one_launch(nodes: int) -> dict[str, float]:
         t1 = time.monotonic()
         tb.down()
         down = time.monotonic() - t1
-    return {"ready_s": ready, "first_write_s": first_write, "cql_stage_s": cql,
-            "write_ms": write_ms, "down_s": down}
+    return {
+        "ready_s": ready,
+        "first_write_s": first_write,
+        "cql_stage_s": cql,
+        "write_ms": write_ms,
+        "down_s": down,
+    }
 
 
 def main() -> None:
@@ -45,16 +50,28 @@ def main() -> None:
     for nodes in args.nodes:
         results = [one_launch(nodes) for _ in range(args.runs)]
         for i, r in enumerate(results, 1):
-            print(f"  {nodes} nodes, launch {i}: ready {r['ready_s']:.1f} s, first write "
-                  f"{r['first_write_s']:.1f} s (write {r['write_ms']:.1f} ms), "
-                  f"down {r['down_s']:.1f} s", flush=True)
+            print(
+                f"  {nodes} nodes, launch {i}: ready {r['ready_s']:.1f} s, first write "
+                f"{r['first_write_s']:.1f} s (write {r['write_ms']:.1f} ms), "
+                f"down {r['down_s']:.1f} s",
+                flush=True,
+            )
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         target = TARGET_S.get(nodes)
-        verdict = "" if target is None else (
-            f" (target <= {target:.0f} s: {'met' if med['first_write_s'] <= target else 'MISSED'})")
-        print(f"{nodes} nodes: median of {args.runs}: all UN + driver {med['ready_s']:.1f} s, "
-              f"first LOCAL_QUORUM write {med['first_write_s']:.1f} s{verdict}; "
-              f"down {med['down_s']:.1f} s", flush=True)
+        verdict = (
+            ""
+            if target is None
+            else (
+                f" (target <= {target:.0f} s: "
+                f"{'met' if med['first_write_s'] <= target else 'MISSED'})"
+            )
+        )
+        print(
+            f"{nodes} nodes: median of {args.runs}: all UN + driver {med['ready_s']:.1f} s, "
+            f"first LOCAL_QUORUM write {med['first_write_s']:.1f} s{verdict}; "
+            f"down {med['down_s']:.1f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ def main() -> None:
     args = parser.parse_args()
     with Testbed(Topology(edge_nodes=5), cassandra=None) as tb:
         first = api.set_links(tb, links.uniform(tb.topology, 0, 0))
-        print(f"shaper {first['shaper']}, set-up {first['setup_s']:.1f} s "
-              f"(6 hosts, 30 directed links)")
+        print(
+            f"shaper {first['shaper']}, set-up {first['setup_s']:.1f} s "
+            f"(6 hosts, 30 directed links)"
+        )
         for delay in (0, 10, 50, 100):
             matrix = links.uniform(tb.topology, delay, 0)
             api.set_links(tb, matrix)
@@ -33,9 +35,12 @@ def main() -> None:
                 r = measure_pair(tb, matrix, "e0", "e1", rtt_probes=200)
                 med.append(r.median_rtt_ms - r.configured_rtt_ms)
                 p99.append(r.p99_rtt_ms - r.configured_rtt_ms)
-            print(f"delay {delay:>3} ms/direction (RTT {2 * delay:>3}): median error "
-                  f"{statistics.median(med):+.2f} ms, p99 error {statistics.median(p99):+.2f} ms"
-                  f"  (runs: {', '.join(f'{m:+.2f}' for m in med)})", flush=True)
+            print(
+                f"delay {delay:>3} ms/direction (RTT {2 * delay:>3}): median error "
+                f"{statistics.median(med):+.2f} ms, p99 error {statistics.median(p99):+.2f} ms"
+                f"  (runs: {', '.join(f'{m:+.2f}' for m in med)})",
+                flush=True,
+            )
         for loss in (0.5, 2.5, 7.5):
             matrix = links.uniform(tb.topology, 5, loss)
             api.set_links(tb, matrix)
@@ -44,16 +49,22 @@ def main() -> None:
                 r = measure_pair(tb, matrix, "e0", "e1", loss_probes=2000)
                 errors.append(r.measured_loss_pct - r.configured_loss_pct)
                 inside += r.loss_ok
-            print(f"loss {loss:>3} %/direction (round trip {matrix.round_trip_loss_pct('e0', 'e1'):.2f} %):"
-                  f" median error {statistics.median(errors):+.2f} points, "
-                  f"{inside}/{args.runs} runs inside the 95 % interval", flush=True)
+            print(
+                f"loss {loss:>3} %/direction "
+                f"(round trip {matrix.round_trip_loss_pct('e0', 'e1'):.2f} %):"
+                f" median error {statistics.median(errors):+.2f} points, "
+                f"{inside}/{args.runs} runs inside the 95 % interval",
+                flush=True,
+            )
         changes = []
         for i in range(5 * args.runs):
             result = api.set_links(tb, links.paper(tb.topology, 10 * (i % 10), 2.5 * (i % 4)))
             changes.append(result["change_s"])
-        print(f"runtime change of the whole matrix (6 hosts, paper profile): median "
-              f"{statistics.median(changes) * 1000:.0f} ms, max {max(changes) * 1000:.0f} ms "
-              f"over {len(changes)} changes")
+        print(
+            f"runtime change of the whole matrix (6 hosts, paper profile): median "
+            f"{statistics.median(changes) * 1000:.0f} ms, max {max(changes) * 1000:.0f} ms "
+            f"over {len(changes)} changes"
+        )
 
 
 if __name__ == "__main__":

@@ -32,13 +32,18 @@ def main() -> None:
     times = []
     for _ in range(args.runs):
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "analysis.plots", str(directory)], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "analysis.plots", str(directory)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         times.append(time.monotonic() - t0)
     figures = len(list((directory / "analysis").glob("*.png")))
-    print(f"analysis.plots: {figures} figures (PNG+SVG) + report, median "
-          f"{statistics.median(times):.1f} s over {len(times)} runs "
-          f"({', '.join(f'{t:.1f}' for t in times)}); goal <= {GOAL_S:g} s")
+    print(
+        f"analysis.plots: {figures} figures (PNG+SVG) + report, median "
+        f"{statistics.median(times):.1f} s over {len(times)} runs "
+        f"({', '.join(f'{t:.1f}' for t in times)}); goal <= {GOAL_S:g} s"
+    )
 
 
 if __name__ == "__main__":

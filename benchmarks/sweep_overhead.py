@@ -26,8 +26,9 @@ GOAL = 1.10
 def one_run(extra: list[str]) -> dict[str, float]:
     out = Path(tempfile.mkdtemp(prefix="edgetb-overhead-"))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "experiments.sweep", "--quick",
-                           "--out", str(out), *extra], text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.sweep", "--quick", "--out", str(out), *extra], text=True
+    )
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"sweep failed with status {proc.returncode}")
@@ -37,11 +38,23 @@ def one_run(extra: list[str]) -> dict[str, float]:
         cells = store.cells(run.run_id)
         in_cells = sum(c["finished"] - c["started"] for c in cells)
         verify = sum(
-            {(c["nodes"], c["latency_ms"], c["loss_pct"], c["repetition"]):
-             (c["shaping"].get("measured") or {}).get("took_s", 0.0) for c in cells}.values())
+            {
+                (c["nodes"], c["latency_ms"], c["loss_pct"], c["repetition"]): (
+                    c["shaping"].get("measured") or {}
+                ).get("took_s", 0.0)
+                for c in cells
+            }.values()
+        )
         bringup = sum(c.get("bringup_s", 0.0) for c in run.manifest["clusters"].values())
-    return {"wall_s": wall, "rtt_sum_s": rtt, "ratio": wall / rtt, "cells_s": in_cells,
-            "bringup_s": bringup, "verify_s": verify, "results": str(out)}
+    return {
+        "wall_s": wall,
+        "rtt_sum_s": rtt,
+        "ratio": wall / rtt,
+        "cells_s": in_cells,
+        "bringup_s": bringup,
+        "verify_s": verify,
+        "results": str(out),
+    }
 
 
 def main() -> None:
@@ -53,12 +66,21 @@ def main() -> None:
     for i in range(args.runs):
         r = one_run(args.extra)
         results.append(r)
-        print(json.dumps({"run": i + 1, **{k: round(v, 2) if isinstance(v, float) else v
-                                           for k, v in r.items()}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "run": i + 1,
+                    **{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()},
+                }
+            ),
+            flush=True,
+        )
     ratio = statistics.median(r["ratio"] for r in results)
     wall = statistics.median(r["wall_s"] for r in results)
-    print(f"quick sweep: wall {wall / 60:.1f} min, overhead ratio {ratio:.3f} "
-          f"(median of {len(results)}; goal <= {GOAL})")
+    print(
+        f"quick sweep: wall {wall / 60:.1f} min, overhead ratio {ratio:.3f} "
+        f"(median of {len(results)}; goal <= {GOAL})"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ from testbed.state import RunState, home
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True,
-                          text=True, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *args], capture_output=True, text=True, timeout=1800
+    )
 
 
 def main() -> int:
@@ -33,8 +34,18 @@ def main() -> int:
     accel = "?"
     for i in range(args.repeats):
         t0 = time.monotonic()
-        up = cli("up", "--backend", "libvirt", "--nodes", str(args.nodes), "--no-cassandra",
-                 "--vm-vcpus", "1", "--vm-memory", "768")
+        up = cli(
+            "up",
+            "--backend",
+            "libvirt",
+            "--nodes",
+            str(args.nodes),
+            "--no-cassandra",
+            "--vm-vcpus",
+            "1",
+            "--vm-memory",
+            "768",
+        )
         if up.returncode != 0:
             print(up.stdout, up.stderr, file=sys.stderr)
             return 1
@@ -48,13 +59,17 @@ def main() -> int:
         t1 = time.monotonic()
         cli("down", "--run", run_id)
         downs.append(time.monotonic() - t1)
-        print(f"repeat {i + 1}: boot to SSH {rec['boot_to_ssh_s']}, provisioning "
-              f"{rec['provision_s']:.1f} s, up {ups[-1]:.1f} s, down {downs[-1]:.1f} s")
+        print(
+            f"repeat {i + 1}: boot to SSH {rec['boot_to_ssh_s']}, provisioning "
+            f"{rec['provision_s']:.1f} s, up {ups[-1]:.1f} s, down {downs[-1]:.1f} s"
+        )
     med = statistics.median
-    print(f"{accel.upper()}, {args.nodes + 1} VMs booting together, medians of "
-          f"{args.repeats}: boot to SSH per VM {med(boots):.1f} s, last VM {med(lasts):.1f} s, "
-          f"provisioning {med(provs):.1f} s, whole `up` {med(ups):.1f} s, `down` "
-          f"{med(downs):.1f} s")
+    print(
+        f"{accel.upper()}, {args.nodes + 1} VMs booting together, medians of "
+        f"{args.repeats}: boot to SSH per VM {med(boots):.1f} s, last VM {med(lasts):.1f} s, "
+        f"provisioning {med(provs):.1f} s, whole `up` {med(ups):.1f} s, `down` "
+        f"{med(downs):.1f} s"
+    )
     return 0
 
 

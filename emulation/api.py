@@ -49,6 +49,8 @@ def show(tb: Testbed) -> dict[str, Any]:
 def configured(tb: Testbed) -> LinkMatrix:
     """The matrix last applied to ``tb`` (unshaped when none)."""
     data = shapers.emulation_state(tb).get("matrix") or {"profile": "none", "links": []}
-    links = {(l["src"], l["dst"]): Link(l["delay_ms"], l["jitter_ms"], l["loss_pct"],
-                                        l["rate_mbit"]) for l in data["links"]}
+    links = {
+        (l["src"], l["dst"]): Link(l["delay_ms"], l["jitter_ms"], l["loss_pct"], l["rate_mbit"])
+        for l in data["links"]
+    }
     return LinkMatrix(tb.topology, links, profile=data["profile"])

@@ -15,8 +15,9 @@ from .verify import verify
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m emulation",
-                                     description="Emulated edge links on a running testbed.")
+    parser = argparse.ArgumentParser(
+        prog="python -m emulation", description="Emulated edge links on a running testbed."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("set", help="apply a link profile (nothing is restarted)")
@@ -34,17 +35,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("clear", help="every link back to unshaped")
     c.add_argument("--run")
-    c.add_argument("--remove", action="store_true",
-                   help="also remove the shaper (stop the gateway VM)")
+    c.add_argument(
+        "--remove", action="store_true", help="also remove the shaper (stop the gateway VM)"
+    )
 
     v = sub.add_parser("verify", help="measure RTT and loss per host pair vs configured")
     v.add_argument("--run")
     v.add_argument("--sample", type=int, help="check a seeded sample of N host pairs")
     v.add_argument("--probes", type=int, default=100, help="RTT probes per pair (>= 100)")
-    v.add_argument("--loss-probes", type=int, default=1000,
-                   help="probes per pair when loss is configured (>= 1000)")
-    v.add_argument("--level", type=float, choices=[0.95, 0.99], default=0.95,
-                   help="confidence level of the loss interval")
+    v.add_argument(
+        "--loss-probes",
+        type=int,
+        default=1000,
+        help="probes per pair when loss is configured (>= 1000)",
+    )
+    v.add_argument(
+        "--level",
+        type=float,
+        choices=[0.95, 0.99],
+        default=0.95,
+        help="confidence level of the loss interval",
+    )
     v.add_argument("--json", action="store_true")
 
     g = sub.add_parser("gateway", help="the netem gateway VM image")
@@ -55,8 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_set(args: argparse.Namespace) -> int:
     tb = Testbed.attach(args.run)
-    matrix = links.build(args.profile, tb.topology, delay_ms=args.latency, loss_pct=args.loss,
-                         jitter_ms=args.jitter, path=args.file)
+    matrix = links.build(
+        args.profile,
+        tb.topology,
+        delay_ms=args.latency,
+        loss_pct=args.loss,
+        jitter_ms=args.jitter,
+        path=args.file,
+    )
     result = api.set_links(tb, matrix, args.shaper)
     gateway = shapers.emulation_state(tb).get("gateway") or {}
     setup = ""
@@ -64,9 +81,11 @@ def cmd_set(args: argparse.Namespace) -> int:
         setup = f", set-up {result['setup_s']:.1f} s"
         if gateway:
             setup += f" incl. gateway VM boot {gateway['boot_s']:.1f} s ({gateway['accel']})"
-    print(f"{matrix.profile}: L={args.latency:g} ms, p={args.loss:g} % on "
-          f"{len(list(matrix.shaped()))} directed links via {result['shaper']} "
-          f"(change {result['change_s'] * 1000:.0f} ms{setup})")
+    print(
+        f"{matrix.profile}: L={args.latency:g} ms, p={args.loss:g} % on "
+        f"{len(list(matrix.shaped()))} directed links via {result['shaper']} "
+        f"(change {result['change_s'] * 1000:.0f} ms{setup})"
+    )
     return 0
 
 
@@ -80,8 +99,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     matrix = data["matrix"] or {"profile": "none", "links": []}
     print(f"profile: {matrix['profile']}")
     for l in matrix["links"]:
-        print(f"  {l['src']:>4} -> {l['dst']:<4} delay {l['delay_ms']:g} ms  jitter "
-              f"{l['jitter_ms']:g} ms  loss {l['loss_pct']:g} %")
+        print(
+            f"  {l['src']:>4} -> {l['dst']:<4} delay {l['delay_ms']:g} ms  jitter "
+            f"{l['jitter_ms']:g} ms  loss {l['loss_pct']:g} %"
+        )
     for line in data["tc"]:
         print(f"  tc: {line}")
     return 0
@@ -99,25 +120,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise ConfigError("verify needs >= 100 RTT probes and >= 1000 loss probes per pair")
     tb = Testbed.attach(args.run)
     state = shapers.emulation_state(tb)
-    result = verify(tb, api.configured(tb), sample=args.sample, rtt_probes=args.probes,
-                    loss_probes=args.loss_probes, level=args.level, shaper=state.get("shaper"),
-                    loss_location=state.get("loss_location"))
+    result = verify(
+        tb,
+        api.configured(tb),
+        sample=args.sample,
+        rtt_probes=args.probes,
+        loss_probes=args.loss_probes,
+        level=args.level,
+        shaper=state.get("shaper"),
+        loss_location=state.get("loss_location"),
+    )
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"shaper {result['shaper'] or 'none'}; loss applied "
-          f"{result['loss_location'] or '-'}")
-    print(f"{'pair':<9} {'RTT cfg':>8} {'median':>8} {'p99':>8} {'err':>7}   "
-          f"{'loss cfg':>8} {'measured':>8} {f'{args.level:.0%} range':>15} probes")
+    print(f"shaper {result['shaper'] or 'none'}; loss applied {result['loss_location'] or '-'}")
+    print(
+        f"{'pair':<9} {'RTT cfg':>8} {'median':>8} {'p99':>8} {'err':>7}   "
+        f"{'loss cfg':>8} {'measured':>8} {f'{args.level:.0%} range':>15} probes"
+    )
     for p in result["pairs"]:
         lo, hi = p["loss_interval_pct"]
         med = "-" if p["median_rtt_ms"] is None else f"{p['median_rtt_ms']:.2f}"
         p99 = "-" if p["p99_rtt_ms"] is None else f"{p['p99_rtt_ms']:.2f}"
         err = "-" if p["rtt_error_ms"] is None else f"{p['rtt_error_ms']:+.2f}"
-        print(f"{p['a'] + '-' + p['b']:<9} {p['configured_rtt_ms']:>8.2f} {med:>8} {p99:>8} "
-              f"{err:>7}   {p['configured_loss_pct']:>7.2f}% {p['measured_loss_pct']:>7.2f}% "
-              f"{f'{lo:.2f}-{hi:.2f}%':>15} {p['probes']}"
-              f"{'' if p['loss_ok'] else '  <- loss outside range'}")
+        print(
+            f"{p['a'] + '-' + p['b']:<9} {p['configured_rtt_ms']:>8.2f} {med:>8} {p99:>8} "
+            f"{err:>7}   {p['configured_loss_pct']:>7.2f}% {p['measured_loss_pct']:>7.2f}% "
+            f"{f'{lo:.2f}-{hi:.2f}%':>15} {p['probes']}"
+            f"{'' if p['loss_ok'] else '  <- loss outside range'}"
+        )
     return 0
 
 
@@ -128,8 +159,13 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"set": cmd_set, "show": cmd_show, "clear": cmd_clear, "verify": cmd_verify,
-            "gateway": cmd_gateway}
+COMMANDS = {
+    "set": cmd_set,
+    "show": cmd_show,
+    "clear": cmd_clear,
+    "verify": cmd_verify,
+    "gateway": cmd_gateway,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,16 +45,16 @@ class Link:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "delay_ms", _number("delay_ms", self.delay_ms, 0, MAX_DELAY_MS))
-        object.__setattr__(self, "jitter_ms",
-                           _number("jitter_ms", self.jitter_ms, 0, MAX_DELAY_MS))
+        object.__setattr__(self, "jitter_ms", _number("jitter_ms", self.jitter_ms, 0, MAX_DELAY_MS))
         object.__setattr__(self, "loss_pct", _number("loss_pct", self.loss_pct, 0, 100))
         if self.jitter_ms > self.delay_ms:
             raise ConfigError(
                 f"jitter_ms ({self.jitter_ms:g}) cannot exceed delay_ms ({self.delay_ms:g})"
             )
         if self.rate_mbit is not None:
-            object.__setattr__(self, "rate_mbit",
-                               _number("rate_mbit", self.rate_mbit, 0.001, 100_000))
+            object.__setattr__(
+                self, "rate_mbit", _number("rate_mbit", self.rate_mbit, 0.001, 100_000)
+            )
 
     @property
     def shaped(self) -> bool:
@@ -115,23 +115,32 @@ class LinkMatrix:
         return {
             "profile": self.profile,
             "links": [
-                {"src": s, "dst": d, "delay_ms": l.delay_ms, "jitter_ms": l.jitter_ms,
-                 "loss_pct": l.loss_pct, "rate_mbit": l.rate_mbit}
+                {
+                    "src": s,
+                    "dst": d,
+                    "delay_ms": l.delay_ms,
+                    "jitter_ms": l.jitter_ms,
+                    "loss_pct": l.loss_pct,
+                    "rate_mbit": l.rate_mbit,
+                }
                 for s, d, l in self.shaped()
             ],
         }
 
 
-def uniform(topology: Topology, delay_ms: float, loss_pct: float,
-            jitter_ms: float = 0.0) -> LinkMatrix:
+def uniform(
+    topology: Topology, delay_ms: float, loss_pct: float, jitter_ms: float = 0.0
+) -> LinkMatrix:
     link = Link(delay_ms, jitter_ms, loss_pct)
     names = [h.name for h in topology.hosts]
-    return LinkMatrix(topology, {(s, d): link for s in names for d in names if s != d},
-                      profile="uniform")
+    return LinkMatrix(
+        topology, {(s, d): link for s in names for d in names if s != d}, profile="uniform"
+    )
 
 
-def paper(topology: Topology, delay_ms: float, loss_pct: float,
-          jitter_ms: float = 0.0) -> LinkMatrix:
+def paper(
+    topology: Topology, delay_ms: float, loss_pct: float, jitter_ms: float = 0.0
+) -> LinkMatrix:
     edge_link = Link(delay_ms, jitter_ms, loss_pct)
     to_endpoint = Link(PAPER_ENDPOINT_DELAY_MS)
     links: dict[tuple[str, str], Link] = {}
@@ -184,8 +193,9 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
         dsts = names if entry["dst"] == "*" else [entry["dst"]]
         for name in (*srcs, *dsts):
             if name not in names:
-                raise ConfigError(f"{path}: {where}: unknown host {name!r} "
-                                  f"(hosts: {', '.join(names)})")
+                raise ConfigError(
+                    f"{path}: {where}: unknown host {name!r} (hosts: {', '.join(names)})"
+                )
         values = make(entry, where)
         for s in srcs:
             for d in dsts:
@@ -195,8 +205,15 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
     return LinkMatrix(topology, links, profile="file")
 
 
-def build(profile: str, topology: Topology, *, delay_ms: float = 0.0, loss_pct: float = 0.0,
-          jitter_ms: float = 0.0, path: Path | str | None = None) -> LinkMatrix:
+def build(
+    profile: str,
+    topology: Topology,
+    *,
+    delay_ms: float = 0.0,
+    loss_pct: float = 0.0,
+    jitter_ms: float = 0.0,
+    path: Path | str | None = None,
+) -> LinkMatrix:
     """The matrix of ``profile`` (uniform, paper, file); ConfigError for anything invalid."""
     if profile == "uniform":
         return uniform(topology, delay_ms, loss_pct, jitter_ms)

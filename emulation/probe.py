@@ -63,7 +63,7 @@ def probe(address: str, count: int, interval_s: float, wait_s: float) -> dict:
                 break
             received = time.monotonic_ns()
             ihl = (packet[0] & 0x0F) * 4
-            kind, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl:ihl + 8])
+            kind, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
             if kind == 0 and rid == ident and rseq in sent and rseq not in rtts:
                 rtts[rseq] = (received - sent[rseq]) // 1000
     sock.close()

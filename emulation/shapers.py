@@ -43,8 +43,24 @@ def netem_available() -> bool:
         run(["ip", "netns", "add", ns])
         try:
             run(["ip", "-n", ns, "link", "add", "name", "p0", "type", "veth", "peer", "name", "p1"])
-            proc = run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "p0", "root",
-                        "netem", "delay", "1ms"], check=False)
+            proc = run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "p0",
+                    "root",
+                    "netem",
+                    "delay",
+                    "1ms",
+                ],
+                check=False,
+            )
             _netem_cache = proc.returncode == 0
         finally:
             run(["ip", "netns", "del", ns], check=False)
@@ -60,8 +76,9 @@ def resolve(name: str, backend: str = "netns") -> str:
         raise ConfigError(f"unknown shaper {name!r} (choose from {', '.join(SHAPERS)})")
     if backend_class(backend).remote:
         if name == "gateway":
-            raise ConfigError(f"the {backend} backend shapes inside its hosts: use --shaper "
-                              f"direct (or auto)")
+            raise ConfigError(
+                f"the {backend} backend shapes inside its hosts: use --shaper direct (or auto)"
+            )
         return "direct"
     if name == "auto":
         return "direct" if netem_available() else "gateway"
@@ -110,15 +127,19 @@ def gateway_rules(topology, ports: Sequence[Port]) -> list[Rule]:
     """Gateway: on the guest port facing each source, incoming traffic per destination."""
     return [
         Rule(src.name, dst.name, port.guest_if, "incoming", f"{dst.address}/32")
-        for src, port in zip(topology.hosts, ports)
-        for dst in topology.hosts if dst is not src
+        for src, port in zip(topology.hosts, ports, strict=True)
+        for dst in topology.hosts
+        if dst is not src
     ]
 
 
 def direct_rules(topology, src) -> list[Rule]:
     """Direct: on the source host's own eth0, outgoing traffic per destination."""
-    return [Rule(src.name, dst.name, "eth0", "outgoing", f"{dst.address}/32")
-            for dst in topology.hosts if dst is not src]
+    return [
+        Rule(src.name, dst.name, "eth0", "outgoing", f"{dst.address}/32")
+        for dst in topology.hosts
+        if dst is not src
+    ]
 
 
 class GatewayShaper:
@@ -133,8 +154,9 @@ class GatewayShaper:
         self.ports = ports_for(self.hosts)
         self.switch_ns = switch_namespace(tb.run_id)
         saved = emulation_state(tb).get("gateway")
-        self.vm = GatewayVM(tb.state.run_dir, self.switch_ns, self.ports,
-                            pid=saved["pid"] if saved else None)
+        self.vm = GatewayVM(
+            tb.state.run_dir, self.switch_ns, self.ports, pid=saved["pid"] if saved else None
+        )
         self.structure = Structure.from_dict(saved["structure"]) if saved else None
 
     def rules(self) -> list[Rule]:
@@ -146,10 +168,23 @@ class GatewayShaper:
         try:
             # Stand-ins named like the guest's ports: tcconfig checks the device exists.
             for port in self.ports:
-                run(["ip", "-n", ns, "link", "add", "name", port.guest_if, "type", "veth",
-                     "peer", "name", f"x{port.guest_if}"])
-            return tcgen.generate(self.rules(),
-                                  tcgen.run_tcset_in(["ip", "netns", "exec", ns]))
+                run(
+                    [
+                        "ip",
+                        "-n",
+                        ns,
+                        "link",
+                        "add",
+                        "name",
+                        port.guest_if,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        f"x{port.guest_if}",
+                    ]
+                )
+            return tcgen.generate(self.rules(), tcgen.run_tcset_in(["ip", "netns", "exec", ns]))
         finally:
             run(["ip", "netns", "del", ns], check=False)
 
@@ -159,14 +194,21 @@ class GatewayShaper:
             return 0.0
         t0 = time.monotonic()
         image = gw_image.load()
-        key = {"kind": "gateway", "rules": [r.__dict__ for r in self.rules()],
-               "limit": tcgen.NETEM_LIMIT, "tcconfig": version("tcconfig")}
+        key = {
+            "kind": "gateway",
+            "rules": [r.__dict__ for r in self.rules()],
+            "limit": tcgen.NETEM_LIMIT,
+            "tcconfig": version("tcconfig"),
+        }
         self.structure = _structure_cache(key, self._generate)
         try:
             boot_s = self.vm.start(image, self.structure.ifb_devices)
-            emulation_state(self.tb)["gateway"] = {"pid": self.vm.pid, "boot_s": boot_s,
-                                          "accel": self.vm.accel,
-                                          "structure": self.structure.to_dict()}
+            emulation_state(self.tb)["gateway"] = {
+                "pid": self.vm.pid,
+                "boot_s": boot_s,
+                "accel": self.vm.accel,
+                "structure": self.structure.to_dict(),
+            }
             _save(self.tb)
             run_all(wire_commands(self.switch_ns, self.ports, BRIDGE))
             self.vm.batch(self.structure.tc_lines)
@@ -202,8 +244,7 @@ class DirectShaper:
     def __init__(self, tb: Testbed):
         self.tb = tb
         saved = emulation_state(tb).get("direct")
-        self.structures = ({h: Structure.from_dict(s) for h, s in saved.items()}
-                           if saved else None)
+        self.structures = {h: Structure.from_dict(s) for h, s in saved.items()} if saved else None
 
     def start(self) -> float:
         if self.structures is not None:
@@ -213,8 +254,11 @@ class DirectShaper:
         for host in self.tb.topology.hosts:
             structures[host.name] = tcgen.generate(
                 direct_rules(self.tb.topology, host),
-                tcgen.run_tcset_via(lambda argv, h=host.name: self.tb.exec_argv(h, argv),
-                                    str(Path(self.tb.python).parent / "tcset")))
+                tcgen.run_tcset_via(
+                    lambda argv, h=host.name: self.tb.exec_argv(h, argv),
+                    str(Path(self.tb.python).parent / "tcset"),
+                ),
+            )
         self.structures = structures
         emulation_state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
         _save(self.tb)
@@ -224,8 +268,13 @@ class DirectShaper:
 
     def _batch(self, host: str, lines: Sequence[str]) -> None:
         argv = self.tb.exec_argv(host, ["tc", "-batch", "-"])
-        proc = subprocess.run(argv, input="".join(f"{ln}\n" for ln in lines),
-                              capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            argv,
+            input="".join(f"{ln}\n" for ln in lines),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if proc.returncode != 0:
             raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
 
@@ -260,9 +309,10 @@ def for_testbed(tb: Testbed, name: str = "auto") -> GatewayShaper | DirectShaper
     if tb.state is None:
         raise StateError("testbed is not up")
     current = emulation_state(tb).get("shaper")
-    chosen = (resolve(name, tb.backend_name) if current is None or name != "auto"
-              else current)
+    chosen = resolve(name, tb.backend_name) if current is None or name != "auto" else current
     if current is not None and chosen != current:
-        raise ConfigError(f"this testbed already shapes with {current}; "
-                          f"`python -m emulation clear --remove` first")
+        raise ConfigError(
+            f"this testbed already shapes with {current}; "
+            f"`python -m emulation clear --remove` first"
+        )
     return REGISTRY[chosen](tb)

@@ -71,31 +71,49 @@ class Structure:
     @property
     def ifb_devices(self) -> list[str]:
         # "link add ifb6682 type ifb"
-        return [c[2] for c in self.ip_commands
-                if c[:2] == ["link", "add"] and c[-2:] == ["type", "ifb"]]
+        return [
+            c[2] for c in self.ip_commands if c[:2] == ["link", "add"] and c[-2:] == ["type", "ifb"]
+        ]
 
     def to_dict(self) -> dict:
-        return {"ip_commands": self.ip_commands, "tc_lines": self.tc_lines,
-                "slots": {k: asdict(v) for k, v in self.slots.items()}}
+        return {
+            "ip_commands": self.ip_commands,
+            "tc_lines": self.tc_lines,
+            "slots": {k: asdict(v) for k, v in self.slots.items()},
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Structure":
-        return cls(data["ip_commands"], data["tc_lines"],
-                   {k: NetemSlot(**v) for k, v in data["slots"].items()})
+    def from_dict(cls, data: dict) -> Structure:
+        return cls(
+            data["ip_commands"],
+            data["tc_lines"],
+            {k: NetemSlot(**v) for k, v in data["slots"].items()},
+        )
 
 
 def tcset_argv(rule: Rule) -> list[str]:
     """The tcconfig command that prints (not runs) the structure of one rule."""
-    return [TCSET, rule.device, "--direction", rule.direction, "--dst-network",
-            rule.dst_network, "--limit", str(NETEM_LIMIT), "--add", "--tc-command"]
+    return [
+        TCSET,
+        rule.device,
+        "--direction",
+        rule.direction,
+        "--dst-network",
+        rule.dst_network,
+        "--limit",
+        str(NETEM_LIMIT),
+        "--add",
+        "--tc-command",
+    ]
 
 
-def generate(rules: Sequence[Rule], run_tcset: Callable[[list[str]], str],
-             parallel: int = 4) -> Structure:
+def generate(
+    rules: Sequence[Rule], run_tcset: Callable[[list[str]], str], parallel: int = 4
+) -> Structure:
     """Run tcconfig for every rule (``run_tcset`` executes one argv and returns stdout)."""
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         outputs = list(pool.map(lambda r: run_tcset(tcset_argv(r)), rules))
-    return merge(list(zip(rules, outputs)))
+    return merge(list(zip(rules, outputs, strict=True)))
 
 
 def merge(outputs: Sequence[tuple[Rule, str]]) -> Structure:
@@ -139,8 +157,10 @@ def merge(outputs: Sequence[tuple[Rule, str]]) -> Structure:
                 number = next_handle.get(device, 0x8000)
                 next_handle[device] = number + 1
                 handle = f"{number:x}"
-                line = (f"qdisc add dev {device} parent {netem['parent']} handle {handle}: "
-                        f"netem limit {NETEM_LIMIT}")
+                line = (
+                    f"qdisc add dev {device} parent {netem['parent']} handle {handle}: "
+                    f"netem limit {NETEM_LIMIT}"
+                )
                 structure.slots[key] = NetemSlot(device, netem["parent"], f"{handle}:")
                 found_netem = True
             if line not in seen_tc:
@@ -168,8 +188,10 @@ def change_lines(structure: Structure, links: dict[tuple[str, str], Link]) -> li
     for key, slot in structure.slots.items():
         src, dst = key.split(">")
         link = links.get((src, dst), Link())
-        lines.append(f"qdisc change dev {slot.device} parent {slot.parent} "
-                     f"handle {slot.handle} netem {netem_params(link)}")
+        lines.append(
+            f"qdisc change dev {slot.device} parent {slot.parent} "
+            f"handle {slot.handle} netem {netem_params(link)}"
+        )
     return lines
 
 
@@ -178,8 +200,9 @@ def run_tcset_in(exec_prefix: list[str]) -> Callable[[list[str]], str]:
     return run_tcset_via(lambda argv: [*exec_prefix, *argv])
 
 
-def run_tcset_via(exec_argv: Callable[[list[str]], list[str]],
-                  tcset: str | None = None) -> Callable[[list[str]], str]:
+def run_tcset_via(
+    exec_argv: Callable[[list[str]], list[str]], tcset: str | None = None
+) -> Callable[[list[str]], str]:
     """A ``run_tcset`` that runs tcconfig through ``exec_argv`` (e.g. SSH to a VM), with
     the host's own ``tcset`` when it lives elsewhere than this interpreter's."""
 

@@ -59,30 +59,51 @@ def binomial_interval(p_pct: float, n: int, level: float = 0.95) -> tuple[float,
     return (max(0.0, 100 * (p - half)), min(100.0, 100 * (p + half)))
 
 
-def pairs_to_check(matrix: LinkMatrix, sample: int | None = None,
-                   seed: int = 0) -> list[tuple[str, str]]:
+def pairs_to_check(
+    matrix: LinkMatrix, sample: int | None = None, seed: int = 0
+) -> list[tuple[str, str]]:
     """Unordered host pairs (every pair, or a seeded sample of ``sample`` of them)."""
     names = [h.name for h in matrix.topology.hosts]
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
     if sample is not None and sample < len(pairs):
         pairs = sorted(random.Random(seed).sample(pairs, sample))
     return pairs
 
 
-def measure_pair(tb: Testbed, matrix: LinkMatrix, a: str, b: str, *, rtt_probes: int = 100,
-                 loss_probes: int = 1000, level: float = 0.95) -> PairResult:
+def measure_pair(
+    tb: Testbed,
+    matrix: LinkMatrix,
+    a: str,
+    b: str,
+    *,
+    rtt_probes: int = 100,
+    loss_probes: int = 1000,
+    level: float = 0.95,
+) -> PairResult:
     """Probe b from a (ICMP echo, see emulation.probe) and compare with the matrix."""
     loss = matrix.round_trip_loss_pct(a, b)
     count = loss_probes if loss > 0 else rtt_probes
     rtt = matrix.rtt_ms(a, b)
     wait_s = max(1.0, 4 * rtt / 1000 + 4 * matrix.link(a, b).jitter_ms / 1000)
-    argv = [tb.python, "-m", "emulation.probe", tb.address(b), "--count", str(count),
-            "--interval", str(PROBE_INTERVAL_S), "--wait", str(wait_s)]
+    argv = [
+        tb.python,
+        "-m",
+        "emulation.probe",
+        tb.address(b),
+        "--count",
+        str(count),
+        "--interval",
+        str(PROBE_INTERVAL_S),
+        "--wait",
+        str(wait_s),
+    ]
     data = json.loads(tb.exec(a, argv, timeout=count * PROBE_INTERVAL_S + wait_s + 30).stdout)
     rtts = [us / 1000 for us in data["rtt_us"]]
     sent = data["sent"]
     return PairResult(
-        a, b, rtt,
+        a,
+        b,
+        rtt,
         percentile(rtts, 50) if rtts else None,
         percentile(rtts, 99) if rtts else None,
         loss,
@@ -92,18 +113,28 @@ def measure_pair(tb: Testbed, matrix: LinkMatrix, a: str, b: str, *, rtt_probes:
     )
 
 
-def verify(tb: Testbed, matrix: LinkMatrix, *, sample: int | None = None,
-           rtt_probes: int = 100, loss_probes: int = 1000, level: float = 0.95,
-           shaper: str | None = None, loss_location: str | None = None) -> dict[str, Any]:
+def verify(
+    tb: Testbed,
+    matrix: LinkMatrix,
+    *,
+    sample: int | None = None,
+    rtt_probes: int = 100,
+    loss_probes: int = 1000,
+    level: float = 0.95,
+    shaper: str | None = None,
+    loss_location: str | None = None,
+) -> dict[str, Any]:
     """Measure every (or a sample of) host pair; returns data a sweep can store."""
-    results = [measure_pair(tb, matrix, a, b, rtt_probes=rtt_probes, loss_probes=loss_probes,
-                            level=level)
-               for a, b in pairs_to_check(matrix, sample)]
+    results = [
+        measure_pair(tb, matrix, a, b, rtt_probes=rtt_probes, loss_probes=loss_probes, level=level)
+        for a, b in pairs_to_check(matrix, sample)
+    ]
     return {
         "shaper": shaper,
         "loss_location": loss_location,
         "profile": matrix.profile,
         "level": level,
-        "pairs": [{**asdict(r), "rtt_error_ms": r.rtt_error_ms, "loss_ok": r.loss_ok}
-                  for r in results],
+        "pairs": [
+            {**asdict(r), "rtt_error_ms": r.rtt_error_ms, "loss_ok": r.loss_ok} for r in results
+        ],
     }

@@ -40,8 +40,9 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        return (f"n{self.nodes}-rf{self.rf}-l{self.latency_ms:g}-p{self.loss_pct:g}"
-                f"-r{self.repetition}")
+        return (
+            f"n{self.nodes}-rf{self.rf}-l{self.latency_ms:g}-p{self.loss_pct:g}-r{self.repetition}"
+        )
 
     @property
     def network(self) -> tuple[int, int, float, float]:
@@ -91,46 +92,57 @@ class SweepConfig:
                 raise ConfigError(
                     f"rf {', '.join(map(str, too_big))} exceeds every node count "
                     f"({', '.join(map(str, self.nodes))}): a keyspace cannot have more "
-                    f"replicas than nodes")
+                    f"replicas than nodes"
+                )
         set_(self, "latency_ms", _floats("latency_ms", self.latency_ms, 0, MAX_DELAY_MS))
         set_(self, "loss_pct", _floats("loss_pct", self.loss_pct, 0, 99.999))
         if self.profile not in PROFILES:
-            raise ConfigError(f"unknown profile {self.profile!r} "
-                              f"(choose from {', '.join(PROFILES)})")
+            raise ConfigError(
+                f"unknown profile {self.profile!r} (choose from {', '.join(PROFILES)})"
+            )
         if self.profile == "file":
             if not self.links_file:
                 raise ConfigError("profile 'file' needs links_file (--links FILE)")
             if not Path(self.links_file).is_file():
                 raise ConfigError(f"links file not found: {self.links_file}")
             if len(self.latency_ms) != 1 or len(self.loss_pct) != 1:
-                raise ConfigError("profile 'file' takes its delays and losses from the links "
-                                  "file: give a single --latency and --loss (labels only)")
+                raise ConfigError(
+                    "profile 'file' takes its delays and losses from the links "
+                    "file: give a single --latency and --loss (labels only)"
+                )
         elif self.links_file:
-            raise ConfigError(f"links_file is only used with profile 'file', not "
-                              f"{self.profile!r}")
+            raise ConfigError(f"links_file is only used with profile 'file', not {self.profile!r}")
         set_(self, "cl", check_level(self.cl))
         if self.policy not in POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r} (choose from "
-                              f"{', '.join(POLICIES)})")
+            raise ConfigError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
         if self.shaper not in SHAPERS:
-            raise ConfigError(f"unknown shaper {self.shaper!r} (choose from "
-                              f"{', '.join(SHAPERS)})")
+            raise ConfigError(f"unknown shaper {self.shaper!r} (choose from {', '.join(SHAPERS)})")
         if self.jvm_profile not in JVM_PROFILES:
-            raise ConfigError(f"unknown jvm_profile {self.jvm_profile!r} (choose from "
-                              f"{', '.join(JVM_PROFILES)})")
+            raise ConfigError(
+                f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
+            )
         backend_class(self.backend)
-        for name, low in (("writes", 1), ("warmup", 0), ("repetitions", 1),
-                          ("verify_probes", 0), ("heap_mb", 128), ("baseline_writes", 0),
-                          ("cluster_warmup", 0)):
+        for name, low in (
+            ("writes", 1),
+            ("warmup", 0),
+            ("repetitions", 1),
+            ("verify_probes", 0),
+            ("heap_mb", 128),
+            ("baseline_writes", 0),
+            ("cluster_warmup", 0),
+        ):
             _int(name, getattr(self, name), low)
         if 0 < self.verify_probes < 20:
             raise ConfigError("verify_probes must be 0 (no check) or at least 20")
         _int("seed", self.seed, 0)
-        if (isinstance(self.request_timeout_s, bool)
-                or not isinstance(self.request_timeout_s, (int, float))
-                or not 1 <= self.request_timeout_s <= 600):
-            raise ConfigError(f"request_timeout_s must be between 1 and 600 s, "
-                              f"got {self.request_timeout_s!r}")
+        if (
+            isinstance(self.request_timeout_s, bool)
+            or not isinstance(self.request_timeout_s, (int, float))
+            or not 1 <= self.request_timeout_s <= 600
+        ):
+            raise ConfigError(
+                f"request_timeout_s must be between 1 and 600 s, got {self.request_timeout_s!r}"
+            )
         if not str(self.out).strip():
             raise ConfigError("out must name a results directory")
         pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
@@ -141,7 +153,8 @@ class SweepConfig:
             raise ConfigError(
                 f"consistency level {self.cl} needs {required_acks(self.cl, short[0])} "
                 f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
-                f"every write would fail; drop those RFs or choose another level")
+                f"every write would fail; drop those RFs or choose another level"
+            )
 
     # -- the grid --------------------------------------------------------------------------
 
@@ -162,12 +175,14 @@ class SweepConfig:
     def cells(self) -> list[Cell]:
         """Every cell in execution order: node count (one cluster each), repetition,
         network setting (one emulation change each), then RF (one keyspace each)."""
-        return [Cell(n, r, lat, loss, rep)
-                for n in self.nodes
-                for rep in range(1, self.repetitions + 1)
-                for lat in self.latency_ms
-                for loss in self.loss_pct
-                for r in self.rfs(n)]
+        return [
+            Cell(n, r, lat, loss, rep)
+            for n in self.nodes
+            for rep in range(1, self.repetitions + 1)
+            for lat in self.latency_ms
+            for loss in self.loss_pct
+            for r in self.rfs(n)
+        ]
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the measurements (not where they are stored):
@@ -188,12 +203,13 @@ class SweepConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SweepConfig":
+    def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ConfigError(f"unknown sweep settings {sorted(unknown)} "
-                              f"(known: {', '.join(sorted(known))})")
+            raise ConfigError(
+                f"unknown sweep settings {sorted(unknown)} (known: {', '.join(sorted(known))})"
+            )
         values = dict(data)
         for key in ("nodes", "rf", "latency_ms", "loss_pct"):
             if key in values and values[key] is not None:
@@ -206,8 +222,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     data = read_toml(path, "config file")
     if set(data) - {"sweep"}:
-        raise ConfigError(f"{path}: unknown tables {sorted(set(data) - {'sweep'})} "
-                          f"(settings go in [sweep])")
+        raise ConfigError(
+            f"{path}: unknown tables {sorted(set(data) - {'sweep'})} (settings go in [sweep])"
+        )
     table = dict(data.get("sweep", {}))
     if table.get("links_file"):  # relative to the config file, like an include
         table["links_file"] = str((path.parent / table["links_file"]).resolve())
@@ -246,8 +263,9 @@ def parse_list(name: str, text: str, kind: type) -> tuple:
             else:
                 items.append(kind(part))
         except ValueError as exc:
-            raise ConfigError(f"{name}: cannot read {part!r} as {kind.__name__} "
-                              f"(use e.g. 0,20,40 or 0..100..10)") from exc
+            raise ConfigError(
+                f"{name}: cannot read {part!r} as {kind.__name__} (use e.g. 0,20,40 or 0..100..10)"
+            ) from exc
     return tuple(items)
 
 
@@ -263,8 +281,10 @@ def _rf_values(values: Any) -> tuple[int | str, ...]:
         elif isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_EDGE_NODES:
             out.append(v)
         else:
-            raise ConfigError(f"rf values must be integers from 1 to {MAX_EDGE_NODES} or "
-                              f"'k' (the node count), got {v!r}")
+            raise ConfigError(
+                f"rf values must be integers from 1 to {MAX_EDGE_NODES} or "
+                f"'k' (the node count), got {v!r}"
+            )
     if len(set(out)) != len(out):
         raise ConfigError(f"rf lists a value twice: {list(values)}")
     return tuple(out)
@@ -290,8 +310,7 @@ def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
         raise ConfigError(f"{name} is empty: the grid needs at least one value")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            raise ConfigError(f"{name} values must be integers from {low} to {high}, "
-                              f"got {v!r}")
+            raise ConfigError(f"{name} values must be integers from {low} to {high}, got {v!r}")
     if len(set(values)) != len(values):
         raise ConfigError(f"{name} lists a value twice: {list(values)}")
     return tuple(values)
@@ -306,8 +325,7 @@ def _floats(name: str, values: Any, low: float, high: float) -> tuple[float, ...
         if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
             raise ConfigError(f"{name} values must be numbers, got {v!r}")
         if not low <= v <= high:
-            raise ConfigError(f"{name} values must be between {low:g} and {high:g}, "
-                              f"got {v:g}")
+            raise ConfigError(f"{name} values must be between {low:g} and {high:g}, got {v:g}")
         out.append(float(v))
     if len(set(out)) != len(out):
         raise ConfigError(f"{name} lists a value twice: {out}")

@@ -9,8 +9,17 @@ from testbed.errors import ConfigError
 
 # Levels a plain (non-LWT) INSERT accepts. SERIAL and LOCAL_SERIAL only order the Paxos
 # phase of lightweight transactions; Cassandra rejects them for a plain write.
-WRITE_LEVELS = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM",
-                "EACH_QUORUM", "LOCAL_ONE")
+WRITE_LEVELS = (
+    "ANY",
+    "ONE",
+    "TWO",
+    "THREE",
+    "QUORUM",
+    "ALL",
+    "LOCAL_QUORUM",
+    "EACH_QUORUM",
+    "LOCAL_ONE",
+)
 SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
 
 
@@ -18,11 +27,14 @@ def check_level(name: str) -> str:
     """The upper-case level name; ConfigError for an unknown or read-only level."""
     level = str(name).upper()
     if level in SERIAL_LEVELS:
-        raise ConfigError(f"consistency level {level} is only for lightweight transactions; "
-                          f"a plain write takes one of {', '.join(WRITE_LEVELS)}")
+        raise ConfigError(
+            f"consistency level {level} is only for lightweight transactions; "
+            f"a plain write takes one of {', '.join(WRITE_LEVELS)}"
+        )
     if level not in WRITE_LEVELS:
-        raise ConfigError(f"unknown consistency level {name!r} "
-                          f"(choose from {', '.join(WRITE_LEVELS)})")
+        raise ConfigError(
+            f"unknown consistency level {name!r} (choose from {', '.join(WRITE_LEVELS)})"
+        )
     return level
 
 

@@ -35,8 +35,9 @@ def _miss_probability(available: int, needed: int, loss: float) -> float:
     if needed <= 0:
         return 0.0
     ok = 1 - loss
-    got = sum(comb(available, k) * ok ** k * loss ** (available - k)
-              for k in range(needed, available + 1))
+    got = sum(
+        comb(available, k) * ok**k * loss ** (available - k) for k in range(needed, available + 1)
+    )
     return 1 - got
 
 
@@ -44,23 +45,35 @@ def _miss_probability(available: int, needed: int, loss: float) -> float:
 def write_ms(config: SweepConfig, cell: Cell) -> float:
     """Expected time of one write of ``cell``."""
     topo = Topology(edge_nodes=cell.nodes)
-    matrix = links.build(config.profile, topo, delay_ms=cell.latency_ms,
-                         loss_pct=cell.loss_pct, path=config.links_file)
+    matrix = links.build(
+        config.profile,
+        topo,
+        delay_ms=cell.latency_ms,
+        loss_pct=cell.loss_pct,
+        path=config.links_file,
+    )
     ep = topo.endpoint.name
     edges = [h.name for h in topo.edges]
     client_rtt = sum(matrix.rtt_ms(ep, e) for e in edges) / len(edges)
     client_loss = sum(matrix.round_trip_loss_pct(ep, e) for e in edges) / len(edges) / 100
     pairs = [(a, b) for a in edges for b in edges if a != b]
     edge_rtt = sum(matrix.rtt_ms(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
-    edge_loss = (sum(matrix.round_trip_loss_pct(a, b) for a, b in pairs) / len(pairs) / 100
-                 if pairs else 0.0)
+    edge_loss = (
+        sum(matrix.round_trip_loss_pct(a, b) for a, b in pairs) / len(pairs) / 100 if pairs else 0.0
+    )
     acks = required_acks(config.cl, cell.rf)
     p_c = cell.rf / cell.nodes
     remote_needed = p_c * (1.0 if acks > 1 else 0.0) + (1 - p_c)
-    miss = (p_c * _miss_probability(cell.rf - 1, acks - 1, edge_loss)
-            + (1 - p_c) * _miss_probability(cell.rf, acks, edge_loss))
-    return (BASE_WRITE_MS + client_rtt + remote_needed * edge_rtt
-            + client_loss * (RTO_MS + client_rtt) + miss * (RTO_MS + edge_rtt))
+    miss = p_c * _miss_probability(cell.rf - 1, acks - 1, edge_loss) + (
+        1 - p_c
+    ) * _miss_probability(cell.rf, acks, edge_loss)
+    return (
+        BASE_WRITE_MS
+        + client_rtt
+        + remote_needed * edge_rtt
+        + client_loss * (RTO_MS + client_rtt)
+        + miss * (RTO_MS + edge_rtt)
+    )
 
 
 def cell_s(config: SweepConfig, cell: Cell) -> float:
@@ -74,8 +87,9 @@ def verify_s(config: SweepConfig, cell: Cell) -> float:
     return config.verify_probes * PROBE_INTERVAL_S + wait + 0.5
 
 
-def split_s(config: SweepConfig, cells: list[Cell], *, up: int | None = None
-            ) -> tuple[float, float]:
+def split_s(
+    config: SweepConfig, cells: list[Cell], *, up: int | None = None
+) -> tuple[float, float]:
     """(time in cells, fixed time: bring-ups and checks) for ``cells``; ``up`` is a node
     count whose cluster is already running (no bring-up counted for it)."""
     in_cells = fixed = 0.0
@@ -83,8 +97,9 @@ def split_s(config: SweepConfig, cells: list[Cell], *, up: int | None = None
     for cell in cells:
         if cell.nodes not in seen_nodes:
             seen_nodes.add(cell.nodes)
-            fixed += bringup_s(cell.nodes) + ((config.baseline_writes + config.cluster_warmup)
-                                              * BASE_WRITE_MS / 1000)
+            fixed += bringup_s(cell.nodes) + (
+                (config.baseline_writes + config.cluster_warmup) * BASE_WRITE_MS / 1000
+            )
         if cell.network not in seen_networks:
             seen_networks.add(cell.network)
             fixed += verify_s(config, cell)

@@ -22,8 +22,12 @@ FORMATS = ("csv", "parquet")
 CHUNK = 100_000
 
 
-def export(directory: str | Path, fmt: str = "csv", run_id: str | None = None,
-           out: str | Path | None = None) -> dict[str, Path]:
+def export(
+    directory: str | Path,
+    fmt: str = "csv",
+    run_id: str | None = None,
+    out: str | Path | None = None,
+) -> dict[str, Path]:
     """Export the store in ``directory``; returns the files written."""
     if fmt not in FORMATS:
         raise TestbedError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
@@ -35,15 +39,24 @@ def export(directory: str | Path, fmt: str = "csv", run_id: str | None = None,
         target.mkdir(parents=True, exist_ok=True)
         written = {}
         rows = store.iter_request_rows(run_id)
-        written["requests"] = _write(target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS,
-                                     rows)
+        written["requests"] = _write(target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows)
         cells = store.cells(run_id)
-        cell_rows = ([json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS]
-                     for c in cells)
+        cell_rows = (
+            [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
+        )
         written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows)
-        runs = [{"run_id": r.run_id, "status": r.status, "started": r.started,
-                 "finished": r.finished, "config": r.config, "manifest": r.manifest}
-                for r in store.runs() if run_id in (None, r.run_id)]
+        runs = [
+            {
+                "run_id": r.run_id,
+                "status": r.status,
+                "started": r.started,
+                "finished": r.finished,
+                "config": r.config,
+                "manifest": r.manifest,
+            }
+            for r in store.runs()
+            if run_id in (None, r.run_id)
+        ]
         written["runs"] = target / "runs.json"
         written["runs"].write_text(json.dumps(runs, indent=1))
         return written
@@ -85,8 +98,10 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.export",
-                                description="Export a results directory, one row per request.")
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.export",
+        description="Export a results directory, one row per request.",
+    )
     p.add_argument("directory", help="results directory (holds results.sqlite)")
     p.add_argument("--format", choices=FORMATS, default="csv")
     p.add_argument("--run", help="only this run id")

@@ -19,14 +19,20 @@ REDRAW_S = 0.5
 
 
 def describe(cell: Cell) -> str:
-    return (f"n={cell.nodes} RF{cell.rf} L={cell.latency_ms:g}ms p={cell.loss_pct:g}% "
-            f"rep {cell.repetition}")
+    return (
+        f"n={cell.nodes} RF{cell.rf} L={cell.latency_ms:g}ms p={cell.loss_pct:g}% "
+        f"rep {cell.repetition}"
+    )
 
 
 class Progress:
-    def __init__(self, total: int, done: int,
-                 remaining_estimate: Callable[[], tuple[float, float]],
-                 stream: TextIO = sys.stderr):
+    def __init__(
+        self,
+        total: int,
+        done: int,
+        remaining_estimate: Callable[[], tuple[float, float]],
+        stream: TextIO = sys.stderr,
+    ):
         self.total, self.done = total, done
         self.remaining_estimate = remaining_estimate
         self.stream = stream
@@ -57,8 +63,10 @@ class Progress:
         bar = "#" * filled + "-" * (width - filled)
         where = describe(self.cell) if self.cell else ""
         writes = f" {self.writes[0]}/{self.writes[1]} writes" if self.writes[1] else ""
-        return (f"[{bar}] {self.done}/{self.total} ({pct:.0f}%) {where}{writes} | "
-                f"elapsed {fmt_duration(time.monotonic() - self.start)} ETA {self._eta()}")
+        return (
+            f"[{bar}] {self.done}/{self.total} ({pct:.0f}%) {where}{writes} | "
+            f"elapsed {fmt_duration(time.monotonic() - self.start)} ETA {self._eta()}"
+        )
 
     def _draw(self, force: bool = False) -> None:
         if not self.tty:
@@ -94,8 +102,7 @@ class Progress:
         self.cell, self.writes = None, (0, 0)
         line = f"[{self.done}/{self.total}] {describe(cell)}: {summary}"
         if not self.tty:
-            line += (f" | elapsed {fmt_duration(time.monotonic() - self.start)}"
-                     f" ETA {self._eta()}")
+            line += f" | elapsed {fmt_duration(time.monotonic() - self.start)} ETA {self._eta()}"
         self.note(line)
 
     def close(self) -> None:

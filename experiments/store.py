@@ -78,11 +78,37 @@ CREATE TABLE IF NOT EXISTS testbeds (
 );
 """
 
-CELL_COLUMNS = ("run_id", "cell_id", "nodes", "rf", "cl", "policy", "profile", "latency_ms",
-                "loss_pct", "repetition", "writes", "warmup", "key_seed", "shaping",
-                "testbed_run", "started", "finished")
-REQUEST_COLUMNS = ("run_id", "cell_id", "seq", "key", "coordinator", "replicas",
-                   "coordinator_is_replica", "rtt_ns", "error", "t_start_ns")
+CELL_COLUMNS = (
+    "run_id",
+    "cell_id",
+    "nodes",
+    "rf",
+    "cl",
+    "policy",
+    "profile",
+    "latency_ms",
+    "loss_pct",
+    "repetition",
+    "writes",
+    "warmup",
+    "key_seed",
+    "shaping",
+    "testbed_run",
+    "started",
+    "finished",
+)
+REQUEST_COLUMNS = (
+    "run_id",
+    "cell_id",
+    "seq",
+    "key",
+    "coordinator",
+    "replicas",
+    "coordinator_is_replica",
+    "rtt_ns",
+    "error",
+    "t_start_ns",
+)
 
 
 @dataclass(frozen=True)
@@ -114,13 +140,14 @@ class Store:
             if row is None:
                 self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) != SCHEMA_VERSION:
-                raise StateError(f"{self.path} has schema {row[0]}, this tool writes "
-                                 f"{SCHEMA_VERSION}")
+                raise StateError(
+                    f"{self.path} has schema {row[0]}, this tool writes {SCHEMA_VERSION}"
+                )
 
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -128,13 +155,14 @@ class Store:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def begin_run(self, run_id: str, fingerprint: str, name: str, config: dict,
-                  manifest: dict) -> None:
+    def begin_run(
+        self, run_id: str, fingerprint: str, name: str, config: dict, manifest: dict
+    ) -> None:
         with self.db:
             self.db.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, 'running', ?, NULL)",
-                (run_id, fingerprint, name, json.dumps(config), json.dumps(manifest),
-                 time.time()))
+                (run_id, fingerprint, name, json.dumps(config), json.dumps(manifest), time.time()),
+            )
 
     def latest_run(self, fingerprint: str) -> RunInfo | None:
         matching = [r for r in self.runs() if r.fingerprint == fingerprint]
@@ -148,9 +176,11 @@ class Store:
     def runs(self) -> list[RunInfo]:
         rows = self.db.execute(
             "SELECT run_id, fingerprint, status, config, manifest, started, finished "
-            "FROM runs ORDER BY started").fetchall()
-        return [RunInfo(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6])
-                for r in rows]
+            "FROM runs ORDER BY started"
+        ).fetchall()
+        return [
+            RunInfo(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6]) for r in rows
+        ]
 
     def run(self, run_id: str) -> RunInfo:
         for r in self.runs():
@@ -161,46 +191,55 @@ class Store:
     def set_status(self, run_id: str, status: str) -> None:
         finished = time.time() if status != "running" else None
         with self.db:
-            self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?",
-                            (status, finished, run_id))
+            self.db.execute(
+                "UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, finished, run_id)
+            )
 
     def update_manifest(self, run_id: str, **entries: Any) -> dict:
         """Merge ``entries`` into the run's manifest (one level deep for dict values)."""
         with self.db:
-            (text,) = self.db.execute("SELECT manifest FROM runs WHERE run_id=?",
-                                      (run_id,)).fetchone()
+            (text,) = self.db.execute(
+                "SELECT manifest FROM runs WHERE run_id=?", (run_id,)
+            ).fetchone()
             manifest = json.loads(text)
             for key, value in entries.items():
                 if isinstance(value, dict) and isinstance(manifest.get(key), dict):
                     manifest[key].update(value)
                 else:
                     manifest[key] = value
-            self.db.execute("UPDATE runs SET manifest=? WHERE run_id=?",
-                            (json.dumps(manifest), run_id))
+            self.db.execute(
+                "UPDATE runs SET manifest=? WHERE run_id=?", (json.dumps(manifest), run_id)
+            )
         return manifest
 
     # -- testbeds --------------------------------------------------------------------------
 
     def testbed_started(self, run_id: str, testbed_run: str, nodes: int) -> None:
         with self.db:
-            self.db.execute("INSERT INTO testbeds VALUES (?, ?, ?, 'up', ?)",
-                            (run_id, testbed_run, nodes, time.time()))
+            self.db.execute(
+                "INSERT INTO testbeds VALUES (?, ?, ?, 'up', ?)",
+                (run_id, testbed_run, nodes, time.time()),
+            )
 
     def testbed_down(self, testbed_run: str) -> None:
         with self.db:
-            self.db.execute("UPDATE testbeds SET status='down' WHERE testbed_run=?",
-                            (testbed_run,))
+            self.db.execute("UPDATE testbeds SET status='down' WHERE testbed_run=?", (testbed_run,))
 
     def testbeds_up(self) -> list[str]:
         """Testbeds a run started and did not record as down (a killed sweep's)."""
-        return [r[0] for r in self.db.execute(
-            "SELECT testbed_run FROM testbeds WHERE status='up' ORDER BY started")]
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT testbed_run FROM testbeds WHERE status='up' ORDER BY started"
+            )
+        ]
 
     # -- cells -----------------------------------------------------------------------------
 
     def done_cells(self, run_id: str) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT cell_id FROM cells WHERE run_id=?",
-                                              (run_id,))}
+        return {
+            r[0] for r in self.db.execute("SELECT cell_id FROM cells WHERE run_id=?", (run_id,))
+        }
 
     def commit_cell(self, cell: dict[str, Any], requests: Sequence[dict[str, Any]]) -> None:
         """Store a cell and all its requests atomically."""
@@ -208,11 +247,13 @@ class Store:
             self.db.execute(
                 f"INSERT INTO cells ({', '.join(CELL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
-                [json.dumps(cell[c]) if c == "shaping" else cell[c] for c in CELL_COLUMNS])
+                [json.dumps(cell[c]) if c == "shaping" else cell[c] for c in CELL_COLUMNS],
+            )
             self.db.executemany(
                 f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})",
-                ([r[c] for c in REQUEST_COLUMNS] for r in requests))
+                ([r[c] for c in REQUEST_COLUMNS] for r in requests),
+            )
 
     def cells(self, run_id: str | None = None) -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(CELL_COLUMNS)} FROM cells"
@@ -222,38 +263,64 @@ class Store:
             args = (run_id,)
         out = []
         for row in self.db.execute(sql + " ORDER BY started", args):
-            cell = dict(zip(CELL_COLUMNS, row))
+            cell = dict(zip(CELL_COLUMNS, row, strict=True))
             cell["shaping"] = json.loads(cell["shaping"])
             out.append(cell)
         return out
 
     def rtts_ns(self, run_id: str, cell_id: str) -> list[int]:
-        return [r[0] for r in self.db.execute(
-            "SELECT rtt_ns FROM requests WHERE run_id=? AND cell_id=? ORDER BY seq",
-            (run_id, cell_id))]
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT rtt_ns FROM requests WHERE run_id=? AND cell_id=? ORDER BY seq",
+                (run_id, cell_id),
+            )
+        ]
 
     def errors(self, run_id: str, cell_id: str) -> int:
-        (n,) = self.db.execute("SELECT COUNT(*) FROM requests WHERE run_id=? AND cell_id=? "
-                               "AND error IS NOT NULL", (run_id, cell_id)).fetchone()
+        (n,) = self.db.execute(
+            "SELECT COUNT(*) FROM requests WHERE run_id=? AND cell_id=? AND error IS NOT NULL",
+            (run_id, cell_id),
+        ).fetchone()
         return n
 
     def total_rtt_ns(self, run_id: str) -> int:
-        (total,) = self.db.execute("SELECT COALESCE(SUM(rtt_ns), 0) FROM requests "
-                                   "WHERE run_id=?", (run_id,)).fetchone()
+        (total,) = self.db.execute(
+            "SELECT COALESCE(SUM(rtt_ns), 0) FROM requests WHERE run_id=?", (run_id,)
+        ).fetchone()
         return total
 
     # -- export ----------------------------------------------------------------------------
 
-    EXPORT_COLUMNS = ("run_id", "cell_id", "nodes", "rf", "cl", "policy", "profile",
-                      "latency_ms", "loss_pct", "repetition", "seq", "key", "coordinator",
-                      "replicas", "coordinator_is_replica", "rtt_ns", "error", "t_start_ns")
+    EXPORT_COLUMNS = (
+        "run_id",
+        "cell_id",
+        "nodes",
+        "rf",
+        "cl",
+        "policy",
+        "profile",
+        "latency_ms",
+        "loss_pct",
+        "repetition",
+        "seq",
+        "key",
+        "coordinator",
+        "replicas",
+        "coordinator_is_replica",
+        "rtt_ns",
+        "error",
+        "t_start_ns",
+    )
 
     def iter_request_rows(self, run_id: str | None = None) -> Iterator[tuple]:
         """One tuple per request, joined with its cell (EXPORT_COLUMNS order)."""
-        sql = ("SELECT r.run_id, r.cell_id, c.nodes, c.rf, c.cl, c.policy, c.profile, "
-               "c.latency_ms, c.loss_pct, c.repetition, r.seq, r.key, r.coordinator, "
-               "r.replicas, r.coordinator_is_replica, r.rtt_ns, r.error, r.t_start_ns "
-               "FROM requests r JOIN cells c ON r.run_id = c.run_id AND r.cell_id = c.cell_id")
+        sql = (
+            "SELECT r.run_id, r.cell_id, c.nodes, c.rf, c.cl, c.policy, c.profile, "
+            "c.latency_ms, c.loss_pct, c.repetition, r.seq, r.key, r.coordinator, "
+            "r.replicas, r.coordinator_is_replica, r.rtt_ns, r.error, r.t_start_ns "
+            "FROM requests r JOIN cells c ON r.run_id = c.run_id AND r.cell_id = c.cell_id"
+        )
         args: tuple = ()
         if run_id:
             sql += " WHERE r.run_id=?"

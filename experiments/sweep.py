@@ -54,13 +54,20 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.sweep",
         description="Measure Cassandra writes over a grid of node counts, replication "
-                    "factors, latencies and losses. Lists take 0,20,40 or 0..100..10.")
+        "factors, latencies and losses. Lists take 0,20,40 or 0..100..10.",
+    )
     p.add_argument("--config", metavar="FILE", help="TOML file with a [sweep] table")
-    p.add_argument("--quick", action="store_true",
-                   help="preset: 3 and 5 nodes, latency 0/50/100, loss 0.5/7.5, 200 writes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="preset: 3 and 5 nodes, latency 0/50/100, loss 0.5/7.5, 200 writes",
+    )
     p.add_argument("--nodes", help="node counts, e.g. 3,5 (default 3,4,5)")
-    p.add_argument("--rf", help="replication factors, k = the node count (default 1..k; "
-                                "RFs above a node count are skipped for it)")
+    p.add_argument(
+        "--rf",
+        help="replication factors, k = the node count (default 1..k; "
+        "RFs above a node count are skipped for it)",
+    )
     p.add_argument("--latency", help="one-way edge latencies in ms (default 0..100..10)")
     p.add_argument("--loss", help="packet loss in %% (default 0.5,2.5,7.5)")
     p.add_argument("--profile", help="paper (default), uniform or file")
@@ -74,29 +81,51 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help="testbed backend (default netns)")
     p.add_argument("--shaper", help="auto (default), gateway or direct")
     p.add_argument("--out", metavar="DIR", help="results directory (default ./results)")
-    p.add_argument("--verify-probes", type=int,
-                   help="ICMP probes per network setting to check the shaping (0: skip)")
+    p.add_argument(
+        "--verify-probes",
+        type=int,
+        help="ICMP probes per network setting to check the shaping (0: skip)",
+    )
     p.add_argument("--heap-mb", type=int, help="Cassandra heap per node (default 256)")
     p.add_argument("--jvm-profile", help="fast (default) or standard")
-    p.add_argument("--cluster-warmup", type=int,
-                   help="unrecorded writes after each bring-up (default 500)")
+    p.add_argument(
+        "--cluster-warmup", type=int, help="unrecorded writes after each bring-up (default 500)"
+    )
     p.add_argument("--timeout", type=float, help="driver request timeout in s (default 12)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the cells and an estimated duration, run nothing")
-    p.add_argument("--new-run", action="store_true",
-                   help="measure again even if this configuration is stored complete")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the cells and an estimated duration, run nothing",
+    )
+    p.add_argument(
+        "--new-run",
+        action="store_true",
+        help="measure again even if this configuration is stored complete",
+    )
     return p
 
 
 FLAG_FIELDS = {  # flag dest -> (config field, list element type or None for scalars)
-    "nodes": ("nodes", int), "rf": ("rf", "rf"), "latency": ("latency_ms", float),
-    "loss": ("loss_pct", float), "profile": ("profile", None), "links": ("links_file", None),
-    "cl": ("cl", None), "writes": ("writes", None), "warmup": ("warmup", None),
-    "repetitions": ("repetitions", None), "policy": ("policy", None), "seed": ("seed", None),
-    "backend": ("backend", None), "shaper": ("shaper", None), "out": ("out", None),
-    "verify_probes": ("verify_probes", None), "heap_mb": ("heap_mb", None),
+    "nodes": ("nodes", int),
+    "rf": ("rf", "rf"),
+    "latency": ("latency_ms", float),
+    "loss": ("loss_pct", float),
+    "profile": ("profile", None),
+    "links": ("links_file", None),
+    "cl": ("cl", None),
+    "writes": ("writes", None),
+    "warmup": ("warmup", None),
+    "repetitions": ("repetitions", None),
+    "policy": ("policy", None),
+    "seed": ("seed", None),
+    "backend": ("backend", None),
+    "shaper": ("shaper", None),
+    "out": ("out", None),
+    "verify_probes": ("verify_probes", None),
+    "heap_mb": ("heap_mb", None),
     "jvm_profile": ("jvm_profile", None),
-    "cluster_warmup": ("cluster_warmup", None), "timeout": ("request_timeout_s", None),
+    "cluster_warmup": ("cluster_warmup", None),
+    "timeout": ("request_timeout_s", None),
 }
 
 
@@ -112,8 +141,11 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         if raw is None:
             continue
         if kind == "rf":  # integers or k (the node count)
-            values[name] = tuple(x if x.strip().lower() == "k" else parse_list(name, x, int)[0]
-                                 for x in raw.split(",") if x.strip())
+            values[name] = tuple(
+                x if x.strip().lower() == "k" else parse_list(name, x, int)[0]
+                for x in raw.split(",")
+                if x.strip()
+            )
         else:
             values[name] = parse_list(name, raw, kind) if kind else raw
     if args.links:
@@ -128,51 +160,66 @@ def stats_ms(rtts_ns: Sequence[int]) -> dict[str, float]:
     a = np.asarray(rtts_ns, dtype=float) / 1e6
     if a.size == 0:
         return {"n": 0}
-    return {"n": int(a.size), "mean": float(a.mean()), "median": float(np.median(a)),
-            "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)),
-            "max": float(a.max())}
+    return {
+        "n": int(a.size),
+        "mean": float(a.mean()),
+        "median": float(np.median(a)),
+        "p95": float(np.percentile(a, 95)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
 
 
 def summary_table(store: Store, run_id: str) -> str:
     cells = store.cells(run_id)
     if not cells:
         return "(no cells stored)"
-    head = (f"{'nodes':>5} {'RF':>3} {'lat ms':>6} {'loss %':>6} {'rep':>3} {'writes':>6} "
-            f"{'mean ms':>8} {'median':>8} {'p95':>8} {'errors':>6} {'c∈R':>5}")
+    head = (
+        f"{'nodes':>5} {'RF':>3} {'lat ms':>6} {'loss %':>6} {'rep':>3} {'writes':>6} "
+        f"{'mean ms':>8} {'median':>8} {'p95':>8} {'errors':>6} {'c∈R':>5}"
+    )
     lines = [head, "-" * len(head)]
-    order = sorted(cells, key=lambda c: (c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"],
-                                         c["repetition"]))
+    order = sorted(
+        cells, key=lambda c: (c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"], c["repetition"])
+    )
     for c in order:
         s = stats_ms(store.rtts_ns(run_id, c["cell_id"]))
         cir = store.db.execute(
             "SELECT AVG(coordinator_is_replica) FROM requests WHERE run_id=? AND cell_id=?",
-            (run_id, c["cell_id"])).fetchone()[0]
+            (run_id, c["cell_id"]),
+        ).fetchone()[0]
         lines.append(
             f"{c['nodes']:>5} {c['rf']:>3} {c['latency_ms']:>6g} {c['loss_pct']:>6g} "
             f"{c['repetition']:>3} {s['n']:>6} {s['mean']:>8.2f} {s['median']:>8.2f} "
             f"{s['p95']:>8.2f} {store.errors(run_id, c['cell_id']):>6} "
-            f"{(cir if cir is not None else float('nan')):>5.2f}")
+            f"{(cir if cir is not None else float('nan')):>5.2f}"
+        )
     return "\n".join(lines)
 
 
 def dry_run(config: SweepConfig) -> str:
     cells = config.cells()
-    lines = [f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
-             f"{config.cl}, {config.policy}, {config.writes} writes (+{config.warmup} "
-             f"warm-up) x {config.repetitions} repetition(s)"]
+    lines = [
+        f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
+        f"{config.cl}, {config.policy}, {config.writes} writes (+{config.warmup} "
+        f"warm-up) x {config.repetitions} repetition(s)"
+    ]
     for n, group in groupby(cells, key=lambda c: c.nodes):
         group = list(group)
-        lines.append(f"  {n} nodes: RF {', '.join(map(str, config.rfs(n)))}; "
-                     f"{len(group)} cells, about "
-                     f"{estimate.fmt_duration(estimate.sweep_s(config, group))}")
+        lines.append(
+            f"  {n} nodes: RF {', '.join(map(str, config.rfs(n)))}; "
+            f"{len(group)} cells, about "
+            f"{estimate.fmt_duration(estimate.sweep_s(config, group))}"
+        )
         for cell in group:
-            lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} "
-                         f"ms/write")
+            lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} ms/write")
     for n, r in config.skipped():
         lines.append(f"  skipped: RF {r} on {n} nodes (more replicas than nodes)")
-    lines.append(f"estimated duration: {estimate.fmt_duration(estimate.sweep_s(config))} "
-                 f"(model: {estimate.BASE_WRITE_MS} ms per write at 0 ms + round trips + "
-                 f"TCP retransmissions under loss; bring-up per cluster)")
+    lines.append(
+        f"estimated duration: {estimate.fmt_duration(estimate.sweep_s(config))} "
+        f"(model: {estimate.BASE_WRITE_MS} ms per write at 0 ms + round trips + "
+        f"TCP retransmissions under loss; bring-up per cluster)"
+    )
     return "\n".join(lines)
 
 
@@ -186,8 +233,9 @@ def _version(package: str) -> str | None:
 def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
     return {
         "command": ["python", "-m", "experiments.sweep", *argv],
-        "packages": {p: _version(p) for p in ("edge-testbed", "cassandra-driver",
-                                              "tcconfig", "numpy")},
+        "packages": {
+            p: _version(p) for p in ("edge-testbed", "cassandra-driver", "tcconfig", "numpy")
+        },
         "python": platform.python_version(),
         "kernel": platform.release(),
         "machine": platform.machine(),
@@ -224,22 +272,34 @@ class Sweep:
         try:
             tb.start_cassandra()
             self.logs.mkdir(parents=True, exist_ok=True)
-            worker = WriteWorker(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s,
-                                 log_path=self.logs / f"{self.run_id}-n{nodes}-worker.log",
-                                 watch=node_watch(tb))
-            setup = emulation.set_links(tb, links.LinkMatrix(topo, {}, profile="none"),
-                                        cfg.shaper)
+            worker = WriteWorker(
+                tb,
+                policy=cfg.policy,
+                timeout_s=cfg.request_timeout_s,
+                log_path=self.logs / f"{self.run_id}-n{nodes}-worker.log",
+                watch=node_watch(tb),
+            )
+            setup = emulation.set_links(tb, links.LinkMatrix(topo, {}, profile="none"), cfg.shaper)
             gateway = shapers.emulation_state(tb).get("gateway", {})
             for rf in sorted({c.rf for c in cells}):
                 worker.schema(keyspace(rf), rf)
-            self.store.update_manifest(self.run_id, clusters={str(nodes): {
-                "testbed_run": testbed_run, "cassandra": tb.dist.version if tb.dist else None,
-                "java": tb.java.version if tb.java else None, "heap_mb": cfg.heap_mb,
-                "jvm_profile": cfg.jvm_profile, "driver": worker.hello,
-                "shaper": setup["shaper"], "gateway_accel": gateway.get("accel"),
-                "gateway_boot_s": gateway.get("boot_s"),
-                "bringup_s": round(time.monotonic() - t0, 2),
-            }})
+            self.store.update_manifest(
+                self.run_id,
+                clusters={
+                    str(nodes): {
+                        "testbed_run": testbed_run,
+                        "cassandra": tb.dist.version if tb.dist else None,
+                        "java": tb.java.version if tb.java else None,
+                        "heap_mb": cfg.heap_mb,
+                        "jvm_profile": cfg.jvm_profile,
+                        "driver": worker.hello,
+                        "shaper": setup["shaper"],
+                        "gateway_accel": gateway.get("accel"),
+                        "gateway_boot_s": gateway.get("boot_s"),
+                        "bringup_s": round(time.monotonic() - t0, 2),
+                    }
+                },
+            )
             self.cluster_up = nodes
             self.warm_up(worker, sorted({c.rf for c in cells}))
             self.baseline(worker, nodes, min(c.rf for c in cells))
@@ -270,69 +330,109 @@ class Sweep:
         t0 = time.monotonic()
         share = max(1, cfg.cluster_warmup // len(rfs))
         for rf in rfs:
-            worker.run(keyspace=keyspace(rf), cl=cfg.cl, writes=share, warmup=0,
-                       key_seed=f"{cfg.seed}:cluster-warmup:{rf}",
-                       warmup_seed=f"{cfg.seed}:cluster-warmup:{rf}")
-        self.progress.note(f"cluster warm-up: {share * len(rfs)} unrecorded writes in "
-                           f"{time.monotonic() - t0:.1f} s")
+            worker.run(
+                keyspace=keyspace(rf),
+                cl=cfg.cl,
+                writes=share,
+                warmup=0,
+                key_seed=f"{cfg.seed}:cluster-warmup:{rf}",
+                warmup_seed=f"{cfg.seed}:cluster-warmup:{rf}",
+            )
+        self.progress.note(
+            f"cluster warm-up: {share * len(rfs)} unrecorded writes in "
+            f"{time.monotonic() - t0:.1f} s"
+        )
 
     def baseline(self, worker: WriteWorker, nodes: int, rf: int) -> None:
         """Writes on the unshaped network: the CPU-bound floor of this machine, this run."""
         cfg = self.config
         if not cfg.baseline_writes:
             return
-        rows = worker.run(keyspace=keyspace(rf), cl=cfg.cl, writes=cfg.baseline_writes,
-                          warmup=min(cfg.warmup, 50), key_seed=f"{cfg.seed}:baseline:n{nodes}",
-                          warmup_seed=f"{cfg.seed}:baseline-warmup:n{nodes}")
+        rows = worker.run(
+            keyspace=keyspace(rf),
+            cl=cfg.cl,
+            writes=cfg.baseline_writes,
+            warmup=min(cfg.warmup, 50),
+            key_seed=f"{cfg.seed}:baseline:n{nodes}",
+            warmup_seed=f"{cfg.seed}:baseline-warmup:n{nodes}",
+        )
         s = stats_ms([r["rtt_ns"] for r in rows])
         s.update(rf=rf, cl=cfg.cl, errors=sum(r["error"] is not None for r in rows))
         self.store.update_manifest(self.run_id, baseline={str(nodes): s})
-        self.progress.note(f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.cl}): median "
-                           f"{s['median']:.2f} ms, mean {s['mean']:.2f} ms over {s['n']} "
-                           f"writes")
+        self.progress.note(
+            f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.cl}): median "
+            f"{s['median']:.2f} ms, mean {s['mean']:.2f} ms over {s['n']} "
+            f"writes"
+        )
 
     def set_network(self, tb: Testbed, cell: Cell) -> dict[str, Any]:
         """Apply the cell's link matrix; measure one edge pair against it."""
         cfg = self.config
-        matrix = links.build(cfg.profile, tb.topology, delay_ms=cell.latency_ms,
-                             loss_pct=cell.loss_pct, path=cfg.links_file)
+        matrix = links.build(
+            cfg.profile,
+            tb.topology,
+            delay_ms=cell.latency_ms,
+            loss_pct=cell.loss_pct,
+            path=cfg.links_file,
+        )
         applied = emulation.set_links(tb, matrix, cfg.shaper)
         names = [h.name for h in tb.topology.edges]
         a, b = (names[0], names[1]) if len(names) > 1 else (tb.topology.endpoint.name, names[0])
         shaping: dict[str, Any] = {
-            "shaper": applied["shaper"], "change_s": applied["change_s"],
+            "shaper": applied["shaper"],
+            "change_s": applied["change_s"],
             "matrix": matrix.to_dict(),
-            "configured": {"pair": [a, b], "rtt_ms": matrix.rtt_ms(a, b),
-                           "loss_pct": matrix.round_trip_loss_pct(a, b)},
+            "configured": {
+                "pair": [a, b],
+                "rtt_ms": matrix.rtt_ms(a, b),
+                "loss_pct": matrix.round_trip_loss_pct(a, b),
+            },
             "measured": None,
         }
         if cfg.verify_probes:
             t0 = time.monotonic()
-            pair = measure_pair(tb, matrix, a, b, rtt_probes=cfg.verify_probes,
-                                loss_probes=cfg.verify_probes)
+            pair = measure_pair(
+                tb, matrix, a, b, rtt_probes=cfg.verify_probes, loss_probes=cfg.verify_probes
+            )
             shaping["measured"] = {
-                "median_rtt_ms": pair.median_rtt_ms, "p99_rtt_ms": pair.p99_rtt_ms,
-                "rtt_error_ms": pair.rtt_error_ms, "loss_pct": pair.measured_loss_pct,
-                "loss_interval_pct": list(pair.loss_interval_pct), "loss_ok": pair.loss_ok,
-                "probes": pair.probes, "took_s": round(time.monotonic() - t0, 2),
+                "median_rtt_ms": pair.median_rtt_ms,
+                "p99_rtt_ms": pair.p99_rtt_ms,
+                "rtt_error_ms": pair.rtt_error_ms,
+                "loss_pct": pair.measured_loss_pct,
+                "loss_interval_pct": list(pair.loss_interval_pct),
+                "loss_ok": pair.loss_ok,
+                "probes": pair.probes,
+                "took_s": round(time.monotonic() - t0, 2),
             }
-            rtt = (f"{pair.median_rtt_ms:.2f}" if pair.median_rtt_ms is not None else "n/a")
+            rtt = f"{pair.median_rtt_ms:.2f}" if pair.median_rtt_ms is not None else "n/a"
             self.progress.note(
                 f"network {cell.latency_ms:g} ms / {cell.loss_pct:g} % ({cfg.profile}) on "
                 f"{cell.nodes} nodes: {a}<->{b} RTT {rtt} ms (configured "
                 f"{pair.configured_rtt_ms:g}), loss {pair.measured_loss_pct:.1f} % "
-                f"(configured {pair.configured_loss_pct:.2f}, {pair.probes} probes)")
+                f"(configured {pair.configured_loss_pct:.2f}, {pair.probes} probes)"
+            )
         return shaping
 
-    def measure(self, tb: Testbed, worker: WriteWorker, cell: Cell, shaping: dict[str, Any],
-                testbed_run: str) -> None:
+    def measure(
+        self,
+        tb: Testbed,
+        worker: WriteWorker,
+        cell: Cell,
+        shaping: dict[str, Any],
+        testbed_run: str,
+    ) -> None:
         cfg = self.config
         self.progress.cell_started(cell, cfg.writes)
         started = time.time()
-        rows = worker.run(keyspace=keyspace(cell.rf), cl=cfg.cl, writes=cfg.writes,
-                          warmup=cfg.warmup, key_seed=f"{cfg.seed}:r{cell.repetition}",
-                          warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
-                          on_progress=self.progress.wrote)
+        rows = worker.run(
+            keyspace=keyspace(cell.rf),
+            cl=cfg.cl,
+            writes=cfg.writes,
+            warmup=cfg.warmup,
+            key_seed=f"{cfg.seed}:r{cell.repetition}",
+            warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
+            on_progress=self.progress.wrote,
+        )
         node_watch(tb, every_s=0)()  # a node that died during the cell voids the cell
         finished = time.time()
         names = {h.address: h.name for h in tb.topology.hosts}
@@ -340,28 +440,53 @@ class Sweep:
         for r in rows:
             coordinator = names.get(r["coordinator"], r["coordinator"])
             replicas = [names.get(a, a) for a in r["replicas"]]
-            requests.append({
-                "run_id": self.run_id, "cell_id": cell.cell_id, "seq": r["seq"],
-                "key": r["key"], "coordinator": coordinator, "replicas": ",".join(replicas),
-                "coordinator_is_replica": None if coordinator is None
-                else int(coordinator in replicas),
-                "rtt_ns": r["rtt_ns"], "error": r["error"], "t_start_ns": r["t_start_ns"],
-            })
-        self.store.commit_cell({
-            "run_id": self.run_id, "cell_id": cell.cell_id, "nodes": cell.nodes,
-            "rf": cell.rf, "cl": cfg.cl, "policy": cfg.policy, "profile": cfg.profile,
-            "latency_ms": cell.latency_ms, "loss_pct": cell.loss_pct,
-            "repetition": cell.repetition, "writes": cfg.writes, "warmup": cfg.warmup,
-            "key_seed": f"{cfg.seed}:r{cell.repetition}", "shaping": shaping,
-            "testbed_run": testbed_run, "started": started, "finished": finished,
-        }, requests)
+            requests.append(
+                {
+                    "run_id": self.run_id,
+                    "cell_id": cell.cell_id,
+                    "seq": r["seq"],
+                    "key": r["key"],
+                    "coordinator": coordinator,
+                    "replicas": ",".join(replicas),
+                    "coordinator_is_replica": None
+                    if coordinator is None
+                    else int(coordinator in replicas),
+                    "rtt_ns": r["rtt_ns"],
+                    "error": r["error"],
+                    "t_start_ns": r["t_start_ns"],
+                }
+            )
+        self.store.commit_cell(
+            {
+                "run_id": self.run_id,
+                "cell_id": cell.cell_id,
+                "nodes": cell.nodes,
+                "rf": cell.rf,
+                "cl": cfg.cl,
+                "policy": cfg.policy,
+                "profile": cfg.profile,
+                "latency_ms": cell.latency_ms,
+                "loss_pct": cell.loss_pct,
+                "repetition": cell.repetition,
+                "writes": cfg.writes,
+                "warmup": cfg.warmup,
+                "key_seed": f"{cfg.seed}:r{cell.repetition}",
+                "shaping": shaping,
+                "testbed_run": testbed_run,
+                "started": started,
+                "finished": finished,
+            },
+            requests,
+        )
         self.finished.add(cell.cell_id)
         s = stats_ms([r["rtt_ns"] for r in rows])
         errors = sum(r["error"] is not None for r in rows)
         self.progress.cell_done(
-            cell, estimate.cell_s(cfg, cell),
+            cell,
+            estimate.cell_s(cfg, cell),
             f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
-            f"{errors} errors")
+            f"{errors} errors",
+        )
 
 
 def node_watch(tb: Testbed, every_s: float = 1.0):
@@ -375,8 +500,11 @@ def node_watch(tb: Testbed, every_s: float = 1.0):
         last[0] = now
         for node in tb.nodes.values():
             if not node.alive():
-                raise node.error("Cassandra died during the sweep; the cell it was in is "
-                                 "not stored (rerun the same command to resume)")
+                raise node.error(
+                    "Cassandra died during the sweep; the cell it was in is "
+                    "not stored (rerun the same command to resume)"
+                )
+
     return watch
 
 
@@ -419,27 +547,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells = config.cells()
     latest = store.latest_run(fingerprint)
     if latest is not None and latest.status == "complete" and not args.new_run:
-        print(f"run {latest.run_id} of this configuration is already complete in "
-              f"{config.out} ({len(cells)} cells); --new-run measures it again")
+        print(
+            f"run {latest.run_id} of this configuration is already complete in "
+            f"{config.out} ({len(cells)} cells); --new-run measures it again"
+        )
         print(summary_table(store, latest.run_id))
         return 0
-    resumed = latest if latest is not None and latest.status != "complete" \
-        and not args.new_run else None
+    resumed = (
+        latest if latest is not None and latest.status != "complete" and not args.new_run else None
+    )
     if resumed:
         run_id = resumed.run_id
         store.set_status(run_id, "running")
     else:
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + fingerprint[:6]
-        store.begin_run(run_id, fingerprint, config.name, config.to_dict(),
-                        static_manifest(config, argv))
+        store.begin_run(
+            run_id, fingerprint, config.name, config.to_dict(), static_manifest(config, argv)
+        )
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
-    say(f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
+    say(
+        f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
         f"{len(todo)} to measure; estimated "
         f"{estimate.fmt_duration(estimate.sweep_s(config, todo))}; results in "
-        f"{Path(config.out).resolve()}" + (" (resumed)" if resumed else ""))
-    progress = Progress(len(cells), len(done), lambda: estimate.split_s(
-        config, [c for c in todo if c.cell_id not in sweep.finished], up=sweep.cluster_up))
+        f"{Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
+    )
+    progress = Progress(
+        len(cells),
+        len(done),
+        lambda: estimate.split_s(
+            config, [c for c in todo if c.cell_id not in sweep.finished], up=sweep.cluster_up
+        ),
+    )
     sweep = Sweep(config, store, run_id, progress)
     t0 = time.monotonic()
     # "failed" unless the loop finishes: an unexpected exception must not leave the run
@@ -459,15 +598,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress.close()
         store.set_status(run_id, status)
     if problem:
-        say(f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
-            f"rerun the same command to resume.")
+        say(
+            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
+            f"rerun the same command to resume."
+        )
     if code == 0:
         wall = time.monotonic() - t0
         total_rtt = store.total_rtt_ns(run_id) / 1e9
         store.update_manifest(run_id, wall_s=round(wall, 1))
         print(summary_table(store, run_id))
-        print(f"\n{len(cells)} cells in {estimate.fmt_duration(wall)} (this process); "
-              f"recorded RTTs sum to {total_rtt:.1f} s")
+        print(
+            f"\n{len(cells)} cells in {estimate.fmt_duration(wall)} (this process); "
+            f"recorded RTTs sum to {total_rtt:.1f} s"
+        )
         print(f"results: {store.path.resolve()} (run {run_id})")
         print(f"export:  python -m experiments.export {config.out} --format csv")
     store.close()

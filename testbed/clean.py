@@ -53,14 +53,15 @@ def tagged_processes() -> dict[int, str]:
             continue
         start = cmdline.find(MARKER)
         if start >= 0:
-            value = cmdline[start + len(MARKER):].split(b"\0", 1)[0].decode(errors="replace")
+            value = cmdline[start + len(MARKER) :].split(b"\0", 1)[0].decode(errors="replace")
             if pid_alive(int(entry)):
                 found[int(entry)] = value.split(":", 1)[0]
     return found
 
 
-def clean(base: Path | None = None, progress: Callable[[str], None] = print,
-          run_id: str | None = None) -> CleanReport:
+def clean(
+    base: Path | None = None, progress: Callable[[str], None] = print, run_id: str | None = None
+) -> CleanReport:
     """Remove every leftover (or only those of run ``run_id``); returns what was removed."""
     report = CleanReport()
     busy: set[str] = set()
@@ -76,8 +77,11 @@ def clean(base: Path | None = None, progress: Callable[[str], None] = print,
         try:
             try:
                 recorded = st.RunState.load(run_dir)
-                pids = [p["pid"] for p in recorded.processes.values()
-                        if pid_alive(p["pid"], p["marker"])]
+                pids = [
+                    p["pid"]
+                    for p in recorded.processes.values()
+                    if pid_alive(p["pid"], p["marker"])
+                ]
             except st.StateError:
                 pids = []
             for pid in pids:
@@ -102,12 +106,15 @@ def clean(base: Path | None = None, progress: Callable[[str], None] = print,
             _kill(pid, report)
     # libvirt domains, networks and overlay pools whose run directory is gone.
     report.libvirt += clean_leftovers(run_id, skip=sorted(busy))
-    if not busy and run_id is None:  # a half-written class-data-sharing archive of a killed training run
+    if (
+        not busy and run_id is None
+    ):  # a half-written class-data-sharing archive of a killed training run
         for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
             leftover.unlink(missing_ok=True)
     progress(
-        "nothing to clean" if report.empty else
-        f"removed {len(report.runs)} run dirs, {len(report.namespaces)} namespaces, "
+        "nothing to clean"
+        if report.empty
+        else f"removed {len(report.runs)} run dirs, {len(report.namespaces)} namespaces, "
         f"{len(report.processes)} processes, {len(report.libvirt)} libvirt objects"
     )
     return report

@@ -8,8 +8,8 @@ import logging
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from .cassandra import dist as dist_mod
 from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, CassandraSettings
@@ -38,28 +38,58 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="bring a testbed up and leave it running")
-    up.add_argument("--nodes", type=int, default=3,
-                    help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)")
-    up.add_argument("--backend", default="netns",
-                    help="netns (default): namespaces on this machine; libvirt: one QEMU VM "
-                         "per host (`image build` first); hosts: the machines of --inventory")
-    up.add_argument("--inventory", metavar="FILE",
-                    help="Ansible inventory of the hosts (--backend hosts)")
+    up.add_argument(
+        "--nodes",
+        type=int,
+        default=3,
+        help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)",
+    )
+    up.add_argument(
+        "--backend",
+        default="netns",
+        help="netns (default): namespaces on this machine; libvirt: one QEMU VM "
+        "per host (`image build` first); hosts: the machines of --inventory",
+    )
+    up.add_argument(
+        "--inventory", metavar="FILE", help="Ansible inventory of the hosts (--backend hosts)"
+    )
     up.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
-    up.add_argument("--vm-memory", type=int, metavar="MB",
-                    help="memory per edge VM in MB (libvirt; default 2048)")
+    up.add_argument(
+        "--vm-memory",
+        type=int,
+        metavar="MB",
+        help="memory per edge VM in MB (libvirt; default 2048)",
+    )
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet ({DEFAULT_SUBNET})")
-    up.add_argument("--heap-mb", type=int, default=DEFAULT_HEAP_MB,
-                    help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})")
-    up.add_argument("--jvm-profile", choices=JVM_PROFILES, default="fast",
-                    help="fast: quick start (default); standard: stock JIT and G1 GC")
+    up.add_argument(
+        "--heap-mb",
+        type=int,
+        default=DEFAULT_HEAP_MB,
+        help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})",
+    )
+    up.add_argument(
+        "--jvm-profile",
+        choices=JVM_PROFILES,
+        default="fast",
+        help="fast: quick start (default); standard: stock JIT and G1 GC",
+    )
     up.add_argument("--cluster-name", default="edge-testbed")
-    up.add_argument("--yaml", metavar="KEY=VALUE", type=_yaml_override, action="append",
-                    default=[], help="extra cassandra.yaml setting for every node (repeatable)")
+    up.add_argument(
+        "--yaml",
+        metavar="KEY=VALUE",
+        type=_yaml_override,
+        action="append",
+        default=[],
+        help="extra cassandra.yaml setting for every node (repeatable)",
+    )
     up.add_argument("--no-cassandra", action="store_true", help="build the network only")
     up.add_argument("--java", help="java binary (default: $JAVA_HOME/bin/java, then PATH)")
-    up.add_argument("--cql-timeout", type=float, default=Deadlines.cql_s,
-                    help="seconds allowed for nodes to start listening for CQL")
+    up.add_argument(
+        "--cql-timeout",
+        type=float,
+        default=Deadlines.cql_s,
+        help="seconds allowed for nodes to start listening for CQL",
+    )
 
     st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
     st_.add_argument("--run", help="run id (default: the newest testbed that is up)")
@@ -76,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser("clean", help="remove every leftover of any earlier run")
     cl.add_argument("--run", help="only the leftovers of this run (default: of every run)")
 
-    iv = sub.add_parser("inventory", help="a run's hosts as an Ansible inventory (JSON; "
-                                          "for ansible, or for --backend hosts)")
+    iv = sub.add_parser(
+        "inventory",
+        help="a run's hosts as an Ansible inventory (JSON; for ansible, or for --backend hosts)",
+    )
     iv.add_argument("--run", help="run id (default: the newest testbed that is up)")
 
     ds = sub.add_parser("dist", help="the Cassandra distribution")
@@ -85,8 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     inst = ds_sub.add_parser("install", help="assemble (once) and prepare the start-up archive")
     inst.add_argument("--tarball", help="use a local apache-cassandra-5.0.x-bin.tar.gz")
     inst.add_argument("--force", action="store_true", help="reinstall even if intact")
-    inst.add_argument("--no-cds", action="store_true",
-                      help="skip the class-data-sharing archive (slower bring-up)")
+    inst.add_argument(
+        "--no-cds",
+        action="store_true",
+        help="skip the class-data-sharing archive (slower bring-up)",
+    )
     inst.add_argument("--java", help="java binary")
     ds_sub.add_parser("verify", help="check every jar's sha256 against the manifest")
     ds_sub.add_parser("path", help="print the installed distribution's directory")
@@ -135,8 +170,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     vms = tb.state.extra.get("libvirt") if tb.state else None
     if vms:
         boots = ", ".join(f"{h} {s:.1f} s" for h, s in vms["boot_to_ssh_s"].items())
-        print(f"VMs: {vms['accel'].upper()} (libvirt domain type {vms['domain_type']}); "
-              f"boot to SSH: {boots}; provisioned in {vms['provision_s']:.1f} s")
+        print(
+            f"VMs: {vms['accel'].upper()} (libvirt domain type {vms['domain_type']}); "
+            f"boot to SSH: {boots}; provisioned in {vms['provision_s']:.1f} s"
+        )
     _print_hosts(tb.status())  # measured (nodetool), not assumed from readiness
     print(f"run {tb.run_id} is up; `python -m testbed status`, `python -m testbed down`")
     return 0
@@ -154,8 +191,10 @@ def backend_options(args: argparse.Namespace) -> dict:
             raise ConfigError("--vm-vcpus/--vm-memory are for --backend libvirt")
         from .backends.libvirt import EDGE_SIZE
 
-        opts["edge_size"] = {"vcpus": args.vm_vcpus or EDGE_SIZE.vcpus,
-                             "memory_mb": args.vm_memory or EDGE_SIZE.memory_mb}
+        opts["edge_size"] = {
+            "vcpus": args.vm_vcpus or EDGE_SIZE.vcpus,
+            "memory_mb": args.vm_memory or EDGE_SIZE.memory_mb,
+        }
     return opts
 
 
@@ -264,8 +303,10 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
         return COMMANDS[args.command](args)
     except TestbedError as exc:

@@ -68,9 +68,9 @@ def probe(points: list[str], expect: int, timeout_s: float) -> dict:
                 continue
             try:
                 versions = {
-                    h.address: session.execute(
-                        "SELECT release_version FROM system.local", host=h
-                    ).one().release_version
+                    h.address: session.execute("SELECT release_version FROM system.local", host=h)
+                    .one()
+                    .release_version
                     for h in up
                 }
             except Exception as exc:  # noqa: BLE001 - any driver error is retried
@@ -101,9 +101,7 @@ def write_probe(points: list[str], rf: int, consistency: str, timeout_s: float) 
             "CREATE KEYSPACE IF NOT EXISTS edgetb_probe WITH replication = "
             f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
         )
-        session.execute(
-            "CREATE TABLE IF NOT EXISTS edgetb_probe.kv (k uuid PRIMARY KEY, v text)"
-        )
+        session.execute("CREATE TABLE IF NOT EXISTS edgetb_probe.kv (k uuid PRIMARY KEY, v text)")
         stmt = SimpleStatement(
             "INSERT INTO edgetb_probe.kv (k, v) VALUES (%s, %s)",
             consistency_level=getattr(ConsistencyLevel, consistency),
@@ -153,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "probe":
             print(json.dumps(probe(points, args.expect, args.timeout)))
         elif args.cmd == "write":
-            print(json.dumps(write_probe(points, args.rf, args.consistency.upper(),
-                                         args.timeout)))
+            print(json.dumps(write_probe(points, args.rf, args.consistency.upper(), args.timeout)))
         else:
             return run_cql(points, args.statements, args.consistency.upper(), args.timeout)
     except Exception as exc:  # noqa: BLE001 - the CLI edge: one line, not a traceback

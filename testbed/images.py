@@ -97,8 +97,7 @@ def read_packages(definition: Path = DEFINITION) -> dict[str, list[str]]:
         if line.startswith("[") and line.endswith("]"):
             current = groups.setdefault(line[1:-1], [])
         elif current is None:
-            raise ConfigError(f"{definition / 'packages.txt'}: package {line!r} before a "
-                              f"[section]")
+            raise ConfigError(f"{definition / 'packages.txt'}: package {line!r} before a [section]")
         else:
             current.append(line)
     if set(groups) != {"debootstrap", "apt"}:
@@ -116,8 +115,11 @@ def _candidate(package: str) -> str:
 
 def inputs(dist: dist_mod.CassandraDist, definition: Path = DEFINITION) -> dict:
     """Everything the image is made of; its hash names the cached image."""
-    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(definition.iterdir()) if p.is_file()}
+    files = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(definition.iterdir())
+        if p.is_file()
+    }
     return {
         "format": IMAGE_FORMAT,
         "builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
@@ -130,23 +132,31 @@ def inputs(dist: dist_mod.CassandraDist, definition: Path = DEFINITION) -> dict:
         "cassandra": dist.version,
         "cassandra_root": str(dist.root),
         "cassandra_jars": hashlib.sha256(
-            json.dumps(dist.jars, sort_keys=True).encode()).hexdigest(),
+            json.dumps(dist.jars, sort_keys=True).encode()
+        ).hexdigest(),
     }
 
 
 def _mirror() -> str:
     """The Debian mirror apt on this host uses (the only place packages can come from)."""
     d = Path("/etc/apt/sources.list.d")
-    for path in [Path("/etc/apt/sources.list"), *sorted(d.glob("*.sources")),
-                 *sorted(d.glob("*.list"))]:
+    for path in [
+        Path("/etc/apt/sources.list"),
+        *sorted(d.glob("*.sources")),
+        *sorted(d.glob("*.list")),
+    ]:
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError):
             continue
         for line in text.splitlines():
             words = line.split()
-            if line.startswith("URIs:") and len(words) > 1 and "debian" in words[1] \
-                    and "security" not in words[1]:
+            if (
+                line.startswith("URIs:")
+                and len(words) > 1
+                and "debian" in words[1]
+                and "security" not in words[1]
+            ):
                 return words[1]
             if words[:1] == ["deb"] and "debian" in line and "security" not in line:
                 return next(w for w in words[1:] if not w.startswith("["))
@@ -160,9 +170,13 @@ class _Chroot:
         self.root = root
         self.mounted: list[Path] = []
 
-    def __enter__(self) -> "_Chroot":
-        for fs, args in (("proc", ["-t", "proc", "proc"]), ("sys", ["-t", "sysfs", "sys"]),
-                         ("dev", ["--bind", "/dev"]), ("dev/pts", ["--bind", "/dev/pts"])):
+    def __enter__(self) -> _Chroot:
+        for fs, args in (
+            ("proc", ["-t", "proc", "proc"]),
+            ("sys", ["-t", "sysfs", "sys"]),
+            ("dev", ["--bind", "/dev"]),
+            ("dev/pts", ["--bind", "/dev/pts"]),
+        ):
             target = self.root / fs
             target.mkdir(exist_ok=True)
             run(["mount", *args, str(target)])
@@ -175,8 +189,12 @@ class _Chroot:
         self.mounted = []
 
     def run(self, argv: list[str], timeout: float = 1800) -> None:
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive",
-               "LC_ALL": "C", "HOME": "/root"}
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "DEBIAN_FRONTEND": "noninteractive",
+            "LC_ALL": "C",
+            "HOME": "/root",
+        }
         _step(["chroot", str(self.root), *argv], timeout=timeout, env=env)
 
 
@@ -198,35 +216,70 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         return load()
     image_root().mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    progress(f"building the VM image (Debian {SUITE}, Cassandra {dist.version}); "
-             f"about 2 min")
+    progress(f"building the VM image (Debian {SUITE}, Cassandra {dist.version}); about 2 min")
     work = Path(tempfile.mkdtemp(dir=image_root(), prefix=".build-"))
     try:
         rootfs = work / "rootfs"
         wheels = work / "wheels"
         progress("  downloading wheels from PyPI: " + ", ".join(GUEST_WHEELS))
-        _step([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d",
-             str(wheels), *GUEST_WHEELS], timeout=900)
+        _step(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                "-d",
+                str(wheels),
+                *GUEST_WHEELS,
+            ],
+            timeout=900,
+        )
         progress(f"  debootstrap {SUITE} ({len(packages['debootstrap'])} packages)")
-        _step(["debootstrap", "--variant=minbase",
-             "--include=" + ",".join(packages["debootstrap"]), SUITE, str(rootfs), _mirror()],
-            timeout=3600)
+        _step(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                "--include=" + ",".join(packages["debootstrap"]),
+                SUITE,
+                str(rootfs),
+                _mirror(),
+            ],
+            timeout=3600,
+        )
         _configure(rootfs)
         with _Chroot(rootfs) as chroot:
             progress("  apt-get install " + " ".join(packages["apt"]))
-            chroot.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                        *packages["apt"]])
+            chroot.run(
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages["apt"]]
+            )
             chroot.run(["apt-get", "clean"])
             progress("  guest venv: " + ", ".join(GUEST_WHEELS))
             shutil.copytree(wheels, rootfs / "tmp" / "wheels")
             chroot.run(["python3", "-m", "venv", GUEST_VENV])
-            chroot.run([GUEST_PYTHON, "-m", "pip", "install", "-q", "--no-index",
-                        "--find-links", "/tmp/wheels", *GUEST_WHEELS])
+            chroot.run(
+                [
+                    GUEST_PYTHON,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--no-index",
+                    "--find-links",
+                    "/tmp/wheels",
+                    *GUEST_WHEELS,
+                ]
+            )
             shutil.rmtree(rootfs / "tmp" / "wheels")
         (rootfs / "etc/resolv.conf").write_text("")
         progress(f"  Cassandra {dist.version} at {dist.root}")
-        shutil.copytree(dist.root, rootfs / str(dist.root).lstrip("/"), symlinks=True,
-                        ignore=shutil.ignore_patterns("cds"))
+        shutil.copytree(
+            dist.root,
+            rootfs / str(dist.root).lstrip("/"),
+            symlinks=True,
+            ignore=shutil.ignore_patterns("cds"),
+        )
         staging = work / "image"
         staging.mkdir()
         boot = rootfs / "boot"
@@ -238,17 +291,38 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         raw = work / "root.ext4"
         # Inode tables and journal written now: a lazily initialised ext4 fills every new
         # overlay with ~100 MB of background writes during the VM's first minute.
-        _step(["mkfs.ext4", "-q", "-L", "edgetb-root", "-E",
-               "lazy_itable_init=0,lazy_journal_init=0", "-d", str(rootfs), str(raw),
-               IMAGE_SIZE],
-            timeout=1800)
-        _step(["qemu-img", "convert", "-O", "qcow2", str(raw), str(staging / "base.qcow2")],
-            timeout=1800)
+        _step(
+            [
+                "mkfs.ext4",
+                "-q",
+                "-L",
+                "edgetb-root",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+                "-d",
+                str(rootfs),
+                str(raw),
+                IMAGE_SIZE,
+            ],
+            timeout=1800,
+        )
+        _step(
+            ["qemu-img", "convert", "-O", "qcow2", str(raw), str(staging / "base.qcow2")],
+            timeout=1800,
+        )
         raw.unlink()
         build_s = time.monotonic() - t0
-        (staging / "manifest.json").write_text(json.dumps(
-            {**spec, "key": key, "build_s": round(build_s, 1),
-             "built": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1))
+        (staging / "manifest.json").write_text(
+            json.dumps(
+                {
+                    **spec,
+                    "key": key,
+                    "build_s": round(build_s, 1),
+                    "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                },
+                indent=1,
+            )
+        )
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -256,8 +330,10 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         _remove_build_dir(work)
     publish(image_root(), key)
     image = load()
-    progress(f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
-             f"built in {build_s:.0f} s")
+    progress(
+        f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
+        f"built in {build_s:.0f} s"
+    )
     return image
 
 
@@ -290,9 +366,15 @@ def _configure(rootfs: Path) -> None:
 def _step(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) -> None:
     """Run one build step in its own process group: on failure, timeout or Ctrl-C every
     process it started (debootstrap's dpkg, apt's maintainer scripts) is killed with it."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except BaseException:
@@ -325,4 +407,3 @@ def _remove_build_dir(work: Path) -> None:
 def ssh_key_argument(public_key: str) -> str:
     """The kernel command line form of an OpenSSH public key (base64: no spaces)."""
     return base64.b64encode(public_key.strip().encode()).decode()
-

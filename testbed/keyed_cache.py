@@ -25,6 +25,10 @@ def publish(root: Path, key: str) -> None:
     tmp.symlink_to(key)
     os.replace(tmp, link)
     for old in root.iterdir():
-        if old.is_dir() and not old.is_symlink() and old.name not in (key, "current") \
-                and not old.name.startswith("."):
+        if (
+            old.is_dir()
+            and not old.is_symlink()
+            and old.name not in (key, "current")
+            and not old.name.startswith(".")
+        ):
             shutil.rmtree(old, ignore_errors=True)

@@ -30,8 +30,14 @@ def run(
     log.debug("run: %s", " ".join(cmd))
     try:
         proc = subprocess.run(
-            cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False,
-            cwd=cwd, env=env,
+            cmd,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=cwd,
+            env=env,
         )
     except FileNotFoundError as exc:
         raise CommandError(cmd, 127, "", f"not found: {exc.filename}") from exc

@@ -71,7 +71,7 @@ class RunState:
         os.replace(tmp, self.path)
 
     @classmethod
-    def load(cls, run_dir: Path) -> "RunState":
+    def load(cls, run_dir: Path) -> RunState:
         path = run_dir / STATE_FILE
         try:
             data = json.loads(path.read_text())
@@ -151,7 +151,7 @@ class RunLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.acquire()
         return self
 

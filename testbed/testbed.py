@@ -87,8 +87,9 @@ class Testbed:
         self.backend_options = dict(backend_options or {})
         # Validate everything before anything on the system changes.
         if os.geteuid() != 0:
-            raise ConfigError(f"the {backend} backend needs root (namespaces, libvirt, "
-                              f"SSH keys of the run)")
+            raise ConfigError(
+                f"the {backend} backend needs root (namespaces, libvirt, SSH keys of the run)"
+            )
         cls = backend_class(backend)
         validate = getattr(cls, "validate", None)
         if validate is not None:
@@ -102,14 +103,14 @@ class Testbed:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def __enter__(self) -> "Testbed":
+    def __enter__(self) -> Testbed:
         self.up()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.down()
 
-    def up(self) -> "Testbed":
+    def up(self) -> Testbed:
         """Build the hosts, start Cassandra and wait until it is ready; undo all on failure."""
         t0 = time.monotonic()
         self.create_hosts()
@@ -136,8 +137,10 @@ class Testbed:
         self.state = state
         with self._undo_on_failure():
             self.backend = make_backend(self.backend_name, self.topology, state)
-            self.progress(f"run {state.run_id}: building {len(self.topology.hosts)} hosts "
-                          f"({self.backend_name})")
+            self.progress(
+                f"run {state.run_id}: building {len(self.topology.hosts)} hosts "
+                f"({self.backend_name})"
+            )
             self.backend.create()
             self.timings["network"] = time.monotonic() - t0
             if self.settings is None:
@@ -253,8 +256,9 @@ class Testbed:
             )
             state.processes[node.name] = {"pid": pid, "marker": node.marker}
         state.save()
-        self.timings.update(wait_for_nodes(list(self.nodes.values()), self.deadlines,
-                                           self.progress))
+        self.timings.update(
+            wait_for_nodes(list(self.nodes.values()), self.deadlines, self.progress)
+        )
         self.timings["cassandra"] = time.monotonic() - t0
 
     def _start_remote_cassandra(self) -> None:
@@ -269,24 +273,36 @@ class Testbed:
         state = self.state
         nodes_vars = {}
         for host in self.topology.edges:
-            node = remote.RemoteCassandraNode(host, state.run_dir / "nodes" / host.name,
-                                              state.run_id, self.backend.exec_argv)
+            node = remote.RemoteCassandraNode(
+                host, state.run_dir / "nodes" / host.name, state.run_id, self.backend.exec_argv
+            )
             node.write_config(self.settings, self.topology)
             node.check_ports(self.backend.exec_argv)
             self.nodes[host.name] = node
-            jvm = cfg.jvm_args(settings=self.settings, classpath=self.dist.classpath,
-                               node_dir=node.node_dir, run_id=state.run_id, host=host.name,
-                               cds_archive=None, cds_dump_to=None)
+            jvm = cfg.jvm_args(
+                settings=self.settings,
+                classpath=self.dist.classpath,
+                node_dir=node.node_dir,
+                run_id=state.run_id,
+                host=host.name,
+                cds_archive=None,
+                cds_dump_to=None,
+            )
             nodes_vars[host.name] = {
                 "dir": str(node.node_dir),
-                "argv": remote.start_unit_argv([*_NO_MLOCK, self.backend.java, *jvm],
-                                               node.node_dir, node.marker)}
+                "argv": remote.start_unit_argv(
+                    [*_NO_MLOCK, self.backend.java, *jvm], node.node_dir, node.marker
+                ),
+            }
         t0 = time.monotonic()
-        self.progress(f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
-                      f"({self.backend_name}, heap {self.settings.heap_mb} MB)")
+        self.progress(
+            f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
+            f"({self.backend_name}, heap {self.settings.heap_mb} MB)"
+        )
         self.timings["cassandra playbook"] = self.backend.start_cassandra(nodes_vars)
-        self.timings.update(wait_for_nodes(list(self.nodes.values()), self.deadlines,
-                                           self.progress, poll_s=1.0))
+        self.timings.update(
+            wait_for_nodes(list(self.nodes.values()), self.deadlines, self.progress, poll_s=1.0)
+        )
         self.timings["cassandra"] = time.monotonic() - t0
 
     @property
@@ -305,8 +321,10 @@ class Testbed:
                 f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
             ) from exc
         self.timings["driver connects"] = time.monotonic() - probe_start
-        self.progress(f"  driver session from {self.topology.endpoint.name}: "
-                      f"{self.timings['driver connects']:.1f} s")
+        self.progress(
+            f"  driver session from {self.topology.endpoint.name}: "
+            f"{self.timings['driver connects']:.1f} s"
+        )
 
     def _cds_tmp(self) -> Path:
         """Where the training node dumps its archive (renamed into place only when whole)."""
@@ -322,8 +340,7 @@ class Testbed:
 
     def driver_probe(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Connect a driver session from the endpoint and wait until it sees every node up."""
-        out = self.client(["probe", "--expect", str(self.topology.edge_nodes)],
-                          timeout_s=timeout_s)
+        out = self.client(["probe", "--expect", str(self.topology.edge_nodes)], timeout_s=timeout_s)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     @property
@@ -336,10 +353,13 @@ class Testbed:
         """The command line of ``python -m testbed.client ARGS`` on the hosts."""
         return [self.python, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
 
-    def client(self, args: Sequence[str], *, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    def client(
+        self, args: Sequence[str], *, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess:
         """Run ``python -m testbed.client ARGS`` on the endpoint; raises CommandError on failure."""
-        return self.exec(self.topology.endpoint.name, self.client_argv(args, timeout_s),
-                         timeout=timeout_s + 30)
+        return self.exec(
+            self.topology.endpoint.name, self.client_argv(args, timeout_s), timeout=timeout_s + 30
+        )
 
     # -- using the hosts -------------------------------------------------------------------
 
@@ -388,8 +408,7 @@ class Testbed:
         if self.java is None or self.dist is None:
             raise StateError("this testbed runs no Cassandra")
         java = self.backend.java if self.remote else self.java.path  # type: ignore[union-attr]
-        argv = [java,
-                *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
+        argv = [java, *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
         return run(self.exec_argv(host, argv), timeout=timeout).stdout
 
     def status(self) -> list[dict[str, Any]]:
@@ -404,8 +423,7 @@ class Testbed:
                     log.debug("nodetool on %s failed: %s", node.name, exc)
         hosts = []
         for host in self.topology.hosts:
-            entry: dict[str, Any] = {"name": host.name, "role": host.role,
-                                     "address": host.address}
+            entry: dict[str, Any] = {"name": host.name, "role": host.role, "address": host.address}
             if host.is_edge:
                 node = self.nodes.get(host.name)
                 alive = bool(node and node.alive())
@@ -417,7 +435,7 @@ class Testbed:
     # -- reattaching -----------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, run_id: str | None = None, *, base: Path | None = None) -> "Testbed":
+    def attach(cls, run_id: str | None = None, *, base: Path | None = None) -> Testbed:
         """The running testbed ``run_id`` (default: the newest one that is up), from disk."""
         state = st.active_run(run_id, base)
         topology = Topology.from_dict(state.topology)
@@ -448,11 +466,13 @@ class Testbed:
             if tb.remote:
                 from .backends.remote import RemoteCassandraNode
 
-                tb.nodes[host.name] = RemoteCassandraNode(host, node_dir, state.run_id,
-                                                          tb.backend.exec_argv)
+                tb.nodes[host.name] = RemoteCassandraNode(
+                    host, node_dir, state.run_id, tb.backend.exec_argv
+                )
             else:
-                tb.nodes[host.name] = CassandraNode(host, node_dir, state.run_id,
-                                                    pid=proc["pid"] if proc else None)
+                tb.nodes[host.name] = CassandraNode(
+                    host, node_dir, state.run_id, pid=proc["pid"] if proc else None
+                )
         return tb
 
 
@@ -461,7 +481,11 @@ def parse_nodetool_status(text: str) -> dict[str, str]:
     result = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) >= 2 and len(fields[0]) == 2 and fields[0][0] in "UD" \
-                and fields[0][1] in "NLJM":
+        if (
+            len(fields) >= 2
+            and len(fields[0]) == 2
+            and fields[0][0] in "UD"
+            and fields[0][1] in "NLJM"
+        ):
             result[fields[1]] = fields[0]
     return result

@@ -99,9 +99,7 @@ class Topology:
                 f"subnet {self.subnet} is too small for {len(all_names)} hosts (needs /"
                 f"{32 - (needed - 1).bit_length()} or larger)"
             )
-        endpoint = Host(
-            self.endpoint_name, "endpoint", str(net[_FIRST_HOST_OFFSET]), net.prefixlen
-        )
+        endpoint = Host(self.endpoint_name, "endpoint", str(net[_FIRST_HOST_OFFSET]), net.prefixlen)
         edges = tuple(
             Host(n, "edge", str(net[_FIRST_HOST_OFFSET + 1 + i]), net.prefixlen)
             for i, n in enumerate(names)
@@ -133,7 +131,7 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Topology":
+    def from_dict(cls, data: dict) -> Topology:
         return cls(
             edge_nodes=data["edge_nodes"],
             subnet=data["subnet"],

@@ -31,8 +31,15 @@ from testbed.keyed_cache import input_key, publish
 from testbed.runner import run
 
 MODULES = (
-    "virtio_pci", "virtio_net", "bridge", "sch_htb", "sch_netem", "cls_u32",
-    "sch_ingress", "act_mirred", "ifb",
+    "virtio_pci",
+    "virtio_net",
+    "bridge",
+    "sch_htb",
+    "sch_netem",
+    "cls_u32",
+    "sch_ingress",
+    "act_mirred",
+    "ifb",
 )
 REAL_IP = "/opt/gw/ip"
 REAL_TC = "/opt/gw/tc"
@@ -107,8 +114,10 @@ def load() -> GatewayImage:
     """The built image; raises StateError when it has not been built."""
     current = image_root() / "current"
     if not (current / "manifest.json").is_file():
-        raise StateError("the netem gateway image is not built: run "
-                         "`python -m emulation gateway build` (make install does)")
+        raise StateError(
+            "the netem gateway image is not built: run "
+            "`python -m emulation gateway build` (make install does)"
+        )
     image = GatewayImage(current.resolve())
     for path in (image.kernel, image.initrd):
         if not path.is_file():
@@ -117,7 +126,7 @@ def load() -> GatewayImage:
 
 
 def kernel_package() -> str:
-    """The versioned kernel package linux-image-amd64 points at (e.g. linux-image-6.1.0-56-amd64)."""
+    """The versioned kernel package linux-image-amd64 points at (linux-image-6.1.0-56-amd64)."""
     out = run(["apt-cache", "depends", "linux-image-amd64"]).stdout
     match = re.search(r"Depends:\s*(linux-image-\S+)", out)
     if not match:
@@ -160,8 +169,9 @@ def build(*, force: bool = False, progress=print) -> GatewayImage:
         staging.mkdir()
         (staging / "vmlinux").write_bytes(extract_vmlinux(vmlinuz.read_bytes()))
         modules_dir = next((kroot / "lib" / "modules").iterdir())
-        files = _initramfs_files(modules_dir, work / "busybox-static" / "bin" / "busybox",
-                                 Path(ip_bin), Path(tc_bin))
+        files = _initramfs_files(
+            modules_dir, work / "busybox-static" / "bin" / "busybox", Path(ip_bin), Path(tc_bin)
+        )
         (staging / "initramfs.cpio.gz").write_bytes(gzip.compress(cpio_newc(files), 6))
         (staging / "manifest.json").write_text(json.dumps({**inputs, "key": key}, indent=1))
         if target.exists():
@@ -169,8 +179,10 @@ def build(*, force: bool = False, progress=print) -> GatewayImage:
         staging.rename(target)
     publish(image_root(), key)
     image = load()
-    progress(f"gateway image: {image.root} (vmlinux {image.kernel.stat().st_size >> 20} MB, "
-             f"initramfs {image.initrd.stat().st_size >> 10} KB)")
+    progress(
+        f"gateway image: {image.root} (vmlinux {image.kernel.stat().st_size >> 20} MB, "
+        f"initramfs {image.initrd.stat().st_size >> 10} KB)"
+    )
     return image
 
 
@@ -200,8 +212,9 @@ def module_order(wanted: tuple[str, ...], modules_dir: Path) -> list[tuple[str, 
     builtin = set()
     builtin_file = modules_dir / "modules.builtin"
     if builtin_file.is_file():
-        builtin = {Path(line).name[:-3].replace("-", "_")
-                   for line in builtin_file.read_text().split()}
+        builtin = {
+            Path(line).name[:-3].replace("-", "_") for line in builtin_file.read_text().split()
+        }
     order: list[tuple[str, Path]] = []
     seen: set[str] = set()
 
@@ -221,21 +234,38 @@ def module_order(wanted: tuple[str, ...], modules_dir: Path) -> list[tuple[str, 
     return order
 
 
-def _initramfs_files(modules_dir: Path, busybox: Path, ip_bin: Path,
-                     tc_bin: Path) -> dict[str, tuple[int, bytes]]:
+def _initramfs_files(
+    modules_dir: Path, busybox: Path, ip_bin: Path, tc_bin: Path
+) -> dict[str, tuple[int, bytes]]:
     """Path in the image -> (mode, content); directories have content b''."""
     files: dict[str, tuple[int, bytes]] = {}
-    for d in ("bin", "dev", "proc", "sys", "etc", "lib", "lib/modules", "opt", "opt/gw",
-              "lib64", "lib/x86_64-linux-gnu", "tmp"):
+    for d in (
+        "bin",
+        "dev",
+        "proc",
+        "sys",
+        "etc",
+        "lib",
+        "lib/modules",
+        "opt",
+        "opt/gw",
+        "lib64",
+        "lib/x86_64-linux-gnu",
+        "tmp",
+    ):
         files[d] = (stat.S_IFDIR | 0o755, b"")
     files["bin/busybox"] = (stat.S_IFREG | 0o755, busybox.read_bytes())
-    files["init"] = (stat.S_IFREG | 0o755, INIT_SCRIPT.replace("@REAL_IP@", REAL_IP)
-                     .replace("@REAL_TC@", REAL_TC).encode())
+    files["init"] = (
+        stat.S_IFREG | 0o755,
+        INIT_SCRIPT.replace("@REAL_IP@", REAL_IP).replace("@REAL_TC@", REAL_TC).encode(),
+    )
     order = module_order(MODULES, modules_dir)
     for name, path in order:
         files[f"lib/modules/{name}.ko"] = (stat.S_IFREG | 0o644, path.read_bytes())
-    files["etc/modules.order"] = (stat.S_IFREG | 0o644,
-                                  "\n".join(n for n, _ in order).encode() + b"\n")
+    files["etc/modules.order"] = (
+        stat.S_IFREG | 0o644,
+        "\n".join(n for n, _ in order).encode() + b"\n",
+    )
     files[REAL_IP.lstrip("/")] = (stat.S_IFREG | 0o755, ip_bin.read_bytes())
     files[REAL_TC.lstrip("/")] = (stat.S_IFREG | 0o755, tc_bin.read_bytes())
     for lib in sorted(_shared_libraries(ip_bin) | _shared_libraries(tc_bin)):
@@ -273,7 +303,6 @@ def _cpio_entry(out: io.BytesIO, name: str, mode: int, data: bytes, ino: int) ->
     out.write(b"\0" * (-(110 + len(encoded)) % 4))
     out.write(data)
     out.write(b"\0" * (-len(data) % 4))
-
 
 
 def _apt_version(package: str) -> str:

@@ -56,7 +56,7 @@ def _accel_verdict_path() -> Path:
 
 
 def known_accel() -> str | None:
-    """"kvm" or "tcg" when decided (by $EDGETB_GATEWAY_ACCEL, by the absence of /dev/kvm,
+    """ "kvm" or "tcg" when decided (by $EDGETB_GATEWAY_ACCEL, by the absence of /dev/kvm,
     or by an earlier trial boot on this host kernel and QEMU), else None: try KVM once.
 
     /dev/kvm is not proof: under a PVM hypervisor it exists, but a stock Debian kernel
@@ -89,33 +89,64 @@ def ports_for(hosts: Sequence[str]) -> list[Port]:
     return [Port(h, f"t-{h}", f"eth{i}") for i, h in enumerate(hosts)]
 
 
-def qemu_argv(image: GatewayImage, ports: Sequence[Port], console: Path, channel: Path,
-              ifbs: Sequence[str], accel: str, run_id: str) -> list[str]:
+def qemu_argv(
+    image: GatewayImage,
+    ports: Sequence[Port],
+    console: Path,
+    channel: Path,
+    ifbs: Sequence[str],
+    accel: str,
+    run_id: str,
+) -> list[str]:
     """The QEMU command line (pure; unit-tested)."""
     append = "console=ttyS0 panic=-1 quiet"
     if ifbs:
         append += " gw.ifb=" + ",".join(ifbs)
     argv = [
         # The tag `clean` looks for, as on the Cassandra JVMs.
-        "qemu-system-x86_64", "-name", f"guest=edgetb.run={run_id}:gateway",
-        "-accel", accel, "-m", str(GUEST_MEMORY_MB), "-smp", "1",
-        "-display", "none", "-nodefaults", "-no-reboot", "-no-user-config",
-        "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", append,
-        "-serial", f"file:{console}",
-        "-chardev", f"socket,id=cmd,path={channel},server=on,wait=off",
-        "-serial", "chardev:cmd",
+        "qemu-system-x86_64",
+        "-name",
+        f"guest=edgetb.run={run_id}:gateway",
+        "-accel",
+        accel,
+        "-m",
+        str(GUEST_MEMORY_MB),
+        "-smp",
+        "1",
+        "-display",
+        "none",
+        "-nodefaults",
+        "-no-reboot",
+        "-no-user-config",
+        "-kernel",
+        str(image.kernel),
+        "-initrd",
+        str(image.initrd),
+        "-append",
+        append,
+        "-serial",
+        f"file:{console}",
+        "-chardev",
+        f"socket,id=cmd,path={channel},server=on,wait=off",
+        "-serial",
+        "chardev:cmd",
     ]
     for i, port in enumerate(ports):
-        argv += ["-netdev", f"tap,id=n{i},ifname={port.tap},script=no,downscript=no",
-                 "-device", f"virtio-net-pci,netdev=n{i},{VIRTIO_NO_OFFLOAD}"]
+        argv += [
+            "-netdev",
+            f"tap,id=n{i},ifname={port.tap},script=no,downscript=no",
+            "-device",
+            f"virtio-net-pci,netdev=n{i},{VIRTIO_NO_OFFLOAD}",
+        ]
     return argv
 
 
 class GatewayVM:
     """One running gateway; reattachable from its PID and paths (the CLI does)."""
 
-    def __init__(self, run_dir: Path, switch_ns: str, ports: Sequence[Port],
-                 pid: int | None = None):
+    def __init__(
+        self, run_dir: Path, switch_ns: str, ports: Sequence[Port], pid: int | None = None
+    ):
         self.run_id = run_dir.name
         self.dir = run_dir / "gateway"
         self.switch_ns = switch_ns
@@ -153,28 +184,42 @@ class GatewayVM:
         self.accel = accel
         return self._boot(image, ifbs, accel, BOOT_TIMEOUT_S)
 
-    def _boot(self, image: GatewayImage, ifbs: Sequence[str], accel: str,
-              timeout_s: float) -> float:
+    def _boot(
+        self, image: GatewayImage, ifbs: Sequence[str], accel: str, timeout_s: float
+    ) -> float:
         self.console.unlink(missing_ok=True)
-        argv = ["ip", "netns", "exec", self.switch_ns,
-                *qemu_argv(image, self.ports, self.console, self.channel, ifbs, accel,
-                           self.run_id)]
+        argv = [
+            "ip",
+            "netns",
+            "exec",
+            self.switch_ns,
+            *qemu_argv(image, self.ports, self.console, self.channel, ifbs, accel, self.run_id),
+        ]
         t0 = time.monotonic()
         old_umask = os.umask(0o077)  # the channel socket is created 0600
         try:
             with open(self.dir / "qemu.log", "ab") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         finally:
             os.umask(old_umask)
         self.pid = proc.pid
         while "gateway: ready" not in _read(self.console):
             if proc.poll() is not None:
-                raise GatewayError(f"gateway VM ({accel}) exited with {proc.returncode}:\n"
-                                   f"{tail(self.dir / 'qemu.log')}\n{tail(self.console)}")
+                raise GatewayError(
+                    f"gateway VM ({accel}) exited with {proc.returncode}:\n"
+                    f"{tail(self.dir / 'qemu.log')}\n{tail(self.console)}"
+                )
             if time.monotonic() - t0 > timeout_s:
-                raise GatewayError(f"gateway VM ({accel}) not ready within {timeout_s:.0f} s:"
-                                   f"\n{tail(self.console)}")
+                raise GatewayError(
+                    f"gateway VM ({accel}) not ready within {timeout_s:.0f} s:"
+                    f"\n{tail(self.console)}"
+                )
             time.sleep(0.05)
         boot_s = time.monotonic() - t0
         self._realtime()
@@ -250,8 +295,23 @@ def wire_commands(switch_ns: str, ports: Sequence[Port], bridge: str) -> list[li
     for port in ports:
         br = f"g-{port.host}"
         cmds += [
-            ["ip", "-n", switch_ns, "link", "add", "name", br, "type", "bridge",
-             "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"],
+            [
+                "ip",
+                "-n",
+                switch_ns,
+                "link",
+                "add",
+                "name",
+                br,
+                "type",
+                "bridge",
+                "stp_state",
+                "0",
+                "forward_delay",
+                "0",
+                "mcast_snooping",
+                "0",
+            ],
             ["ip", "-n", switch_ns, "link", "set", "dev", port.host, "nomaster"],
             ["ip", "-n", switch_ns, "link", "set", "dev", port.host, "master", br],
             ["ip", "-n", switch_ns, "link", "set", "dev", port.tap, "master", br, "up"],

@@ -30,16 +30,35 @@ class WriteWorker:
     node is alive there and raises to stop the cell).
     """
 
-    def __init__(self, tb: Testbed, *, policy: str, timeout_s: float, log_path: Path,
-                 watch: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        tb: Testbed,
+        *,
+        policy: str,
+        timeout_s: float,
+        log_path: Path,
+        watch: Callable[[], None] = lambda: None,
+    ):
         self.timeout_s = timeout_s
         self.watch = watch
         self.log_path = log_path
-        argv = [tb.python, "-m", "experiments.workloads.writes", "--policy", policy,
-                "--timeout", str(timeout_s)]
+        argv = [
+            tb.python,
+            "-m",
+            "experiments.workloads.writes",
+            "--policy",
+            policy,
+            "--timeout",
+            str(timeout_s),
+        ]
         self._log = open(log_path, "ab")
-        self.proc = tb.popen(tb.topology.endpoint.name, argv, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=self._log)
+        self.proc = tb.popen(
+            tb.topology.endpoint.name,
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )
         self._buf = b""
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -69,8 +88,10 @@ class WriteWorker:
                 chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
                 if not chunk:
                     self.proc.wait(timeout=10)
-                    raise WorkerError(f"the workload process exited "
-                                      f"(status {self.proc.returncode}): {self._log_tail()}")
+                    raise WorkerError(
+                        f"the workload process exited "
+                        f"(status {self.proc.returncode}): {self._log_tail()}"
+                    )
                 self._buf += chunk
             self.watch()
         line, self._buf = self._buf.split(b"\n", 1)
@@ -92,18 +113,35 @@ class WriteWorker:
         self._send({"op": "schema", "keyspace": keyspace, "rf": rf})
         return self._line(120)
 
-    def run(self, *, keyspace: str, cl: str, writes: int, warmup: int, key_seed: str,
-            warmup_seed: str, on_progress: Callable[[int], None] = lambda n: None
-            ) -> list[dict[str, Any]]:
+    def run(
+        self,
+        *,
+        keyspace: str,
+        cl: str,
+        writes: int,
+        warmup: int,
+        key_seed: str,
+        warmup_seed: str,
+        on_progress: Callable[[int], None] = lambda n: None,
+    ) -> list[dict[str, Any]]:
         """Warm up, then time ``writes`` writes; returns one dict per request."""
-        self._send({"op": "run", "keyspace": keyspace, "cl": cl, "writes": writes,
-                    "warmup": warmup, "key_seed": key_seed, "warmup_seed": warmup_seed})
+        self._send(
+            {
+                "op": "run",
+                "keyspace": keyspace,
+                "cl": cl,
+                "writes": writes,
+                "warmup": warmup,
+                "key_seed": key_seed,
+                "warmup_seed": warmup_seed,
+            }
+        )
         idle = 2 * self.timeout_s + 30
         rows: list[dict[str, Any]] = []
         while True:
             msg = self._line(idle)
             if "r" in msg:
-                rows.extend(dict(zip(ROW_FIELDS, r)) for r in msg["r"])
+                rows.extend(dict(zip(ROW_FIELDS, r, strict=True)) for r in msg["r"])
                 on_progress(len(rows))
             elif "done" in msg:
                 if len(rows) != writes:

@@ -67,12 +67,18 @@ class Writer:
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import FallthroughRetryPolicy
 
-        profile = ExecutionProfile(load_balancing_policy=make_policy(policy),
-                                   retry_policy=FallthroughRetryPolicy(),
-                                   request_timeout=timeout_s)
-        self.cluster = Cluster(contact_points=points, protocol_version=5,
-                               execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-                               connect_timeout=10, control_connection_timeout=10)
+        profile = ExecutionProfile(
+            load_balancing_policy=make_policy(policy),
+            retry_policy=FallthroughRetryPolicy(),
+            request_timeout=timeout_s,
+        )
+        self.cluster = Cluster(
+            contact_points=points,
+            protocol_version=5,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            connect_timeout=10,
+            control_connection_timeout=10,
+        )
         self.session = self.cluster.connect()
         deadline = time.monotonic() + 60
         while sum(h.is_up for h in self.cluster.metadata.all_hosts()) < expect:
@@ -97,18 +103,21 @@ class Writer:
         t0 = time.monotonic()
         self.session.execute(
             f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}")
+            f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}"
+        )
         self.session.execute(
             f"CREATE TABLE IF NOT EXISTS {keyspace}.{TABLE} (id uuid PRIMARY KEY, "
-            f"firstname text, surname text, year int, category text)")
+            f"firstname text, surname text, year int, category text)"
+        )
         # Without a refresh the token map may not know the new keyspace: get_replicas
         # would then return [] and every coordinator-is-replica flag would be wrong.
         self.cluster.refresh_schema_metadata(max_schema_agreement_wait=30)
         probe = uuid.UUID(int=0, version=4)
         replicas = self.cluster.metadata.get_replicas(keyspace, probe.bytes)
         if len(replicas) != rf:
-            raise RuntimeError(f"token map of {keyspace} gives {len(replicas)} replicas "
-                               f"for a key, expected {rf}")
+            raise RuntimeError(
+                f"token map of {keyspace} gives {len(replicas)} replicas for a key, expected {rf}"
+            )
         return {"keyspace": keyspace, "rf": rf, "took_s": time.monotonic() - t0}
 
     def statement(self, keyspace: str, cl: str):
@@ -118,7 +127,8 @@ class Writer:
         if key not in self.prepared:
             stmt = self.session.prepare(
                 f"INSERT INTO {keyspace}.{TABLE} (id, firstname, surname, year, category) "
-                f"VALUES (?, ?, ?, ?, ?)")
+                f"VALUES (?, ?, ?, ?, ?)"
+            )
             stmt.consistency_level = getattr(ConsistencyLevel, cl)
             self.prepared[key] = stmt
         return self.prepared[key]
@@ -136,11 +146,19 @@ class Writer:
             error = type(exc).__name__
         rtt = time.monotonic_ns() - t0
         coordinator = future.coordinator_host or getattr(future, "_current_host", None)
-        return [seq, str(key), coordinator.address if coordinator else None,
-                [h.address for h in replicas], rtt, error, t_start]
+        return [
+            seq,
+            str(key),
+            coordinator.address if coordinator else None,
+            [h.address for h in replicas],
+            rtt,
+            error,
+            t_start,
+        ]
 
-    def run(self, keyspace: str, cl: str, writes: int, warmup: int, key_seed: str,
-            warmup_seed: str, out) -> dict:
+    def run(
+        self, keyspace: str, cl: str, writes: int, warmup: int, key_seed: str, warmup_seed: str, out
+    ) -> dict:
         stmt = self.statement(keyspace, cl)
         warm_keys = keys(warmup_seed)
         for i in range(warmup):
@@ -179,9 +197,18 @@ def serve(writer: Writer, inp, out) -> None:
             if cmd["op"] == "schema":
                 emit(out, writer.schema(cmd["keyspace"], int(cmd["rf"])))
             elif cmd["op"] == "run":
-                emit(out, writer.run(cmd["keyspace"], cmd["cl"], int(cmd["writes"]),
-                                     int(cmd["warmup"]), cmd["key_seed"],
-                                     cmd["warmup_seed"], out))
+                emit(
+                    out,
+                    writer.run(
+                        cmd["keyspace"],
+                        cmd["cl"],
+                        int(cmd["writes"]),
+                        int(cmd["warmup"]),
+                        cmd["key_seed"],
+                        cmd["warmup_seed"],
+                        out,
+                    ),
+                )
             elif cmd["op"] == "quit":
                 return
             else:

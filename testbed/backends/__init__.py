@@ -40,8 +40,11 @@ def backend_class(name: str) -> type:
     from .libvirt import LibvirtBackend
     from .netns import NetnsBackend
 
-    registry: dict[str, type] = {"netns": NetnsBackend, "libvirt": LibvirtBackend,
-                                 "hosts": HostsBackend}
+    registry: dict[str, type] = {
+        "netns": NetnsBackend,
+        "libvirt": LibvirtBackend,
+        "hosts": HostsBackend,
+    }
     try:
         return registry[name]
     except KeyError:

@@ -44,8 +44,10 @@ def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, Re
     """The topology's hosts as found in the inventory; ConfigError naming every mismatch."""
     missing = [h.name for h in topology.hosts if h.name not in inventory]
     if missing:
-        raise ConfigError(f"the inventory has no host for {', '.join(missing)} "
-                          f"(it has {', '.join(sorted(inventory))})")
+        raise ConfigError(
+            f"the inventory has no host for {', '.join(missing)} "
+            f"(it has {', '.join(sorted(inventory))})"
+        )
     found = {}
     problems = []
     for h in topology.hosts:
@@ -54,17 +56,23 @@ def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, Re
         address = str(v.get("edgetb_address", ssh_address))
         if address != h.address:
             problems.append(f"{h.name} is {address}, the topology needs {h.address}")
-        found[h.name] = RemoteHost(h.name, ssh_address, str(v.get("ansible_user", "root")),
-                                   int(v.get("ansible_port", 22)))
+        found[h.name] = RemoteHost(
+            h.name, ssh_address, str(v.get("ansible_user", "root")), int(v.get("ansible_port", 22))
+        )
     if problems:
-        raise ConfigError("inventory addresses do not match the topology (set edgetb_address "
-                          "or --subnet): " + "; ".join(problems))
+        raise ConfigError(
+            "inventory addresses do not match the topology (set edgetb_address "
+            "or --subnet): " + "; ".join(problems)
+        )
     return found
 
 
 def inventory_key(inventory: dict[str, dict]) -> Path | None:
-    keys = {str(v["ansible_ssh_private_key_file"]) for v in inventory.values()
-            if v.get("ansible_ssh_private_key_file")}
+    keys = {
+        str(v["ansible_ssh_private_key_file"])
+        for v in inventory.values()
+        if v.get("ansible_ssh_private_key_file")
+    }
     if len(keys) > 1:
         raise ConfigError("the inventory names several SSH keys; use one for all hosts")
     return Path(keys.pop()) if keys else None
@@ -109,12 +117,17 @@ class HostsBackend(remote.RemoteBackend):
 
         archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
         cassandra = self._cassandra_archive()
-        secs = remote.playbook("provision", private_dir=self.ansible_dir,
-                               inv=self.inventory(), ssh=self.ssh,
-                               extravars=provision_extravars(self.state.run_id, archive,
-                                                             str(cassandra)))
-        self.state.extra["hosts"] = {"provision_s": round(secs, 1),
-                                     "inventory": str(self.inventory_path)}
+        secs = remote.playbook(
+            "provision",
+            private_dir=self.ansible_dir,
+            inv=self.inventory(),
+            ssh=self.ssh,
+            extravars=provision_extravars(self.state.run_id, archive, str(cassandra)),
+        )
+        self.state.extra["hosts"] = {
+            "provision_s": round(secs, 1),
+            "inventory": str(self.inventory_path),
+        }
         self.state.save()
 
     def _cassandra_archive(self) -> Path:
@@ -124,7 +137,7 @@ class HostsBackend(remote.RemoteBackend):
         from ..cassandra import dist as dist_mod
 
         dist = dist_mod.load()
-        dist.tools_logback  # written on first use; the hosts' nodetool needs it
+        _ = dist.tools_logback  # written on first use; the hosts' nodetool needs it
         path = self.state.run_dir / "ansible" / "cassandra.tar.gz"
         path.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(path, "w:gz", compresslevel=1) as tar:
@@ -138,10 +151,15 @@ class HostsBackend(remote.RemoteBackend):
         # qdiscs on eth0) goes with it.
         shaped = "direct" in self.state.extra.get("emulation", {})
         with remote.suppress_failures():
-            remote.playbook("teardown", private_dir=self.ansible_dir,
-                            inv=self.inventory(), ssh=self.ssh,
-                            extravars={"edgetb_run_dir": str(self.state.run_dir),
-                                       "edgetb_shaped_devices": ["eth0"] if shaped else []},
-                            timeout_s=120)
+            remote.playbook(
+                "teardown",
+                private_dir=self.ansible_dir,
+                inv=self.inventory(),
+                ssh=self.ssh,
+                extravars={
+                    "edgetb_run_dir": str(self.state.run_dir),
+                    "edgetb_shaped_devices": ["eth0"] if shaped else [],
+                },
+                timeout_s=120,
+            )
         self.ssh.close(list(self.hosts.values()))
-

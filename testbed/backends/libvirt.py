@@ -70,8 +70,12 @@ class NetworkDef:
         ET.SubElement(net, "name").text = self.name
         ET.SubElement(net, "bridge", name=self.bridge, stp="off", delay="0")
         ET.SubElement(net, "dns", enable="no")  # no DNS, no DHCP: addresses are static
-        ET.SubElement(net, "ip", address=self.address,
-                      netmask=str(ipaddress.IPv4Network(f"0.0.0.0/{self.prefixlen}").netmask))
+        ET.SubElement(
+            net,
+            "ip",
+            address=self.address,
+            netmask=str(ipaddress.IPv4Network(f"0.0.0.0/{self.prefixlen}").netmask),
+        )
         return ET.tostring(net, encoding="unicode")
 
 
@@ -142,8 +146,11 @@ class DomainDef:
         if self.domain_type == "kvm":
             ET.SubElement(dom, "cpu", mode="host-passthrough")
         ET.SubElement(dom, "clock", offset="utc")
-        for event, action in (("on_poweroff", "destroy"), ("on_reboot", "restart"),
-                              ("on_crash", "destroy")):
+        for event, action in (
+            ("on_poweroff", "destroy"),
+            ("on_reboot", "restart"),
+            ("on_crash", "destroy"),
+        ):
             ET.SubElement(dom, event).text = action
         dev = ET.SubElement(dom, "devices")
         disk = ET.SubElement(dev, "disk", type="file", device="disk")
@@ -191,12 +198,20 @@ def mac_for(address: str) -> str:
 
 
 def kernel_cmdline(name: str, cidr: str, public_key: str) -> str:
-    return " ".join([
-        "root=/dev/vda", "rw", "console=ttyS0", "net.ifnames=0", "quiet",
-        "systemd.show_status=false", "random.trust_cpu=on",
-        f"edgetb.name={name}", f"edgetb.addr={cidr}",
-        f"edgetb.key={images.ssh_key_argument(public_key)}",
-    ])
+    return " ".join(
+        [
+            "root=/dev/vda",
+            "rw",
+            "console=ttyS0",
+            "net.ifnames=0",
+            "quiet",
+            "systemd.show_status=false",
+            "random.trust_cpu=on",
+            f"edgetb.name={name}",
+            f"edgetb.addr={cidr}",
+            f"edgetb.key={images.ssh_key_argument(public_key)}",
+        ]
+    )
 
 
 def _quiet_libvirt() -> None:
@@ -216,12 +231,14 @@ def connect():
     try:
         return libvirt.open(URI)
     except libvirt.libvirtError as exc:
-        raise ConfigError(f"cannot connect to libvirt at {URI} ({exc}); is libvirtd "
-                          f"running? `make install` installs and starts it") from exc
+        raise ConfigError(
+            f"cannot connect to libvirt at {URI} ({exc}); is libvirtd "
+            f"running? `make install` installs and starts it"
+        ) from exc
 
 
 def choose_domain_type() -> str | None:
-    """"kvm" or "qemu" when decided, None when KVM must be tried first.
+    """ "kvm" or "qemu" when decided, None when KVM must be tried first.
 
     /dev/kvm is not proof (a PVM hypervisor exposes it, and a stock guest kernel hangs),
     so the verdict is the one the gateway VM's trial recorded for this host kernel and
@@ -264,8 +281,10 @@ class LibvirtBackend(remote.RemoteBackend):
         finally:
             conn.close()
         if taken:
-            raise ConfigError(f"another libvirt testbed is up ({', '.join(taken)}): its "
-                              f"subnet would clash; `python -m testbed down` it first")
+            raise ConfigError(
+                f"another libvirt testbed is up ({', '.join(taken)}): its "
+                f"subnet would clash; `python -m testbed down` it first"
+            )
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -276,29 +295,40 @@ class LibvirtBackend(remote.RemoteBackend):
         vm_dir.mkdir(parents=True, exist_ok=True)
         public_key = self.ssh.generate_key()
         net = ipaddress.IPv4Network(self.topology.subnet)
-        netdef = NetworkDef(network_name(run_id), bridge_name(run_id), str(net[1]),
-                            net.prefixlen)
-        capacity = json.loads(run(["qemu-img", "info", "--output=json", str(image.disk)])
-                              .stdout)["virtual-size"]
+        netdef = NetworkDef(network_name(run_id), bridge_name(run_id), str(net[1]), net.prefixlen)
+        capacity = json.loads(run(["qemu-img", "info", "--output=json", str(image.disk)]).stdout)[
+            "virtual-size"
+        ]
         conn = connect()
         import libvirt
 
         try:
-            self.state.extra["libvirt"] = {"network": netdef.name, "pool": pool_name(run_id),
-                                           "domains": [], "image": str(image.root)}
+            self.state.extra["libvirt"] = {
+                "network": netdef.name,
+                "pool": pool_name(run_id),
+                "domains": [],
+                "image": str(image.root),
+            }
             self.state.save()
             conn.networkCreateXML(netdef.to_xml())
             pool = conn.storagePoolCreateXML(PoolDef(pool_name(run_id), vm_dir).to_xml(), 0)
             disks = {}
             for h in self.topology.hosts:
-                vol = pool.createXML(OverlayDef(f"{h.name}.qcow2", capacity,
-                                                image.disk).to_xml(), 0)
+                vol = pool.createXML(
+                    OverlayDef(f"{h.name}.qcow2", capacity, image.disk).to_xml(), 0
+                )
                 disks[h.name] = Path(vol.path())
             domain_type = choose_domain_type()
             trial = domain_type is None
             t0 = time.monotonic()
-            boot = self._boot_all(conn, image, disks, public_key, domain_type or "kvm",
-                                  KVM_TRIAL_TIMEOUT_S if trial else BOOT_TIMEOUT_S)
+            boot = self._boot_all(
+                conn,
+                image,
+                disks,
+                public_key,
+                domain_type or "kvm",
+                KVM_TRIAL_TIMEOUT_S if trial else BOOT_TIMEOUT_S,
+            )
             if trial:
                 from emulation.gateway.vm import record_accel
 
@@ -307,17 +337,23 @@ class LibvirtBackend(remote.RemoteBackend):
                     self._destroy_domains(conn)
                     domain_type = "qemu"
                     t0 = time.monotonic()
-                    boot = self._boot_all(conn, image, disks, public_key, domain_type,
-                                          BOOT_TIMEOUT_S)
+                    boot = self._boot_all(
+                        conn, image, disks, public_key, domain_type, BOOT_TIMEOUT_S
+                    )
                 else:
                     record_accel("kvm", "libvirt: KVM guests reached SSH")
                     domain_type = "kvm"
             if boot is None:
-                raise TestbedError(f"the VMs did not reach SSH within {BOOT_TIMEOUT_S:.0f} s "
-                                   f"(consoles: {vm_dir}/*.console.log)")
+                raise TestbedError(
+                    f"the VMs did not reach SSH within {BOOT_TIMEOUT_S:.0f} s "
+                    f"(consoles: {vm_dir}/*.console.log)"
+                )
             self.state.extra["libvirt"].update(
-                domain_type=domain_type, accel="kvm" if domain_type == "kvm" else "tcg",
-                boot_to_ssh_s=boot, boot_all_s=round(time.monotonic() - t0, 1))
+                domain_type=domain_type,
+                accel="kvm" if domain_type == "kvm" else "tcg",
+                boot_to_ssh_s=boot,
+                boot_all_s=round(time.monotonic() - t0, 1),
+            )
             self.state.save()
         except libvirt.libvirtError as exc:
             raise TestbedError(f"libvirt: {exc}") from exc
@@ -325,8 +361,9 @@ class LibvirtBackend(remote.RemoteBackend):
             conn.close()
         self._provision()
 
-    def _boot_all(self, conn, image, disks, public_key: str, domain_type: str,
-                  timeout_s: float) -> dict[str, float] | None:
+    def _boot_all(
+        self, conn, image, disks, public_key: str, domain_type: str, timeout_s: float
+    ) -> dict[str, float] | None:
         """Start every VM, then wait for SSH on each; seconds to SSH per host, or None."""
         import libvirt
 
@@ -334,13 +371,19 @@ class LibvirtBackend(remote.RemoteBackend):
         started = {}
         for h in self.topology.hosts:
             d = DomainDef(
-                name=domain_name(self.state.run_id, h.name), run_id=self.state.run_id,
-                host=h.name, domain_type=domain_type,
+                name=domain_name(self.state.run_id, h.name),
+                run_id=self.state.run_id,
+                host=h.name,
+                domain_type=domain_type,
                 size=self.edge_size if h.is_edge else self.endpoint_size,
-                kernel=image.kernel, initrd=image.initrd,
-                cmdline=kernel_cmdline(h.name, h.cidr, public_key), disk=disks[h.name],
-                network=rec["network"], mac=mac_for(h.address),
-                console_log=self.state.run_dir / "vms" / f"{h.name}.console.log")
+                kernel=image.kernel,
+                initrd=image.initrd,
+                cmdline=kernel_cmdline(h.name, h.cidr, public_key),
+                disk=disks[h.name],
+                network=rec["network"],
+                mac=mac_for(h.address),
+                console_log=self.state.run_dir / "vms" / f"{h.name}.console.log",
+            )
             d.console_log.unlink(missing_ok=True)
             try:
                 conn.createXML(d.to_xml(), 0)
@@ -373,9 +416,13 @@ class LibvirtBackend(remote.RemoteBackend):
 
     def _provision(self) -> None:
         archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
-        secs = remote.playbook("provision", private_dir=self.ansible_dir,
-                               inv=self.inventory(), ssh=self.ssh,
-                               extravars=provision_extravars(self.state.run_id, archive))
+        secs = remote.playbook(
+            "provision",
+            private_dir=self.ansible_dir,
+            inv=self.inventory(),
+            ssh=self.ssh,
+            extravars=provision_extravars(self.state.run_id, archive),
+        )
         self.state.extra["libvirt"]["provision_s"] = round(secs, 1)
         self.state.save()
 
@@ -402,10 +449,12 @@ def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "")
     from ..cassandra import dist as dist_mod
 
     dist = dist_mod.load()
-    return {**remote.provision_vars(run_id, archive),
-            "edgetb_cassandra_root": str(dist.root),
-            "edgetb_cassandra_archive": cassandra_archive,
-            "edgetb_wheels": list(images.GUEST_WHEELS)}
+    return {
+        **remote.provision_vars(run_id, archive),
+        "edgetb_cassandra_root": str(dist.root),
+        "edgetb_cassandra_archive": cassandra_archive,
+        "edgetb_wheels": list(images.GUEST_WHEELS),
+    }
 
 
 # -- finding and removing leftovers ------------------------------------------------------------
@@ -437,9 +486,11 @@ def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
     except libvirt.libvirtError:
         return found
     try:
-        for kind, objects in (("domains", conn.listAllDomains()),
-                              ("networks", conn.listAllNetworks()),
-                              ("pools", conn.listAllStoragePools())):
+        for kind, objects in (
+            ("domains", conn.listAllDomains()),
+            ("networks", conn.listAllNetworks()),
+            ("pools", conn.listAllStoragePools()),
+        ):
             found[kind] = sorted(o.name() for o in objects if _mine(o.name(), run_id))
         return found
     finally:
@@ -459,9 +510,11 @@ def remove_run_objects(conn, run_id: str | None = None, skip: Sequence[str] = ()
 
     _quiet_libvirt()
     removed = []
-    for objects, before_destroy in ((conn.listAllDomains(), None),
-                                    (conn.listAllStoragePools(), _delete_volumes),
-                                    (conn.listAllNetworks(), None)):
+    for objects, before_destroy in (
+        (conn.listAllDomains(), None),
+        (conn.listAllStoragePools(), _delete_volumes),
+        (conn.listAllNetworks(), None),
+    ):
         for obj in objects:
             if not _mine(obj.name(), run_id, skip):
                 continue
@@ -488,4 +541,3 @@ def clean_leftovers(run_id: str | None = None, skip: Sequence[str] = ()) -> list
         return remove_run_objects(conn, run_id, skip)
     finally:
         conn.close()
-

@@ -39,8 +39,23 @@ def build_commands(run_id: str, topology: Topology) -> list[list[str]]:
     sw = switch_namespace(run_id)
     cmds = [
         ["ip", "netns", "add", sw],
-        ["ip", "-n", sw, "link", "add", "name", BRIDGE, "type", "bridge", "stp_state", "0",
-         "forward_delay", "0", "mcast_snooping", "0"],
+        [
+            "ip",
+            "-n",
+            sw,
+            "link",
+            "add",
+            "name",
+            BRIDGE,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ],
         ["ip", "-n", sw, "link", "set", BRIDGE, "up"],
     ]
     for host in topology.hosts:
@@ -50,8 +65,22 @@ def build_commands(run_id: str, topology: Topology) -> list[list[str]]:
             ["ip", "-n", ns, "link", "set", "lo", "up"],
             # The switch-side end is named after the host; the host side is eth0. Always
             # say "name" and "dev": `ip link add a ...` would read "a" as "address".
-            ["ip", "-n", sw, "link", "add", "name", host.name, "type", "veth",
-             "peer", "name", HOST_IF, "netns", ns],
+            [
+                "ip",
+                "-n",
+                sw,
+                "link",
+                "add",
+                "name",
+                host.name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                HOST_IF,
+                "netns",
+                ns,
+            ],
             ["ip", "-n", sw, "link", "set", "dev", host.name, "master", BRIDGE, "up"],
             ["ip", "-n", ns, "addr", "add", host.cidr, "dev", HOST_IF],
             ["ip", "-n", ns, "link", "set", HOST_IF, "up"],

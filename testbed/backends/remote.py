@@ -25,7 +25,6 @@ from ..errors import CommandError, TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
 
-
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = ("testbed", "emulation", "experiments")
@@ -61,36 +60,73 @@ class SSH:
 
     def settings(self, *, connect_timeout: int = 10) -> list[str]:
         """``-o`` settings without the connection sharing ones."""
-        return ["IdentitiesOnly=yes", "BatchMode=yes", "StrictHostKeyChecking=accept-new",
-                f"UserKnownHostsFile={self.dir / 'known_hosts'}",
-                f"ConnectTimeout={connect_timeout}", "LogLevel=ERROR",
-                "ServerAliveInterval=5"]
+        return [
+            "IdentitiesOnly=yes",
+            "BatchMode=yes",
+            "StrictHostKeyChecking=accept-new",
+            f"UserKnownHostsFile={self.dir / 'known_hosts'}",
+            f"ConnectTimeout={connect_timeout}",
+            "LogLevel=ERROR",
+            "ServerAliveInterval=5",
+        ]
 
     def options(self, *, connect_timeout: int = 10) -> list[str]:
         out = ["-i", str(self.key)]
-        for setting in [*self.settings(connect_timeout=connect_timeout),
-                        "ControlMaster=auto", f"ControlPath={self.control_path}",
-                        "ControlPersist=30"]:
+        for setting in [
+            *self.settings(connect_timeout=connect_timeout),
+            "ControlMaster=auto",
+            f"ControlPath={self.control_path}",
+            "ControlPersist=30",
+        ]:
             out += ["-o", setting]
         return out
 
     def argv(self, host: RemoteHost, argv: Sequence[str], **kw) -> list[str]:
-        return ["ssh", *self.options(**kw), "-p", str(host.port), f"{host.user}@{host.address}",
-                "--", shlex.join(argv) if argv else "true"]
+        return [
+            "ssh",
+            *self.options(**kw),
+            "-p",
+            str(host.port),
+            f"{host.user}@{host.address}",
+            "--",
+            shlex.join(argv) if argv else "true",
+        ]
 
     def generate_key(self) -> str:
         """A new ed25519 key pair for this run only; returns the public key."""
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not self.key.is_file():
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                 f"edgetb-{self.run_id}", "-f", str(self.key)])
+            run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"edgetb-{self.run_id}",
+                    "-f",
+                    str(self.key),
+                ]
+            )
         return self.key.with_suffix(".pub").read_text().strip()
 
     def close(self, hosts: Sequence[RemoteHost]) -> None:
         """End the connection masters (and anything else carrying this run's tag)."""
         for host in hosts:
-            subprocess.run(["ssh", "-o", f"ControlPath={self.control_path}", "-O", "exit",
-                            f"{host.user}@{host.address}"], capture_output=True, timeout=10)
+            subprocess.run(
+                [
+                    "ssh",
+                    "-o",
+                    f"ControlPath={self.control_path}",
+                    "-O",
+                    "exit",
+                    f"{host.user}@{host.address}",
+                ],
+                capture_output=True,
+                timeout=10,
+            )
         kill_tagged_ssh(self.run_id)
 
     def wait(self, host: RemoteHost, timeout_s: float, alive=lambda: True) -> float:
@@ -100,14 +136,20 @@ class SSH:
         while time.monotonic() - t0 < timeout_s:
             if not alive():
                 raise TestbedError(f"{host.name}: stopped while waiting for SSH")
-            proc = subprocess.run(self.argv(host, ["true"], connect_timeout=5),
-                                  capture_output=True, text=True, timeout=30)
+            proc = subprocess.run(
+                self.argv(host, ["true"], connect_timeout=5),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if proc.returncode == 0:
                 return time.monotonic() - t0
             last = proc.stderr.strip()
             time.sleep(1.0)
-        raise TestbedError(f"{host.name} ({host.address}): no SSH within {timeout_s:.0f} s"
-                           f"{f' ({last})' if last else ''}")
+        raise TestbedError(
+            f"{host.name} ({host.address}): no SSH within {timeout_s:.0f} s"
+            f"{f' ({last})' if last else ''}"
+        )
 
 
 def kill_tagged_ssh(run_id: str) -> list[int]:
@@ -132,21 +174,32 @@ def kill_tagged_ssh(run_id: str) -> list[int]:
 # -- Ansible ---------------------------------------------------------------------------------
 
 
-def inventory(hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH,
-              python: str = "/usr/bin/python3") -> dict:
+def inventory(
+    hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH, python: str = "/usr/bin/python3"
+) -> dict:
     """An Ansible inventory (as data) of the run's hosts, grouped by role."""
     groups: dict[str, dict] = {"edge": {"hosts": {}}, "endpoint": {"hosts": {}}}
     for h in hosts:
         groups[roles[h.name]]["hosts"][h.name] = {
-            "ansible_host": h.address, "ansible_port": h.port, "ansible_user": h.user,
+            "ansible_host": h.address,
+            "ansible_port": h.port,
+            "ansible_user": h.user,
             "ansible_ssh_private_key_file": str(ssh.key),
             "ansible_python_interpreter": python,
         }
     return {"all": {"children": groups}}
 
 
-def playbook(name: str, *, private_dir: Path, inv: dict, ssh: SSH, extravars: dict,
-             limit: str | None = None, timeout_s: float = 900) -> float:
+def playbook(
+    name: str,
+    *,
+    private_dir: Path,
+    inv: dict,
+    ssh: SSH,
+    extravars: dict,
+    limit: str | None = None,
+    timeout_s: float = 900,
+) -> float:
     """Run ``playbooks/<name>.yml`` through ansible-runner; ProvisionError on failure."""
     import ansible_runner
 
@@ -186,8 +239,9 @@ def playbook(name: str, *, private_dir: Path, inv: dict, ssh: SSH, extravars: di
                 data = event.get("event_data", {})
                 res = data.get("res", {})
                 msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
-                failures.append(f"{data.get('host')}: task '{data.get('task')}': "
-                                f"{str(msg).strip()[:600]}")
+                failures.append(
+                    f"{data.get('host')}: task '{data.get('task')}': {str(msg).strip()[:600]}"
+                )
         detail = "\n".join(failures) or r.stdout.read()[-2000:]
         raise ProvisionError(f"playbook {name} failed ({r.status}, rc {r.rc}):\n{detail}")
     return time.monotonic() - t0
@@ -195,6 +249,7 @@ def playbook(name: str, *, private_dir: Path, inv: dict, ssh: SSH, extravars: di
 
 def project_archive(path: Path) -> Path:
     """The testbed's Python packages (code and shipped data) as a tarball for the hosts."""
+
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         name = info.name
         if "__pycache__" in name or name.endswith((".pyc", ".pyo")):
@@ -209,8 +264,13 @@ def project_archive(path: Path) -> Path:
 
 
 def provision_vars(run_id: str, archive: Path) -> dict:
-    return {"edgetb_run": run_id, "edgetb_src": GUEST_SRC, "edgetb_archive": str(archive),
-            "edgetb_python": GUEST_PYTHON, "edgetb_java": GUEST_JAVA}
+    return {
+        "edgetb_run": run_id,
+        "edgetb_src": GUEST_SRC,
+        "edgetb_archive": str(archive),
+        "edgetb_python": GUEST_PYTHON,
+        "edgetb_java": GUEST_JAVA,
+    }
 
 
 # -- Cassandra on a remote host ----------------------------------------------------------------
@@ -227,9 +287,11 @@ class RemoteLog:
         self._partial = ""
 
     def new_lines(self) -> list[str]:
-        proc = subprocess.run(self.exec_argv(self.host, ["tail", "-c", f"+{self._offset + 1}",
-                                                         str(self.path)]),
-                              capture_output=True, timeout=30)
+        proc = subprocess.run(
+            self.exec_argv(self.host, ["tail", "-c", f"+{self._offset + 1}", str(self.path)]),
+            capture_output=True,
+            timeout=30,
+        )
         if proc.returncode != 0:
             return []
         self._offset += len(proc.stdout)
@@ -241,9 +303,15 @@ class RemoteLog:
 
 def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
     """(ActiveState, MainPID) of the Cassandra unit on ``host``."""
-    proc = subprocess.run(exec_argv(host, ["systemctl", "show", "-p", "ActiveState", "-p",
-                                           "MainPID", "--value", CASSANDRA_UNIT]),
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        exec_argv(
+            host,
+            ["systemctl", "show", "-p", "ActiveState", "-p", "MainPID", "--value", CASSANDRA_UNIT],
+        ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if proc.returncode != 0:
         return "unknown", None
     lines = proc.stdout.split()
@@ -256,11 +324,21 @@ def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str) -> li
     """systemd-run of the node's JVM: the same command line as under netns, its output
     appended to the same stdout.log, killed with the unit."""
     out = node_dir / "logs" / "stdout.log"
-    return ["systemd-run", f"--unit={CASSANDRA_UNIT}", "--collect", "--quiet",
-            f"--description=Cassandra {marker}", f"--working-directory={node_dir}",
-            f"--property=StandardOutput=append:{out}", f"--property=StandardError=append:{out}",
-            "--property=KillMode=mixed", "--property=TimeoutStopSec=20",
-            "--property=LimitNOFILE=100000", "--property=LimitMEMLOCK=0", *java_argv]
+    return [
+        "systemd-run",
+        f"--unit={CASSANDRA_UNIT}",
+        "--collect",
+        "--quiet",
+        f"--description=Cassandra {marker}",
+        f"--working-directory={node_dir}",
+        f"--property=StandardOutput=append:{out}",
+        f"--property=StandardError=append:{out}",
+        "--property=KillMode=mixed",
+        "--property=TimeoutStopSec=20",
+        "--property=LimitNOFILE=100000",
+        "--property=LimitMEMLOCK=0",
+        *java_argv,
+    ]
 
 
 @contextlib.contextmanager
@@ -289,10 +367,13 @@ class RemoteBackend:
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         # `python` and `tcset` are the testbed venv's, as on the controller under netns.
-        path = f"{Path(GUEST_PYTHON).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:" \
-               f"/usr/bin:/sbin:/bin"
-        return self.ssh.argv(self.hosts[host], ["env", f"PATH={path}",
-                                                f"PYTHONPATH={GUEST_SRC}", *argv])
+        path = (
+            f"{Path(GUEST_PYTHON).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+            f"/usr/bin:/sbin:/bin"
+        )
+        return self.ssh.argv(
+            self.hosts[host], ["env", f"PATH={path}", f"PYTHONPATH={GUEST_SRC}", *argv]
+        )
 
     def pids(self, host: str) -> list[int]:
         return []  # processes on the hosts end with the unit, the run or the VM
@@ -309,8 +390,13 @@ class RemoteBackend:
     def start_cassandra(self, nodes: dict[str, dict]) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
         {"dir": node directory, "argv": systemd-run command}); returns seconds."""
-        return playbook("cassandra", private_dir=self.ansible_dir, inv=self.inventory(),
-                        ssh=self.ssh, extravars={"edgetb_nodes": nodes})
+        return playbook(
+            "cassandra",
+            private_dir=self.ansible_dir,
+            inv=self.inventory(),
+            ssh=self.ssh,
+            extravars={"edgetb_nodes": nodes},
+        )
 
 
 # -- a Cassandra node on a remote host ----------------------------------------------------------
@@ -340,13 +426,18 @@ class RemoteCassandraNode(CassandraNode):
 
     def log_tail(self, lines: int = 25) -> str:
         proc = subprocess.run(
-            self.exec_argv(self.name, ["tail", "-n", str(lines), str(self.system_log),
-                                       str(self.stdout_log)]),
-            capture_output=True, text=True, timeout=30)
+            self.exec_argv(
+                self.name, ["tail", "-n", str(lines), str(self.system_log), str(self.stdout_log)]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return proc.stdout.strip()
 
     def signal(self, sig: int) -> None:
-        subprocess.run(self.exec_argv(self.name, ["systemctl", "kill", "-s", str(int(sig)),
-                                                  CASSANDRA_UNIT]),
-                       capture_output=True, timeout=30)
-
+        subprocess.run(
+            self.exec_argv(self.name, ["systemctl", "kill", "-s", str(int(sig)), CASSANDRA_UNIT]),
+            capture_output=True,
+            timeout=30,
+        )

@@ -136,7 +136,10 @@ class CassandraSettings:
             raise ConfigError(
                 f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
             )
-        if not self.cluster_name or not self.cluster_name.replace("-", "").replace("_", "").isalnum():
+        if (
+            not self.cluster_name
+            or not self.cluster_name.replace("-", "").replace("_", "").isalnum()
+        ):
             raise ConfigError(f"invalid cluster_name {self.cluster_name!r}")
 
     def check_hosts(self, topology: Topology) -> None:
@@ -159,7 +162,7 @@ class CassandraSettings:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "CassandraSettings":
+    def from_dict(cls, data: Mapping[str, Any]) -> CassandraSettings:
         return cls(**data)
 
 
@@ -212,29 +215,52 @@ LOGBACK_TOOLS_XML = """<configuration scan="false">
 # From Cassandra 5.0's conf/jvm17-server.options (JPMS section) and Netty options.
 JPMS_OPTIONS: tuple[str, ...] = (
     "-Djdk.attach.allowAttachSelf=true",
-    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
-    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
-    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
-    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
-    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
-    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
-    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
-    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
-    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
-    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
-    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens", "java.base/java.io=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
-    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports",
+    "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports",
+    "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports",
+    "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports",
+    "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports",
+    "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports",
+    "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports",
+    "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.io=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util=ALL-UNNAMED",
     "-Dio.netty.tryReflectionSetAccessible=true",
     "-Dio.netty.allocator.useCacheForAllThreads=true",
     "-Dio.netty.allocator.maxOrder=11",

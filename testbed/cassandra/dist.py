@@ -166,8 +166,14 @@ def _maven_copy(version: str, workdir: Path, lib: Path) -> None:
     pom.write_text(maven_pom(version))
     run(
         [
-            "mvn", "-B", "-q", "--strict-checksums", "-f", str(pom),
-            "dependency:copy-dependencies", "-DincludeScope=runtime",
+            "mvn",
+            "-B",
+            "-q",
+            "--strict-checksums",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
             f"-DoutputDirectory={lib}",
         ],
         timeout=1800,
@@ -178,7 +184,12 @@ def _extract_tarball(tarball: Path, lib: Path) -> None:
     with tarfile.open(tarball) as tar:
         for member in tar.getmembers():
             parts = Path(member.name).parts
-            if member.isfile() and len(parts) == 3 and parts[1] == "lib" and parts[2].endswith(".jar"):
+            if (
+                member.isfile()
+                and len(parts) == 3
+                and parts[1] == "lib"
+                and parts[2].endswith(".jar")
+            ):
                 source = tar.extractfile(member)
                 assert source is not None
                 with source, open(lib / parts[2], "wb") as out:

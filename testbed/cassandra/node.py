@@ -184,8 +184,11 @@ class CassandraNode:
     def log_tail(self, lines: int = 25) -> str:
         text = tail(self.system_log, lines)
         # stdout holds what never reached the log (JVM errors); skip lines shown already.
-        extra = [line for line in tail(self.stdout_log, 10).splitlines()
-                 if line.strip() and line not in text]
+        extra = [
+            line
+            for line in tail(self.stdout_log, 10).splitlines()
+            if line.strip() and line not in text
+        ]
         if extra:
             text = (text + "\n--- stdout ---\n" if text else "") + "\n".join(extra)
         return text

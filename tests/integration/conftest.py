@@ -25,12 +25,18 @@ def cluster():
     tb.down()
 
 
-def run_cli(*args: str, module: str = "testbed", run: str | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, module: str = "testbed", run: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run `python -m MODULE ARGS [--run RUN]` as a user would."""
     extra = ["--run", run] if run else []
-    return subprocess.run([sys.executable, "-m", module, *args, *extra], capture_output=True,
-                          text=True, timeout=timeout, env=os.environ.copy())
+    return subprocess.run(
+        [sys.executable, "-m", module, *args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
 
 
 def assert_no_residue(run_id: str | None = None) -> None:

@@ -47,10 +47,16 @@ def test_port_already_in_use_is_a_clear_error():
     tb = Testbed(Topology(edge_nodes=2))
     tb.create_hosts()
     run_id = tb.run_id
-    squatter = tb.popen("e1", [sys.executable, "-c",
-                               "import socket,time;s=socket.socket();"
-                               "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-                               "s.bind(('10.77.0.12',9042));s.listen();time.sleep(120)"])
+    squatter = tb.popen(
+        "e1",
+        [
+            sys.executable,
+            "-c",
+            "import socket,time;s=socket.socket();"
+            "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+            "s.bind(('10.77.0.12',9042));s.listen();time.sleep(120)",
+        ],
+    )
     try:
         deadline = time.monotonic() + 10
         while "9042" not in tb.exec("e1", ["ss", "-Htln"]).stdout:
@@ -64,9 +70,12 @@ def test_port_already_in_use_is_a_clear_error():
 
 
 def test_sigkilled_up_is_removed_by_clean():
-    up = subprocess.Popen([sys.executable, "-m", "testbed", "up", "--nodes", "3"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          start_new_session=True)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "up", "--nodes", "3"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while len(tagged_processes()) < 3:
         assert up.poll() is None, "up ended before it could be killed"
@@ -85,9 +94,12 @@ def test_sigkilled_up_is_removed_by_clean():
 def test_gateway_left_by_a_killed_emulation_command_is_removed_by_clean():
     up = run_cli("up", "--nodes", "2", "--no-cassandra")
     assert up.returncode == 0, up.stderr
-    setter = subprocess.Popen([sys.executable, "-m", "emulation", "set", "--latency", "10"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    setter = subprocess.Popen(
+        [sys.executable, "-m", "emulation", "set", "--latency", "10"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     # a shaper process of the run exists once the gateway VM (tagged ...:gateway) boots,
     # or once direct shaping has been recorded

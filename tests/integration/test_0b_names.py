@@ -12,17 +12,29 @@ def test_keyword_like_host_names_build_and_reach_each_other():
         out = tb.exec("name", ["ip", "-o", "-4", "addr", "show", "dev", "eth0"]).stdout
         assert tb.address("name") + "/24" in out
         # TCP across the bridge: a listener on "dev", a connect from "a"
-        server = tb.popen("dev", ["python3", "-c",
-                                  "import socket;s=socket.socket();s.bind(('0.0.0.0',5555));"
-                                  "s.listen();c,_=s.accept();c.sendall(b'hi')"])
+        server = tb.popen(
+            "dev",
+            [
+                "python3",
+                "-c",
+                "import socket;s=socket.socket();s.bind(('0.0.0.0',5555));"
+                "s.listen();c,_=s.accept();c.sendall(b'hi')",
+            ],
+        )
         try:
-            client = tb.exec("a", ["python3", "-c",
-                                   "import socket,time\n"
-                                   "for _ in range(100):\n"
-                                   "  try:\n"
-                                   f"    s=socket.create_connection(('{tb.address('dev')}',5555),1);break\n"
-                                   "  except OSError: time.sleep(0.05)\n"
-                                   "print(s.recv(2).decode())"])
+            client = tb.exec(
+                "a",
+                [
+                    "python3",
+                    "-c",
+                    "import socket,time\n"
+                    "for _ in range(100):\n"
+                    "  try:\n"
+                    f"    s=socket.create_connection(('{tb.address('dev')}',5555),1);break\n"
+                    "  except OSError: time.sleep(0.05)\n"
+                    "print(s.recv(2).decode())",
+                ],
+            )
             assert client.stdout.strip() == "hi"
         finally:
             server.wait(timeout=10)

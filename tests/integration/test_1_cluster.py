@@ -11,10 +11,15 @@ def test_status_json_reports_every_node_up_normal(cluster):
     assert proc.returncode == 0, proc.stderr
     hosts = json.loads(proc.stdout)["hosts"]
     assert [(h["name"], h["role"]) for h in hosts] == [
-        ("e0", "edge"), ("e1", "edge"), ("e2", "edge"), ("ep", "endpoint")]
+        ("e0", "edge"),
+        ("e1", "edge"),
+        ("e2", "edge"),
+        ("ep", "endpoint"),
+    ]
     assert [h["cassandra"] for h in hosts if h["role"] == "edge"] == ["UN", "UN", "UN"]
     assert {h["name"]: h["address"] for h in hosts} == {
-        h.name: h.address for h in cluster.topology.hosts}
+        h.name: h.address for h in cluster.topology.hosts
+    }
 
 
 def test_write_and_read_back_at_local_quorum_from_the_endpoint(cluster):
@@ -26,8 +31,14 @@ def test_write_and_read_back_at_local_quorum_from_the_endpoint(cluster):
         f"INSERT INTO itest.kv (k, v) VALUES ('key', '{value}')",
         "SELECT k, v FROM itest.kv WHERE k = 'key'",
     ]
-    proc = run_cli("exec", "--run", cluster.run_id, "ep", "--",
-                       *cluster.client_argv(["cql", *statements, "--consistency", "LOCAL_QUORUM"]))
+    proc = run_cli(
+        "exec",
+        "--run",
+        cluster.run_id,
+        "ep",
+        "--",
+        *cluster.client_argv(["cql", *statements, "--consistency", "LOCAL_QUORUM"]),
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"k": "key", "v": value}
     assert proc.stderr.count("-- ok (LOCAL_QUORUM") == 4

@@ -9,7 +9,6 @@ from emulation.verify import measure_pair
 from .conftest import rtt_tolerance_ms, run_cli
 
 
-
 def _edge_pids(tb):
     return {n.name: n.pid for n in tb.nodes.values()}
 
@@ -54,8 +53,17 @@ def test_paper_profile_edge_links_and_fixed_endpoint_links(cluster):
 
 def test_cli_show_verify_and_clear_return_to_baseline(cluster):
     # the done-when sequence: uniform 50 ms, 2.5 % -> ~100 ms RTT, ~4.9 % loss
-    proc = run_cli("set", "--profile", "uniform", "--latency", "50", "--loss", "2.5",
-                   module="emulation", run=cluster.run_id)
+    proc = run_cli(
+        "set",
+        "--profile",
+        "uniform",
+        "--latency",
+        "50",
+        "--loss",
+        "2.5",
+        module="emulation",
+        run=cluster.run_id,
+    )
     assert proc.returncode == 0, proc.stderr
     shown = run_cli("show", "--json", module="emulation", run=cluster.run_id)
     import json
@@ -63,8 +71,16 @@ def test_cli_show_verify_and_clear_return_to_baseline(cluster):
     data = json.loads(shown.stdout)
     assert data["matrix"]["profile"] == "uniform"
     assert {(l["delay_ms"], l["loss_pct"]) for l in data["matrix"]["links"]} == {(50.0, 2.5)}
-    verified = run_cli("verify", "--json", "--sample", "1", "--level", "0.99",
-                       module="emulation", run=cluster.run_id)
+    verified = run_cli(
+        "verify",
+        "--json",
+        "--sample",
+        "1",
+        "--level",
+        "0.99",
+        module="emulation",
+        run=cluster.run_id,
+    )
     assert verified.returncode == 0, verified.stderr
     pair = json.loads(verified.stdout)["pairs"][0]
     assert abs(pair["median_rtt_ms"] - 100) <= rtt_tolerance_ms(100)

@@ -7,8 +7,8 @@ Each test runs `python -m experiments.sweep` as a user would (its own cluster).
 import csv
 import os
 import signal
-import statistics
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -28,17 +28,38 @@ RETRANSMITTED_MS = 2 * LATENCY * 2 + 150
 
 
 def sweep(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "experiments.sweep", *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=os.environ.copy())
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.sweep", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
 
 
 @pytest.fixture(scope="module")
 def small_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    proc = sweep("--nodes", "3", "--rf", "1,2,3", "--latency", "0,20", "--loss", "0.5",
-                 "--writes", "50", "--warmup", "10", "--profile", "uniform",
-                 "--verify-probes", "100", "--out", str(out))
+    proc = sweep(
+        "--nodes",
+        "3",
+        "--rf",
+        "1,2,3",
+        "--latency",
+        "0,20",
+        "--loss",
+        "0.5",
+        "--writes",
+        "50",
+        "--warmup",
+        "10",
+        "--profile",
+        "uniform",
+        "--verify-probes",
+        "100",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     store = Store(out, create=False)
     (run,) = store.runs()
@@ -50,11 +71,20 @@ def requests_of(store, run_id):
     rows = store.db.execute(
         "SELECT c.rf, c.latency_ms, r.coordinator, r.replicas, r.coordinator_is_replica, "
         "r.rtt_ns, r.error FROM requests r JOIN cells c USING (run_id, cell_id) "
-        "WHERE r.run_id=?", (run_id,)).fetchall()
+        "WHERE r.run_id=?",
+        (run_id,),
+    ).fetchall()
     by = defaultdict(list)
     for rf, lat, coord, replicas, cir, rtt, err in rows:
-        by[(rf, lat)].append({"coordinator": coord, "replicas": replicas.split(","),
-                              "cir": cir, "rtt_ms": rtt / 1e6, "error": err})
+        by[(rf, lat)].append(
+            {
+                "coordinator": coord,
+                "replicas": replicas.split(","),
+                "cir": cir,
+                "rtt_ms": rtt / 1e6,
+                "error": err,
+            }
+        )
     return by
 
 
@@ -63,7 +93,8 @@ def test_every_cell_is_stored_whole(small_grid):
     assert run.status == "complete"
     cells = store.cells(run.run_id)
     assert sorted(c["cell_id"] for c in cells) == sorted(
-        f"n3-rf{rf}-l{lat}-p0.5-r1" for rf in (1, 2, 3) for lat in (0, 20))
+        f"n3-rf{rf}-l{lat}-p0.5-r1" for rf in (1, 2, 3) for lat in (0, 20)
+    )
     for c in cells:
         assert len(store.rtts_ns(run.run_id, c["cell_id"])) == 50
     assert "results:" in proc.stdout and "mean ms" in proc.stdout  # the summary table
@@ -79,7 +110,8 @@ def test_shaping_was_measured_for_each_cell(small_grid):
         measured = c["shaping"]["measured"]
         assert measured["probes"] == 100
         assert abs(measured["median_rtt_ms"] - 2 * c["latency_ms"]) <= rtt_tolerance_ms(
-            2 * c["latency_ms"])
+            2 * c["latency_ms"]
+        )
 
 
 def test_rtt_grows_by_2L_per_round_trip(small_grid):
@@ -100,15 +132,20 @@ def test_rtt_grows_by_2L_per_round_trip(small_grid):
         assert len(shaped) >= 40 and len(base) >= 40
         remote = [not (r["cir"] and acks == 1) for r in shaped]
         for needs_remote in (False, True):
-            cls = [r["rtt_ms"] for r, rem in zip(shaped, remote) if rem == needs_remote]
+            pairs = zip(shaped, remote, strict=True)
+            cls = [r["rtt_ms"] for r, rem in pairs if rem == needs_remote]
             if len(cls) < 5:  # RF 2/3 always need a remote ack; RF 1 has both classes
                 continue
             expected = 2 * LATENCY * (2 if needs_remote else 1)
             grown = statistics.median(cls) - statistics.median(base)
             assert grown == pytest.approx(expected, abs=0.12 * expected), (
-                rf, needs_remote, grown, expected)
+                rf,
+                needs_remote,
+                grown,
+                expected,
+            )
         # Per request: one round trip (2L) without a remote ack, two with one.
-        for r, needs_remote in zip(shaped, remote):
+        for r, needs_remote in zip(shaped, remote, strict=True):
             assert r["rtt_ms"] >= 2 * LATENCY * (2 if needs_remote else 1) - 1.0
 
 
@@ -129,8 +166,12 @@ def test_round_robin_coordinators_and_replica_fraction(small_grid):
 
 def test_export_to_csv(small_grid):
     out, store, run, _ = small_grid
-    proc = subprocess.run([sys.executable, "-m", "experiments.export", str(out), "--format",
-                           "csv"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.export", str(out), "--format", "csv"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     with open(out / "export" / "requests.csv") as f:
         rows = list(csv.DictReader(f))
@@ -140,19 +181,59 @@ def test_export_to_csv(small_grid):
 
 def test_rerun_of_a_complete_sweep_measures_nothing(small_grid):
     out, *_ = small_grid
-    proc = sweep("--nodes", "3", "--rf", "1,2,3", "--latency", "0,20", "--loss", "0.5",
-                 "--writes", "50", "--warmup", "10", "--profile", "uniform",
-                 "--verify-probes", "100", "--out", str(out), timeout=120)
+    proc = sweep(
+        "--nodes",
+        "3",
+        "--rf",
+        "1,2,3",
+        "--latency",
+        "0,20",
+        "--loss",
+        "0.5",
+        "--writes",
+        "50",
+        "--warmup",
+        "10",
+        "--profile",
+        "uniform",
+        "--verify-probes",
+        "100",
+        "--out",
+        str(out),
+        timeout=120,
+    )
     assert proc.returncode == 0 and "already complete" in proc.stdout
 
 
 def test_kill_9_mid_cell_then_resume(tmp_path):
-    args = ["--nodes", "3", "--rf", "1,2,3", "--latency", "20", "--loss", "0.5",
-            "--writes", "60", "--warmup", "0", "--profile", "uniform",
-            "--verify-probes", "0", "--cluster-warmup", "100", "--out", str(tmp_path)]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.sweep", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=os.environ.copy())
+    args = [
+        "--nodes",
+        "3",
+        "--rf",
+        "1,2,3",
+        "--latency",
+        "20",
+        "--loss",
+        "0.5",
+        "--writes",
+        "60",
+        "--warmup",
+        "0",
+        "--profile",
+        "uniform",
+        "--verify-probes",
+        "0",
+        "--cluster-warmup",
+        "100",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
     db = tmp_path / "results.sqlite"
     deadline = time.monotonic() + 300
     try:

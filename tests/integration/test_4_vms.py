@@ -33,8 +33,21 @@ def _run_id(stdout: str) -> str:
 
 
 def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float]:
-    proc = run_cli("exec", "--run", run_id, src, "--", "ping", "-n", "-c", str(count), "-i",
-                   "0.2", dst_addr, timeout=120)
+    proc = run_cli(
+        "exec",
+        "--run",
+        run_id,
+        src,
+        "--",
+        "ping",
+        "-n",
+        "-c",
+        str(count),
+        "-i",
+        "0.2",
+        dst_addr,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return [float(m) for m in re.findall(r"time=([0-9.]+) ms", proc.stdout)]
 
@@ -42,8 +55,9 @@ def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float
 @pytest.fixture(scope="module")
 def vms():
     images.load()  # `make test` builds the image first
-    proc = run_cli("up", "--backend", "libvirt", "--nodes", "1", "--no-cassandra", *SMALL,
-                   timeout=900)
+    proc = run_cli(
+        "up", "--backend", "libvirt", "--nodes", "1", "--no-cassandra", *SMALL, timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     run_id = _run_id(proc.stdout)
     yield run_id, proc.stdout
@@ -68,8 +82,16 @@ def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     finally:
         conn.close()
     # each VM has its own kernel, address and host name
-    proc = run_cli("exec", "--run", run_id, "e0", "--", "sh", "-c",
-                   "hostname; ip -4 -o addr show eth0; cat /proc/sys/kernel/random/boot_id")
+    proc = run_cli(
+        "exec",
+        "--run",
+        run_id,
+        "e0",
+        "--",
+        "sh",
+        "-c",
+        "hostname; ip -4 -o addr show eth0; cat /proc/sys/kernel/random/boot_id",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "e0" and "10.77.0.11/24" in proc.stdout
 
@@ -82,14 +104,23 @@ def test_ansible_runner_reaches_every_vm(vms, tmp_path):
     ssh_dir = home() / "runs" / run_id / "ssh"
     r = ansible_runner.run(
         private_data_dir=str(tmp_path),
-        inventory=inventory, host_pattern="all", module="ansible.builtin.command",
-        module_args="cat /etc/hostname", quiet=True,
-        envvars={"PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
-                 "ANSIBLE_SSH_ARGS": f"-o UserKnownHostsFile={ssh_dir / 'known_hosts'} "
-                                     f"-o StrictHostKeyChecking=accept-new"})
+        inventory=inventory,
+        host_pattern="all",
+        module="ansible.builtin.command",
+        module_args="cat /etc/hostname",
+        quiet=True,
+        envvars={
+            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+            "ANSIBLE_SSH_ARGS": f"-o UserKnownHostsFile={ssh_dir / 'known_hosts'} "
+            f"-o StrictHostKeyChecking=accept-new",
+        },
+    )
     assert r.status == "successful", r.stdout.read()[-2000:]
-    answers = {e["event_data"]["host"]: e["event_data"]["res"]["stdout"]
-               for e in r.events if e["event"] == "runner_on_ok"}
+    answers = {
+        e["event_data"]["host"]: e["event_data"]["res"]["stdout"]
+        for e in r.events
+        if e["event"] == "runner_on_ok"
+    }
     assert answers == {"e0": "e0", "ep": "ep"}
 
 
@@ -97,12 +128,23 @@ def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
     run_id, _ = vms
     base = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
     try:
-        proc = run_cli("set", "--profile", "uniform", "--latency", "25", "--loss", "0",
-                       module="emulation", run=run_id, timeout=300)
+        proc = run_cli(
+            "set",
+            "--profile",
+            "uniform",
+            "--latency",
+            "25",
+            "--loss",
+            "0",
+            module="emulation",
+            run=run_id,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "via direct" in proc.stdout  # netem inside the guests, set up by tcconfig
-        qdiscs = run_cli("exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev",
-                         "eth0").stdout
+        qdiscs = run_cli(
+            "exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev", "eth0"
+        ).stdout
         assert "netem" in qdiscs and "delay 25ms" in qdiscs, qdiscs
         shaped = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
         assert abs(shaped - base - 50) <= rtt_tolerance_ms(50), (base, shaped)
@@ -117,13 +159,32 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
     run_id, _ = vms
     inv = tmp_path / "inventory.json"
     inv.write_text(run_cli("inventory", "--run", run_id).stdout)
-    proc = run_cli("up", "--backend", "hosts", "--inventory", str(inv), "--nodes", "1",
-                   "--no-cassandra", timeout=600)
+    proc = run_cli(
+        "up",
+        "--backend",
+        "hosts",
+        "--inventory",
+        str(inv),
+        "--nodes",
+        "1",
+        "--no-cassandra",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     hosts_run = _run_id(proc.stdout)
     try:
-        proc = run_cli("set", "--profile", "uniform", "--latency", "15", "--loss", "0",
-                       module="emulation", run=hosts_run, timeout=300)
+        proc = run_cli(
+            "set",
+            "--profile",
+            "uniform",
+            "--latency",
+            "15",
+            "--loss",
+            "0",
+            module="emulation",
+            run=hosts_run,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         shaped = statistics.median(ping_ms(hosts_run, "ep", "10.77.0.11"))
         assert abs(shaped - 30) <= rtt_tolerance_ms(30) + 2, shaped
@@ -131,8 +192,9 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         down = run_cli("down", "--run", hosts_run, timeout=300)
     assert down.returncode == 0, down.stderr
     # the machines outlive the run; its shaping and its directory on them do not
-    qdiscs = run_cli("exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev",
-                     "eth0").stdout
+    qdiscs = run_cli(
+        "exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev", "eth0"
+    ).stdout
     assert "netem" not in qdiscs, qdiscs
     left = run_cli("exec", "--run", run_id, "e0", "--", "ls", str(home() / "runs"))
     assert hosts_run not in left.stdout
@@ -147,9 +209,23 @@ def test_down_leaves_nothing(vms):
 
 
 def test_kill_9_during_boot_then_clean_leaves_nothing():
-    proc = subprocess.Popen([sys.executable, "-m", "testbed", "up", "--backend", "libvirt",
-                             "--nodes", "1", "--no-cassandra", *SMALL],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "up",
+            "--backend",
+            "libvirt",
+            "--nodes",
+            "1",
+            "--no-cassandra",
+            *SMALL,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run_id = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until both domains exist

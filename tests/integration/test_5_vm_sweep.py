@@ -24,19 +24,46 @@ def _kvm_reason() -> str | None:
         return None
     if kind is None:
         return "KVM not tried yet on this host (no verdict recorded)"
-    return ("KVM does not boot a guest here (recorded verdict: TCG); a 3-node Cassandra "
-            "sweep on TCG VMs exceeds the CI budget")
+    return (
+        "KVM does not boot a guest here (recorded verdict: TCG); a 3-node Cassandra "
+        "sweep on TCG VMs exceeds the CI budget"
+    )
 
 
 @pytest.mark.skipif(_kvm_reason() is not None, reason=_kvm_reason() or "")
 def test_three_node_sweep_on_vms(tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.sweep", "--backend", "libvirt", "--nodes", "3",
-         "--rf", "1,2,3", "--latency", "0,20", "--loss", "0.5", "--writes", "50",
-         "--warmup", "10", "--profile", "uniform", "--verify-probes", "100",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=3600, env=os.environ.copy())
+        [
+            sys.executable,
+            "-m",
+            "experiments.sweep",
+            "--backend",
+            "libvirt",
+            "--nodes",
+            "3",
+            "--rf",
+            "1,2,3",
+            "--latency",
+            "0,20",
+            "--loss",
+            "0.5",
+            "--writes",
+            "50",
+            "--warmup",
+            "10",
+            "--profile",
+            "uniform",
+            "--verify-probes",
+            "100",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=os.environ.copy(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     store = Store(out, create=False)
     (run,) = store.runs()

@@ -10,15 +10,32 @@ from analysis import compare as compare_mod
 from analysis import phi as phi_mod
 from analysis import plots, report
 from analysis.results import load
-from analysis.stats import (cell_stats, high_rf_average, ls_slope, median_line_slope, rank,
-                            slopes, spearman, std_across_nodes)
+from analysis.stats import (
+    cell_stats,
+    high_rf_average,
+    ls_slope,
+    median_line_slope,
+    rank,
+    slopes,
+    spearman,
+    std_across_nodes,
+)
 from analysis.synthetic import make_store
 from experiments.consistency import WRITE_LEVELS
 from testbed.errors import ConfigError
 
 # Table 1 of the paper, exactly as printed.
-TABLE_1 = {(3, 2): 1, (3, 3): 0.5, (4, 2): 1, (4, 3): 0.54, (4, 4): 0.66,
-           (5, 2): 1, (5, 3): 0.56, (5, 4): 0.68, (5, 5): 0.5}
+TABLE_1 = {
+    (3, 2): 1,
+    (3, 3): 0.5,
+    (4, 2): 1,
+    (4, 3): 0.54,
+    (4, 4): 0.66,
+    (5, 2): 1,
+    (5, 3): 0.56,
+    (5, 4): 0.68,
+    (5, 5): 0.5,
+}
 
 
 def test_table_1_exactly_as_printed():
@@ -26,9 +43,9 @@ def test_table_1_exactly_as_printed():
 
 
 def test_exact_values_and_where_the_paper_truncated():
-    assert phi_mod.phi(4, 4) == Fraction(2, 3)      # printed 0.66, rounds to 0.67
-    assert phi_mod.phi(5, 3) == Fraction(17, 30)    # printed 0.56, rounds to 0.57
-    assert phi_mod.phi(5, 4) == Fraction(41, 60)    # the paper's worked example: 0.68
+    assert phi_mod.phi(4, 4) == Fraction(2, 3)  # printed 0.66, rounds to 0.67
+    assert phi_mod.phi(5, 3) == Fraction(17, 30)  # printed 0.56, rounds to 0.57
+    assert phi_mod.phi(5, 4) == Fraction(41, 60)  # the paper's worked example: 0.68
     assert round(float(phi_mod.phi(4, 4)), 2) != TABLE_1[(4, 4)]
     assert round(float(phi_mod.phi(5, 3)), 2) != TABLE_1[(5, 3)]
 
@@ -53,8 +70,8 @@ def test_phi_is_a_ratio_for_every_level():
                     assert level in ("TWO", "THREE") and rf < {"TWO": 2, "THREE": 3}[level]
                     continue
                 assert 0 <= value <= 1, (level, n, rf, value)
-    assert phi_mod.phi(5, 5, "ALL") == 1          # every ack needed
-    assert phi_mod.phi(5, 5, "ONE") == 0          # the coordinator alone suffices
+    assert phi_mod.phi(5, 5, "ALL") == 1  # every ack needed
+    assert phi_mod.phi(5, 5, "ONE") == 0  # the coordinator alone suffices
     assert phi_mod.phi(5, 3, "ONE") == Fraction(2, 5) * Fraction(1, 3)
 
 
@@ -118,14 +135,23 @@ def test_ranks_and_spearman():
 
 
 def cells(*points):
-    return [{"nodes": n, "rf": rf, "latency_ms": lat, "loss_pct": loss, "rtt_ms": rtts}
-            for n, rf, lat, loss, rtts in points]
+    return [
+        {"nodes": n, "rf": rf, "latency_ms": lat, "loss_pct": loss, "rtt_ms": rtts}
+        for n, rf, lat, loss, rtts in points
+    ]
 
 
 def test_grouped_statistics_by_hand():
-    data = cells((3, 3, 0, 0.5, [10, 12]), (4, 3, 0, 0.5, [12, 14]), (5, 3, 0, 0.5, [14, 16]),
-                 (3, 4, 0, 0.5, [99]), (5, 4, 0, 0.5, [20]), (5, 5, 0, 0.5, [30]),
-                 (3, 3, 10, 0.5, [31]), (3, 3, 20, 0.5, [51]))
+    data = cells(
+        (3, 3, 0, 0.5, [10, 12]),
+        (4, 3, 0, 0.5, [12, 14]),
+        (5, 3, 0, 0.5, [14, 16]),
+        (3, 4, 0, 0.5, [99]),
+        (5, 4, 0, 0.5, [20]),
+        (5, 5, 0, 0.5, [30]),
+        (3, 3, 10, 0.5, [31]),
+        (3, 3, 20, 0.5, [51]),
+    )
     spread = std_across_nodes(data)
     assert spread[(3, 0)]["std"] == pytest.approx(2.0)  # means 11, 13, 15
     avg = high_rf_average(data)
@@ -137,18 +163,24 @@ def test_grouped_statistics_by_hand():
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     directory = tmp_path_factory.mktemp("synthetic")
-    return make_store(directory, nodes=(3, 5), losses=(0.5, 7.5), latencies=(0, 50, 100),
-                      writes=50)
+    return make_store(directory, nodes=(3, 5), losses=(0.5, 7.5), latencies=(0, 50, 100), writes=50)
 
 
 def test_plots_from_a_synthetic_store(synthetic):
     results = load(synthetic)
     made = {m["name"]: m for m in plots.make_all(results)}
-    assert set(made) == {"rtt_n3_loss0.5", "rtt_n3_loss7.5", "rtt_n5_loss0.5",
-                         "rtt_n5_loss7.5", "high_rf_n3", "high_rf_n5", "phi_vs_excess"}
+    assert set(made) == {
+        "rtt_n3_loss0.5",
+        "rtt_n3_loss7.5",
+        "rtt_n5_loss0.5",
+        "rtt_n5_loss7.5",
+        "high_rf_n3",
+        "high_rf_n5",
+        "phi_vs_excess",
+    }
     assert made["rtt_n3_loss0.5"]["series"] == 3 and made["rtt_n5_loss7.5"]["series"] == 5
-    assert made["high_rf_n5"]["series"] == 2      # one line per loss
-    assert made["phi_vs_excess"]["series"] == 2   # (3 nodes, 7.5 %) and (5 nodes, 7.5 %)
+    assert made["high_rf_n5"]["series"] == 2  # one line per loss
+    assert made["phi_vs_excess"]["series"] == 2  # (3 nodes, 7.5 %) and (5 nodes, 7.5 %)
     for m in made.values():
         for path in m["paths"]:
             assert path.stat().st_size > 2000, path
@@ -161,8 +193,18 @@ def test_plots_from_a_synthetic_store(synthetic):
 def test_compare_agrees_when_loss_cost_follows_phi(tmp_path):
     def follows_phi(n, rf, lat, loss):  # excess slope = φ x loss: a perfect rank match
         return 15 + 2 * lat + float(phi_mod.phi(n, rf)) * loss * lat / 10
-    results = load(make_store(tmp_path, nodes=(5,), losses=(0.5, 7.5), latencies=(0, 50, 100),
-                              writes=40, mean_ms=follows_phi, sd_ms=0.01))
+
+    results = load(
+        make_store(
+            tmp_path,
+            nodes=(5,),
+            losses=(0.5, 7.5),
+            latencies=(0, 50, 100),
+            writes=40,
+            mean_ms=follows_phi,
+            sd_ms=0.01,
+        )
+    )
     (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
     assert high["spearman"] == pytest.approx(1.0, abs=0.01)
     assert high["verdict"].startswith("yes")
@@ -173,8 +215,18 @@ def test_compare_agrees_when_loss_cost_follows_phi(tmp_path):
 def test_compare_says_so_when_the_ordering_is_reversed(tmp_path):
     def against_phi(n, rf, lat, loss):
         return 15 + 2 * lat + (1 - float(phi_mod.phi(n, rf))) * loss * lat / 10
-    results = load(make_store(tmp_path, nodes=(5,), losses=(0.5, 7.5), latencies=(0, 50, 100),
-                              writes=40, mean_ms=against_phi, sd_ms=0.01))
+
+    results = load(
+        make_store(
+            tmp_path,
+            nodes=(5,),
+            losses=(0.5, 7.5),
+            latencies=(0, 50, 100),
+            writes=40,
+            mean_ms=against_phi,
+            sd_ms=0.01,
+        )
+    )
     (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
     assert high["spearman"] == pytest.approx(-1.0, abs=0.01)
     assert high["verdict"].startswith("no: the measured excess runs opposite")

@@ -29,7 +29,7 @@ def test_merge_mapping_replaces_scalar_and_vice_versa():
 def test_tokens_evenly_spaced(n):
     tokens = [initial_token(i, n) for i in range(n)]
     assert tokens[0] == -(2**63)
-    assert all(b - a == 2**64 // n for a, b in zip(tokens, tokens[1:]))
+    assert all(b - a == 2**64 // n for a, b in zip(tokens, tokens[1:], strict=False))
     assert all(-(2**63) <= t < 2**63 for t in tokens)
 
 
@@ -91,8 +91,14 @@ def test_node_overrides_for_unknown_host():
 
 
 def _jvm(settings: CassandraSettings, **kw) -> list[str]:
-    return config.jvm_args(settings=settings, classpath="/lib/a.jar:/lib/b.jar",
-                           node_dir=Path("/run/x/nodes/e0"), run_id="abc123", host="e0", **kw)
+    return config.jvm_args(
+        settings=settings,
+        classpath="/lib/a.jar:/lib/b.jar",
+        node_dir=Path("/run/x/nodes/e0"),
+        run_id="abc123",
+        host="e0",
+        **kw,
+    )
 
 
 def test_jvm_args_fast_profile():
@@ -105,7 +111,7 @@ def test_jvm_args_fast_profile():
     assert "-Dcassandra.config=file:///run/x/nodes/e0/conf/cassandra.yaml" in args
     assert args[-3:] == ["-cp", "/lib/a.jar:/lib/b.jar", config.MAIN_CLASS]
     # every --add-opens/--add-exports is followed by its module/package=target
-    for flag, value in zip(args, args[1:]):
+    for flag, value in zip(args, args[1:], strict=False):
         if flag in ("--add-opens", "--add-exports"):
             assert value.endswith("=ALL-UNNAMED")
 

@@ -12,18 +12,26 @@ from testbed import ConfigError
 def test_qemu_argv_ports_offloads_channel_and_tag():
     ports = vm.ports_for(["e0", "e1", "ep"])
     assert ports[2] == vm.Port("ep", "t-ep", "eth2")
-    argv = vm.qemu_argv(GatewayImage(Path("/img")), ports, Path("/r/console.log"),
-                        Path("/r/channel.sock"), ["ifb1", "ifb2"], "tcg", "abc123")
+    argv = vm.qemu_argv(
+        GatewayImage(Path("/img")),
+        ports,
+        Path("/r/console.log"),
+        Path("/r/channel.sock"),
+        ["ifb1", "ifb2"],
+        "tcg",
+        "abc123",
+    )
     assert argv[:3] == ["qemu-system-x86_64", "-name", "guest=edgetb.run=abc123:gateway"]
     assert argv[argv.index("-accel") + 1] == "tcg"
     assert argv[argv.index("-append") + 1].endswith(" gw.ifb=ifb1,ifb2")
     assert "socket,id=cmd,path=/r/channel.sock,server=on,wait=off" in argv
     netdevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-netdev"]
-    assert netdevs == [f"tap,id=n{i},ifname=t-{h},script=no,downscript=no"
-                       for i, h in enumerate(["e0", "e1", "ep"])]
+    assert netdevs == [
+        f"tap,id=n{i},ifname=t-{h},script=no,downscript=no"
+        for i, h in enumerate(["e0", "e1", "ep"])
+    ]
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
-    assert all("csum=off" in d and "guest_tso4=off" in d and "host_ufo=off" in d
-               for d in devices)
+    assert all("csum=off" in d and "guest_tso4=off" in d and "host_ufo=off" in d for d in devices)
 
 
 def test_wire_and_unwire_commands_stay_in_the_switch_namespace():

@@ -14,17 +14,37 @@ def test_build_commands_names_and_addresses():
     topo = Topology(edge_nodes=2)
     cmds = build_commands("abc123", topo)
     assert planned_namespaces("abc123", topo) == [
-        "tb-abc123-sw", "tb-abc123-e0", "tb-abc123-e1", "tb-abc123-ep"]
+        "tb-abc123-sw",
+        "tb-abc123-e0",
+        "tb-abc123-e1",
+        "tb-abc123-ep",
+    ]
     netns_adds = [c[3] for c in cmds if c[:3] == ["ip", "netns", "add"]]
     assert netns_adds == planned_namespaces("abc123", topo)
     # every command targets one of our namespaces: nothing in the machine's own namespace
     for cmd in cmds:
-        assert cmd[:3] == ["ip", "netns", "add"] or (cmd[1] == "-n" and cmd[2].startswith("tb-abc123-"))
+        assert cmd[:3] == ["ip", "netns", "add"] or (
+            cmd[1] == "-n" and cmd[2].startswith("tb-abc123-")
+        )
     assert ["ip", "-n", "tb-abc123-e1", "addr", "add", "10.77.0.12/24", "dev", "eth0"] in cmds
     veths = [c for c in cmds if "veth" in c]
     assert len(veths) == 3
-    assert ["ip", "-n", "tb-abc123-sw", "link", "add", "name", "ep", "type", "veth",
-            "peer", "name", "eth0", "netns", "tb-abc123-ep"] in veths
+    assert [
+        "ip",
+        "-n",
+        "tb-abc123-sw",
+        "link",
+        "add",
+        "name",
+        "ep",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        "tb-abc123-ep",
+    ] in veths
 
 
 def test_unknown_backend():
@@ -67,4 +87,7 @@ DN  10.77.0.12  65.1 KiB   1       33.3%             9a0b       rack1
 UJ  10.77.0.13  ?          1       ?                 77aa       rack1
 """
     assert parse_nodetool_status(text) == {
-        "10.77.0.11": "UN", "10.77.0.12": "DN", "10.77.0.13": "UJ"}
+        "10.77.0.11": "UN",
+        "10.77.0.12": "DN",
+        "10.77.0.13": "UJ",
+    }

@@ -11,19 +11,44 @@ from experiments.store import Store
 
 
 def cell(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", **extra):
-    base = {"run_id": run_id, "cell_id": cell_id, "nodes": 3, "rf": 1, "cl": "LOCAL_QUORUM",
-            "policy": "round-robin", "profile": "paper", "latency_ms": 0.0, "loss_pct": 0.5,
-            "repetition": 1, "writes": 2, "warmup": 0, "key_seed": "1:r1",
-            "shaping": {"measured": {"median_rtt_ms": 0.6}}, "testbed_run": "tb1",
-            "started": 1.0, "finished": 2.0}
+    base = {
+        "run_id": run_id,
+        "cell_id": cell_id,
+        "nodes": 3,
+        "rf": 1,
+        "cl": "LOCAL_QUORUM",
+        "policy": "round-robin",
+        "profile": "paper",
+        "latency_ms": 0.0,
+        "loss_pct": 0.5,
+        "repetition": 1,
+        "writes": 2,
+        "warmup": 0,
+        "key_seed": "1:r1",
+        "shaping": {"measured": {"median_rtt_ms": 0.6}},
+        "testbed_run": "tb1",
+        "started": 1.0,
+        "finished": 2.0,
+    }
     return {**base, **extra}
 
 
 def requests(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", n=2):
-    return [{"run_id": run_id, "cell_id": cell_id, "seq": i, "key": f"k{i}",
-             "coordinator": f"e{i % 3}", "replicas": "e0", "coordinator_is_replica": int(i == 0),
-             "rtt_ns": 1_000_000 * (i + 1), "error": None if i else "WriteTimeout",
-             "t_start_ns": i} for i in range(n)]
+    return [
+        {
+            "run_id": run_id,
+            "cell_id": cell_id,
+            "seq": i,
+            "key": f"k{i}",
+            "coordinator": f"e{i % 3}",
+            "replicas": "e0",
+            "coordinator_is_replica": int(i == 0),
+            "rtt_ns": 1_000_000 * (i + 1),
+            "error": None if i else "WriteTimeout",
+            "t_start_ns": i,
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -75,9 +100,23 @@ def test_export_csv_has_one_row_per_request(store, tmp_path):
     with open(written["requests"]) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4
-    required = {"run_id", "cell_id", "nodes", "rf", "cl", "policy", "profile", "latency_ms",
-                "loss_pct", "repetition", "seq", "coordinator", "coordinator_is_replica",
-                "rtt_ns", "error"}
+    required = {
+        "run_id",
+        "cell_id",
+        "nodes",
+        "rf",
+        "cl",
+        "policy",
+        "profile",
+        "latency_ms",
+        "loss_pct",
+        "repetition",
+        "seq",
+        "coordinator",
+        "coordinator_is_replica",
+        "rtt_ns",
+        "error",
+    }
     assert required <= set(rows[0])
     assert {r["latency_ms"] for r in rows} == {"0.0", "20.0"}
     assert json.loads(written["runs"].read_text())[0]["run_id"] == "run1"
@@ -95,5 +134,6 @@ def test_export_parquet(store, tmp_path):
 
 def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
     from testbed.errors import ConfigError
+
     with pytest.raises(ConfigError, match="no results in"):
         export(tmp_path / "nothing")

@@ -13,29 +13,32 @@ def from_flags(*argv):
     return config_from_args(parser().parse_args(list(argv)))
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--nodes", "3", "--rf", "4"], "rf 4 exceeds every node count"),
-    (["--latency", "-5"], "latency_ms values must be between 0"),
-    (["--loss", "100"], "loss_pct values must be between 0"),
-    (["--cl", "FIVE"], "unknown consistency level"),
-    (["--cl", "serial"], "only for lightweight transactions"),
-    (["--profile", "mesh"], "unknown profile 'mesh'"),
-    (["--policy", "random"], "unknown policy 'random'"),
-    (["--shaper", "magic"], "unknown shaper"),
-    (["--backend", "docker"], "docker"),
-    (["--nodes", ""], "nodes is empty"),
-    (["--latency", ","], "latency_ms is empty"),
-    (["--nodes", "0"], "nodes values must be integers from 1"),
-    (["--nodes", "10"], "nodes values must be integers from 1 to 9"),
-    (["--writes", "0"], "writes must be an integer >= 1"),
-    (["--repetitions", "0"], "repetitions must be an integer >= 1"),
-    (["--latency", "abc"], "cannot read 'abc'"),
-    (["--nodes", "3,3"], "lists a value twice"),
-    (["--nodes", "3", "--rf", "1", "--cl", "THREE"], "needs 3 replica acks"),
-    (["--profile", "file"], "needs links_file"),
-    (["--verify-probes", "5"], "at least 20"),
-    (["--config", "/nonexistent.toml"], "config file not found"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--nodes", "3", "--rf", "4"], "rf 4 exceeds every node count"),
+        (["--latency", "-5"], "latency_ms values must be between 0"),
+        (["--loss", "100"], "loss_pct values must be between 0"),
+        (["--cl", "FIVE"], "unknown consistency level"),
+        (["--cl", "serial"], "only for lightweight transactions"),
+        (["--profile", "mesh"], "unknown profile 'mesh'"),
+        (["--policy", "random"], "unknown policy 'random'"),
+        (["--shaper", "magic"], "unknown shaper"),
+        (["--backend", "docker"], "docker"),
+        (["--nodes", ""], "nodes is empty"),
+        (["--latency", ","], "latency_ms is empty"),
+        (["--nodes", "0"], "nodes values must be integers from 1"),
+        (["--nodes", "10"], "nodes values must be integers from 1 to 9"),
+        (["--writes", "0"], "writes must be an integer >= 1"),
+        (["--repetitions", "0"], "repetitions must be an integer >= 1"),
+        (["--latency", "abc"], "cannot read 'abc'"),
+        (["--nodes", "3,3"], "lists a value twice"),
+        (["--nodes", "3", "--rf", "1", "--cl", "THREE"], "needs 3 replica acks"),
+        (["--profile", "file"], "needs links_file"),
+        (["--verify-probes", "5"], "at least 20"),
+        (["--config", "/nonexistent.toml"], "config file not found"),
+    ],
+)
 def test_bad_input_is_a_clear_error(flags, message):
     with pytest.raises(ConfigError, match=message):
         from_flags(*flags)
@@ -66,7 +69,10 @@ def test_rf_above_a_node_count_is_skipped_for_it():
     assert c.rfs(3) == (1,) and c.rfs(5) == (1, 4)
     assert c.skipped() == [(3, 4)]
     assert [cell.cell_id for cell in c.cells()] == [
-        "n3-rf1-l0-p0.5-r1", "n5-rf1-l0-p0.5-r1", "n5-rf4-l0-p0.5-r1"]
+        "n3-rf1-l0-p0.5-r1",
+        "n5-rf1-l0-p0.5-r1",
+        "n5-rf4-l0-p0.5-r1",
+    ]
 
 
 def test_rf_k_means_every_node():
@@ -75,8 +81,7 @@ def test_rf_k_means_every_node():
 
 
 def test_cell_order_groups_clusters_then_networks_then_rf():
-    c = from_flags("--nodes", "3", "--latency", "0,20", "--loss", "0.5,7.5",
-                   "--repetitions", "2")
+    c = from_flags("--nodes", "3", "--latency", "0,20", "--loss", "0.5,7.5", "--repetitions", "2")
     cells = c.cells()
     assert len(cells) == 2 * 2 * 2 * 3
     networks = [cell.network for cell in cells]
@@ -121,10 +126,20 @@ def test_parse_list_ranges():
     assert parse_list("x", "1..3", int) == (1, 2, 3)
 
 
-@pytest.mark.parametrize("level, rf, acks", [
-    ("ONE", 3, 1), ("LOCAL_QUORUM", 1, 1), ("LOCAL_QUORUM", 2, 2), ("LOCAL_QUORUM", 3, 2),
-    ("QUORUM", 5, 3), ("ALL", 4, 4), ("TWO", 3, 2), ("ANY", 2, 1), ("local_one", 3, 1),
-])
+@pytest.mark.parametrize(
+    "level, rf, acks",
+    [
+        ("ONE", 3, 1),
+        ("LOCAL_QUORUM", 1, 1),
+        ("LOCAL_QUORUM", 2, 2),
+        ("LOCAL_QUORUM", 3, 2),
+        ("QUORUM", 5, 3),
+        ("ALL", 4, 4),
+        ("TWO", 3, 2),
+        ("ANY", 2, 1),
+        ("local_one", 3, 1),
+    ],
+)
 def test_required_acks(level, rf, acks):
     assert required_acks(level, rf) == acks
 

@@ -27,8 +27,10 @@ R12 = Rule("e1", "e2", "eth1", "incoming", "10.77.0.12/32")
 def test_merge_keeps_shared_lines_once_and_unique_netem_handles():
     s = tcgen.merge([(R11, OUT_11), (R12, OUT_12)])
     assert s.ifb_devices == ["ifb5873"]
-    assert s.ip_commands == [["link", "add", "ifb5873", "type", "ifb"],
-                             ["link", "set", "dev", "ifb5873", "up"]]
+    assert s.ip_commands == [
+        ["link", "add", "ifb5873", "type", "ifb"],
+        ["link", "set", "dev", "ifb5873", "up"],
+    ]
     assert s.tc_lines.count("qdisc add dev eth1 ingress") == 1
     assert sum(l.startswith("qdisc add dev ifb5873 root") for l in s.tc_lines) == 1
     assert s.slot("e1", "e0") == tcgen.NetemSlot("ifb5873", "16f1:72", "8000:")
@@ -60,16 +62,24 @@ def test_change_lines_always_carry_the_full_parameter_set():
         "qdisc change dev ifb5873 parent 16f1:72 handle 8000: netem limit 10000 "
         "delay 50ms 2ms distribution normal loss 2.5%",
         # an unlisted pair is explicitly reset, not left with old values
-        "qdisc change dev ifb5873 parent 16f1:54 handle 8001: netem limit 10000 "
-        "delay 0ms loss 0%",
+        "qdisc change dev ifb5873 parent 16f1:54 handle 8001: netem limit 10000 delay 0ms loss 0%",
     ]
 
 
 def test_tcset_argv():
     argv = tcgen.tcset_argv(R11)
     assert argv[0].endswith("/tcset")
-    assert argv[1:] == ["eth1", "--direction", "incoming", "--dst-network", "10.77.0.11/32",
-                        "--limit", "10000", "--add", "--tc-command"]
+    assert argv[1:] == [
+        "eth1",
+        "--direction",
+        "incoming",
+        "--dst-network",
+        "10.77.0.11/32",
+        "--limit",
+        "10000",
+        "--add",
+        "--tc-command",
+    ]
 
 
 def test_rules_of_both_shapers_cover_every_ordered_pair():
@@ -81,10 +91,13 @@ def test_rules_of_both_shapers_cover_every_ordered_pair():
     gw = gateway_rules(topo, ports_for(["e0", "e1", "ep"]))
     assert len(gw) == 6
     assert Rule("e1", "ep", "eth1", "incoming", "10.77.0.10/32") in gw
-    assert {(r.src, r.dst) for r in gw} == {(a, b) for a in ("e0", "e1", "ep")
-                                             for b in ("e0", "e1", "ep") if a != b}
+    assert {(r.src, r.dst) for r in gw} == {
+        (a, b) for a in ("e0", "e1", "ep") for b in ("e0", "e1", "ep") if a != b
+    }
     direct = direct_rules(topo, topo.host("ep"))
-    assert direct == [Rule("ep", "e0", "eth0", "outgoing", "10.77.0.11/32"),
-                      Rule("ep", "e1", "eth0", "outgoing", "10.77.0.12/32")]
+    assert direct == [
+        Rule("ep", "e0", "eth0", "outgoing", "10.77.0.11/32"),
+        Rule("ep", "e1", "eth0", "outgoing", "10.77.0.12/32"),
+    ]
     argv = tcgen.tcset_argv(direct[0])
     assert argv[1:6] == ["eth0", "--direction", "outgoing", "--dst-network", "10.77.0.11/32"]

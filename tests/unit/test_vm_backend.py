@@ -11,17 +11,26 @@ from pathlib import Path
 import pytest
 
 from testbed import Topology, images
-from testbed.backends import hosts, libvirt as lv, remote
+from testbed.backends import hosts, remote
+from testbed.backends import libvirt as lv
 from testbed.errors import ConfigError
 
 
 def domain(**kw):
-    base = dict(name="tb-abc123-e0", run_id="abc123", host="e0", domain_type="qemu",
-                size=lv.VMSize(2, 2048), kernel=Path("/img/vmlinuz"),
-                initrd=Path("/img/initrd.img"),
-                cmdline=lv.kernel_cmdline("e0", "10.77.0.11/24", "ssh-ed25519 AAAA k"),
-                disk=Path("/run/e0.qcow2"), network="tb-abc123-net", mac="52:54:00:77:00:0b",
-                console_log=Path("/run/e0.console.log"))
+    base = dict(
+        name="tb-abc123-e0",
+        run_id="abc123",
+        host="e0",
+        domain_type="qemu",
+        size=lv.VMSize(2, 2048),
+        kernel=Path("/img/vmlinuz"),
+        initrd=Path("/img/initrd.img"),
+        cmdline=lv.kernel_cmdline("e0", "10.77.0.11/24", "ssh-ed25519 AAAA k"),
+        disk=Path("/run/e0.qcow2"),
+        network="tb-abc123-net",
+        mac="52:54:00:77:00:0b",
+        console_log=Path("/run/e0.console.log"),
+    )
     base.update(kw)
     return lv.DomainDef(**base)
 
@@ -52,8 +61,9 @@ def test_hostile_values_stay_data_not_markup():
 
 def test_kernel_cmdline_carries_name_address_and_key():
     key = "ssh-ed25519 AAAAC3Nza edgetb-abc123"
-    args = dict(a.split("=", 1) for a in lv.kernel_cmdline("ep", "10.77.0.10/24", key).split()
-                if "=" in a)
+    args = dict(
+        a.split("=", 1) for a in lv.kernel_cmdline("ep", "10.77.0.10/24", key).split() if "=" in a
+    )
     assert args["edgetb.name"] == "ep" and args["edgetb.addr"] == "10.77.0.10/24"
     assert base64.b64decode(args["edgetb.key"]).decode() == key
     assert args["net.ifnames"] == "0"  # the guest's NIC is eth0, as the shapers expect
@@ -86,8 +96,7 @@ def test_vm_sizes_are_checked():
 
 
 def test_names_carry_the_run_for_clean():
-    for name in (lv.domain_name("abc123", "e0"), lv.network_name("abc123"),
-                 lv.pool_name("abc123")):
+    for name in (lv.domain_name("abc123", "e0"), lv.network_name("abc123"), lv.pool_name("abc123")):
         assert lv._owner(name) == "abc123"
     assert lv._owner("default") is None and lv._owner("virbr0") is None
 
@@ -125,8 +134,11 @@ def test_ssh_argv_quotes_the_remote_command(tmp_path):
 def test_inventory_groups_hosts_by_role(tmp_path):
     ssh = remote.SSH("abc123", tmp_path)
     topo = Topology(edge_nodes=2)
-    inv = remote.inventory([remote.RemoteHost(h.name, h.address) for h in topo.hosts],
-                           {h.name: h.role for h in topo.hosts}, ssh)
+    inv = remote.inventory(
+        [remote.RemoteHost(h.name, h.address) for h in topo.hosts],
+        {h.name: h.role for h in topo.hosts},
+        ssh,
+    )
     children = inv["all"]["children"]
     assert sorted(children["edge"]["hosts"]) == ["e0", "e1"]
     assert children["endpoint"]["hosts"]["ep"]["ansible_host"] == "10.77.0.10"
@@ -142,19 +154,22 @@ def test_hosts_inventory_must_match_the_topology(tmp_path):
     topo = Topology(edge_nodes=1)
     key = tmp_path / "key"
     key.write_text("x")
-    good = {"e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key)},
-            "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)}}
+    good = {
+        "e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key)},
+        "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)},
+    }
     hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, good))})
     missing = {"e0": good["e0"]}
     with pytest.raises(ConfigError, match="no host for ep"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path,
-                                                                             missing))})
+        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, missing))})
     wrong = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20"}}
     with pytest.raises(ConfigError, match="e0 is 192.168.1.20, the topology needs 10.77.0.11"):
         hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, wrong))})
     # a board reached by another address, numbered like the topology inside the testbed
-    board = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20",
-                            "edgetb_address": "10.77.0.11"}}
+    board = {
+        **good,
+        "e0": {**good["e0"], "ansible_host": "192.168.1.20", "edgetb_address": "10.77.0.11"},
+    }
     hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, board))})
     with pytest.raises(ConfigError, match="inventory not found"):
         hosts.HostsBackend.validate(topo, {"inventory": str(tmp_path / "nope")})
