@@ -10,6 +10,8 @@ PYTEST_ARGS ?=
 .PHONY: install system python cassandra gateway image test unit sweep bench clean-testbed
 
 install: cassandra gateway image
+	$(PY) -m testbed check
+	$(PY) -m emulation gateway check
 
 system:
 	bash scripts/install-system.sh

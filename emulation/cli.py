@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError, RunInUseError, TestbedError
 from testbed.testbed import Testbed
 
 from . import api, links, shapers
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jitter", type=float, default=0.0, help="delay jitter in ms")
     s.add_argument("--file", help="TOML link matrix (profile file)")
     s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto")
-    s.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    s.add_argument("--run", help="run id (default: the one detached testbed that is up)")
 
     sh = sub.add_parser("show", help="the configured matrix and the shaper's tc state")
     sh.add_argument("--run")
@@ -59,13 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true")
 
     g = sub.add_parser("gateway", help="the netem gateway VM image")
-    g.add_argument("action", choices=["build"])
+    g.add_argument("action", choices=["build", "check"], help="build it, or check it exists")
     g.add_argument("--force", action="store_true")
     return parser
 
 
+def attach_to_change(run_id: str | None) -> Testbed:
+    """The testbed to change, owned by this command while it changes it. Without --run,
+    only a detached testbed (never one a sweep or a test is using); a run named with
+    --run that a live process owns is changed without taking it over."""
+    tb = Testbed.attach(run_id)
+    try:
+        tb.claim()
+    except RunInUseError:
+        if run_id is None:
+            raise
+    return tb
+
+
 def cmd_set(args: argparse.Namespace) -> int:
-    tb = Testbed.attach(args.run)
+    tb = attach_to_change(args.run)
     matrix = links.build(
         args.profile,
         tb.topology,
@@ -109,7 +122,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    tb = Testbed.attach(args.run)
+    tb = attach_to_change(args.run)
     api.clear(tb, remove=args.remove)
     print("links unshaped" + (" and shaper removed" if args.remove else ""))
     return 0
@@ -155,6 +168,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_gateway(args: argparse.Namespace) -> int:
     from .gateway import image
 
+    if args.action == "check":
+        print(f"  gateway image: present ({image.load().root})")
+        return 0
     image.build(force=args.force)
     return 0
 

@@ -34,13 +34,16 @@ from emulation.gateway import image as gateway_image
 from emulation.verify import measure_pair
 from testbed import CassandraSettings, Testbed, TestbedError, Topology
 from testbed.clean import clean
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, RunInUseError
+from testbed.state import OwnerLock, describe_holder
 
 from . import estimate
 from .config import Cell, SweepConfig, load_toml, parse_list, preset
 from .progress import Progress
 from .store import Store
 from .workloads import WriteWorker
+
+LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
 
 
 def keyspace(rf: int) -> str:
@@ -524,6 +527,20 @@ def preflight(config: SweepConfig) -> None:
         gateway_image.load()
 
 
+def lock_results(out: Path) -> OwnerLock:
+    """Own the results directory for this sweep's whole life: a second sweep on it is
+    refused while this one lives, and resumes it once it died (the kernel drops the lock)."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = OwnerLock(out / LOCK_NAME)
+    if not lock.acquire(blocking=False, wait_s=1.0):
+        holder = lock.holder() or {}
+        raise RunInUseError(
+            f"results directory {out} is in use by a running sweep ({describe_holder(holder)}); "
+            f"wait for it, or use another --out"
+        )
+    return lock
+
+
 def _terminate(_signum, _frame):
     raise KeyboardInterrupt
 
@@ -538,6 +555,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dry_run(config))
             return 0
         preflight(config)
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        owner = lock_results(Path(config.out))
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -614,6 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"results: {store.path.resolve()} (run {run_id})")
         print(f"export:  python -m experiments.export {config.out} --format csv")
     store.close()
+    owner.release()
     return code
 
 

@@ -45,6 +45,19 @@ else
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# State directories the daemons need. On a systemd machine systemd-tmpfiles creates them
+# at boot; where systemd is not PID 1 nothing does, and libvirt's network driver fails
+# with "Failed to create file '/var/lib/libvirt/dnsmasq/...'". Apply the packages' own
+# tmpfiles.d entries where they ship any, and create the directories libvirt uses.
+shopt -s nullglob
+tmpfiles=(/usr/lib/tmpfiles.d/libvirt*.conf /usr/lib/tmpfiles.d/qemu*.conf)
+shopt -u nullglob
+if ((${#tmpfiles[@]})) && command -v systemd-tmpfiles >/dev/null; then
+  systemd-tmpfiles --create "${tmpfiles[@]}"
+fi
+install -d -m 0755 /var/lib/libvirt/dnsmasq /var/lib/libvirt/network /var/log/libvirt/qemu
+install -d -m 0755 /run/libvirt
+
 # libvirtd (and virtlogd, which keeps the VMs' logs) must be running for the libvirt
 # backend: started through systemd where it is PID 1, else as daemons of their own.
 if ! virsh -q -c qemu:///system version >/dev/null 2>&1; then

@@ -1,14 +1,25 @@
-"""`python -m testbed clean`: remove every leftover of any earlier run.
+"""`python -m testbed clean`: remove what crashed runs left, and nothing that is in use.
 
-Leftovers are found two ways, like Mininet's `mn -c`: through the state files of the run
-directories, and by the strict name prefix (namespaces ``tb-<run>-*``; JVMs tagged
-``edgetb.run=<run>:<host>``). A run whose lock is held by a live command is skipped.
-Only processes inside our namespaces or carrying our tag are signalled, each by PID.
+Runs are found through this $EDGETB_HOME's run directories and the machine-wide registry
+(every home's runs), like ccm's cluster directories; objects by the strict naming pattern
+``tb-<run id>-<host>`` (namespaces, libvirt objects) and by the tag
+``edgetb.run=<run id>:<host>`` as a whole argument of a process (JVMs, the gateway VM, SSH
+masters), like Mininet's ``mn -c``. A run is kept when:
+
+- its owner is alive (a sweep, a ``with Testbed(...)``, an ``up`` in progress: the run's
+  lock is held), even when it is named; or
+- it is a detached testbed (left by ``python -m testbed up``) that is up and healthy,
+  unless it is named (``--run``) or ``all_detached`` is given.
+
+Everything else of a run is removed: its processes (by PID), namespaces, libvirt objects,
+directory and registry entry. An object whose run has no directory anywhere is removed
+too. Nothing outside the pattern is ever touched.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -22,9 +33,13 @@ from .backends.netns import delete_namespace, list_prefixed_namespaces
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
 
-# Every process the testbed starts carries "edgetb.run=<run>:<host>" on its command line:
-# JVMs as -Dedgetb.run=..., the gateway VM as -name guest=edgetb.run=...
-MARKER = b"edgetb.run="
+# The tag as a whole argument: JVMs carry -Dedgetb.run=<run>:<host>, the gateway VM
+# `-name guest=edgetb.run=<run>:gateway`, SSH a ControlPath ending in it (and a connection
+# master retitles itself "ssh: <control path> [mux]").
+TAG_RES = (
+    re.compile(rb"(?:-Dedgetb\.run=|guest=edgetb\.run=)([0-9a-f]{6}):[a-z][a-z0-9]{0,11}"),
+    re.compile(rb"(?:ControlPath=|ssh: )/\S*/edgetb\.run=([0-9a-f]{6}):\S+(?: \[mux\])?"),
+)
 
 
 @dataclass
@@ -40,8 +55,18 @@ class CleanReport:
         return not (self.runs or self.namespaces or self.processes or self.libvirt)
 
 
+def tag_of(cmdline: bytes) -> str | None:
+    """The run id a process's command line (NUL-separated) is tagged with, else None."""
+    for arg in cmdline.split(b"\0"):
+        for pattern in TAG_RES:
+            match = pattern.fullmatch(arg)
+            if match:
+                return match.group(1).decode()
+    return None
+
+
 def tagged_processes() -> dict[int, str]:
-    """PID -> run id of every live process whose command line carries the testbed tag."""
+    """PID -> run id of every live process carrying the testbed tag as an argument."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -51,66 +76,79 @@ def tagged_processes() -> dict[int, str]:
                 cmdline = f.read()
         except OSError:
             continue
-        start = cmdline.find(MARKER)
-        if start >= 0:
-            value = cmdline[start + len(MARKER) :].split(b"\0", 1)[0].decode(errors="replace")
-            if pid_alive(int(entry)):
-                found[int(entry)] = value.split(":", 1)[0]
+        run_id = tag_of(cmdline)
+        if run_id is not None and pid_alive(int(entry)):
+            found[int(entry)] = run_id
     return found
 
 
+def _keep_reason(run_dir: Path, named: bool, all_detached: bool) -> str | None:
+    """Why run ``run_dir`` must be kept, or None when it may be removed (its owner lock
+    must be held by the caller when None is returned for a removal)."""
+    try:
+        state = st.RunState.load(run_dir)
+    except st.StateError:
+        return None
+    if state.detached and state.status == "up" and not (named or all_detached):
+        from .testbed import state_problems
+
+        problems = state_problems(state)
+        if not problems:
+            return (
+                "a detached testbed that is up and healthy "
+                f"(`clean --run {state.run_id}` or `clean --all` removes it)"
+            )
+    return None
+
+
 def clean(
-    base: Path | None = None, progress: Callable[[str], None] = print, run_id: str | None = None
+    base: Path | None = None,
+    progress: Callable[[str], None] = print,
+    run_id: str | None = None,
+    *,
+    all_detached: bool = False,
 ) -> CleanReport:
-    """Remove every leftover (or only those of run ``run_id``); returns what was removed."""
+    """Remove the leftovers of dead runs (or of run ``run_id`` only); see the module doc."""
     report = CleanReport()
-    busy: set[str] = set()
-    for run_dir in st.list_runs(base):
-        if run_id is not None and run_dir.name != run_id:
+    keep: set[str] = set()
+    for rid, run_dir in st.known_runs(base).items():
+        if run_id is not None and rid != run_id:
+            keep.add(rid)
+            continue
+        if not run_dir.is_dir():
+            st.unregister(rid, run_dir)  # its objects, if any, go with the orphans below
             continue
         lock = st.RunLock(run_dir)
         if not lock.acquire(blocking=False):
-            busy.add(run_dir.name)
-            report.skipped.append(run_dir.name)
-            progress(f"skipping run {run_dir.name}: a running command holds its lock")
+            holder = lock.holder() or {}
+            keep.add(rid)
+            report.skipped.append(rid)
+            progress(f"kept run {rid}: in use by {st.describe_holder(holder)}")
             continue
         try:
-            try:
-                recorded = st.RunState.load(run_dir)
-                pids = [
-                    p["pid"]
-                    for p in recorded.processes.values()
-                    if pid_alive(p["pid"], p["marker"])
-                ]
-            except st.StateError:
-                pids = []
-            for pid in pids:
-                _kill(pid, report)
-            # Every namespace of a run carries its prefix, recorded or not.
-            for ns in list_prefixed_namespaces(run_dir.name):
-                delete_namespace(ns)
-                report.namespaces.append(ns)
-            # VMs before their overlays (in the run directory) go.
-            report.libvirt += clean_leftovers(run_dir.name)
+            reason = _keep_reason(run_dir, run_id is not None, all_detached)
+            if reason:
+                keep.add(rid)
+                report.skipped.append(rid)
+                progress(f"kept run {rid}: {reason}")
+                continue
+            _remove_run(rid, run_dir, report)
         finally:
             lock.release()
-        shutil.rmtree(run_dir, ignore_errors=True)
-        report.runs.append(run_dir.name)
-    # Objects whose run directory is gone (or was never written).
+    # Objects of runs that have no directory anywhere (or were never recorded).
     for ns in list_prefixed_namespaces(run_id):
-        if ns.split("-")[1] not in busy:
+        if st.run_of(ns) not in keep:
             delete_namespace(ns)
             report.namespaces.append(ns)
     for pid, owner in tagged_processes().items():
-        if owner not in busy and run_id in (None, owner):
+        if owner not in keep and run_id in (None, owner):
             _kill(pid, report)
-    # libvirt domains, networks and overlay pools whose run directory is gone.
-    report.libvirt += clean_leftovers(run_id, skip=sorted(busy))
-    if (
-        not busy and run_id is None
-    ):  # a half-written class-data-sharing archive of a killed training run
-        for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
-            leftover.unlink(missing_ok=True)
+    report.libvirt += clean_leftovers(run_id, skip=sorted(keep))
+    if run_id is None:
+        _remove_unfinished_dirs(base)
+        if not report.skipped:  # a killed class-data-sharing training run left half a file
+            for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
+                leftover.unlink(missing_ok=True)
     progress(
         "nothing to clean"
         if report.empty
@@ -118,6 +156,42 @@ def clean(
         f"{len(report.processes)} processes, {len(report.libvirt)} libvirt objects"
     )
     return report
+
+
+def _remove_run(run_id: str, run_dir: Path, report: CleanReport) -> None:
+    try:
+        recorded = st.RunState.load(run_dir)
+        pids = [p["pid"] for p in recorded.processes.values() if pid_alive(p["pid"], p["marker"])]
+    except st.StateError:
+        pids = []
+    for pid in pids:
+        _kill(pid, report)
+    for ns in list_prefixed_namespaces(run_id):
+        delete_namespace(ns)
+        report.namespaces.append(ns)
+    # VMs before their overlays (in the run directory) go.
+    report.libvirt += clean_leftovers(run_id)
+    for pid, owner in tagged_processes().items():
+        if owner == run_id:
+            _kill(pid, report)
+    st.unregister(run_id, run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    report.runs.append(run_id)
+
+
+def _remove_unfinished_dirs(base: Path | None) -> None:
+    """Hidden ``.<run>.*`` directories of runs whose creator died before renaming them."""
+    root = st.runs_dir(base)
+    if not root.is_dir():
+        return
+    for path in root.glob(".*"):
+        if path.is_dir() and st.RUN_ID_RE.fullmatch(path.name[1:7] or ""):
+            lock = st.RunLock(path)
+            if lock.acquire(blocking=False):
+                try:
+                    shutil.rmtree(path, ignore_errors=True)
+                finally:
+                    lock.release()
 
 
 def _kill(pid: int, report: CleanReport) -> None:
@@ -134,14 +208,17 @@ def _kill(pid: int, report: CleanReport) -> None:
 
 def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, list]:
     """What is left on this machine of run ``run_id`` (or of any run): namespaces,
-    tagged processes (JVMs, gateway VM) and run directories. Empty lists = clean."""
+    tagged processes (JVMs, gateway VM), libvirt objects, run directories and registry
+    entries. Empty lists = clean."""
     from .backends.libvirt import leftovers
 
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
+    registered = [rid for rid in st.registered_runs() if run_id in (None, rid)]
     return {
         **{f"libvirt_{kind}": names for kind, names in leftovers(run_id).items()},
         "namespaces": list_prefixed_namespaces(run_id),
         "processes": procs,
         "run_dirs": dirs,
+        "registered": registered,
     }

@@ -14,8 +14,7 @@ from pathlib import Path
 from .cassandra import dist as dist_mod
 from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, CassandraSettings
 from .cassandra.readiness import Deadlines
-from .errors import ConfigError, StateError, TestbedError
-from .state import active_run
+from .errors import ConfigError, TestbedError
 from .testbed import Testbed
 from .topology import DEFAULT_SUBNET, MAX_EDGE_NODES, Topology
 
@@ -27,6 +26,9 @@ def _yaml_override(text: str) -> tuple[str, object]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), yaml.safe_load(value)
+
+
+RUN_HELP = "run id (default: the one detached testbed that is up)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,25 +94,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
-    st_.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    st_.add_argument("--run", help=RUN_HELP)
     st_.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     ex = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD...")
-    ex.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    ex.add_argument("--run", help=RUN_HELP)
     ex.add_argument("host")
     ex.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     dn = sub.add_parser("down", help="stop Cassandra and remove the testbed")
-    dn.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    dn.add_argument("--run", help=RUN_HELP)
 
-    cl = sub.add_parser("clean", help="remove every leftover of any earlier run")
-    cl.add_argument("--run", help="only the leftovers of this run (default: of every run)")
+    cl = sub.add_parser(
+        "clean",
+        help="remove what crashed runs left (never a run in use, nor a healthy detached "
+        "testbed unless named)",
+    )
+    cl.add_argument("--run", help="only this run (also a healthy detached testbed)")
+    cl.add_argument(
+        "--all", action="store_true", help="also every detached testbed (not runs in use)"
+    )
 
     iv = sub.add_parser(
         "inventory",
         help="a run's hosts as an Ansible inventory (JSON; for ansible, or for --backend hosts)",
     )
-    iv.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    iv.add_argument("--run", help=RUN_HELP)
 
     ds = sub.add_parser("dist", help="the Cassandra distribution")
     ds_sub = ds.add_subparsers(dest="dist_command", required=True)
@@ -125,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     inst.add_argument("--java", help="java binary")
     ds_sub.add_parser("verify", help="check every jar's sha256 against the manifest")
     ds_sub.add_parser("path", help="print the installed distribution's directory")
+
+    sub.add_parser(
+        "check", help="smoke-test what the set-up installed (libvirt, QEMU, Java, VM image)"
+    )
 
     im = sub.add_parser("image", help="the VM base image (libvirt backend)")
     im_sub = im.add_subparsers(dest="image_command", required=True)
@@ -148,14 +161,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             jvm_profile=args.jvm_profile,
             overrides=dict(args.yaml),
         )
-    try:
-        running = active_run()
-    except StateError:
-        running = None
-    if running is not None and running.backend == args.backend:
-        raise ConfigError(
-            f"testbed run {running.run_id} is already up; `python -m testbed down` first"
-        )
     tb = Testbed(
         topology,
         args.backend,
@@ -167,6 +172,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()
+    tb.detach()  # this process ends; the testbed stays up, owned by nobody
     vms = tb.state.extra.get("libvirt") if tb.state else None
     if vms:
         boots = ", ".join(f"{h} {s:.1f} s" for h, s in vms["boot_to_ssh_s"].items())
@@ -228,7 +234,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    tb = Testbed.attach(args.run)
+    tb = Testbed.attach(args.run, claim=True)
     run_id = tb.run_id
     tb.down()
     print(f"run {run_id} is down")
@@ -238,7 +244,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from .clean import clean
 
-    clean(run_id=args.run)
+    clean(run_id=args.run, all_detached=args.all)
     return 0
 
 
@@ -289,7 +295,16 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(_args: argparse.Namespace) -> int:
+    from .setup_check import run_checks
+
+    print("set-up check:")
+    run_checks()
+    return 0
+
+
 COMMANDS = {
+    "check": cmd_check,
     "inventory": cmd_inventory,
     "image": cmd_image,
     "up": cmd_up,

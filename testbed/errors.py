@@ -46,3 +46,11 @@ class PortInUseError(TestbedError):
 
 class StateError(TestbedError):
     """The on-disk run state is missing, stale or inconsistent."""
+
+
+class RunSelectionError(StateError, ConfigError):
+    """No run, or several, match what a command was asked to act on (exit code 2)."""
+
+
+class RunInUseError(RunSelectionError):
+    """A testbed or results directory is owned by another live process."""

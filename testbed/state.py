@@ -10,18 +10,31 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
+import shutil
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import StateError
+from .errors import RunSelectionError, StateError
 
 PREFIX = "tb"
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
+RUN_ID_RE = re.compile(r"[0-9a-f]{6}")
+# Every object a run creates is named <prefix>-<run id>-<host or role>, nothing else is.
+OBJECT_RE = re.compile(rf"{PREFIX}-([0-9a-f]{{6}})-([a-z][a-z0-9]{{0,11}})")
+
+
+def run_of(name: str) -> str | None:
+    """The run id in a testbed object's name (strict pattern), else None."""
+    match = OBJECT_RE.fullmatch(name)
+    return match.group(1) if match else None
 
 
 def home() -> Path:
@@ -51,6 +64,7 @@ class RunState:
     topology: dict[str, Any]
     cassandra: dict[str, Any] | None
     status: str = "building"  # building -> up | failed
+    detached: bool = False  # left running by `python -m testbed up`, owned by nobody
     created: float = field(default_factory=time.time)
     java: str | None = None
     namespaces: list[str] = field(default_factory=list)
@@ -82,16 +96,33 @@ class RunState:
         return cls(**data, run_dir=run_dir)
 
 
-def create_run(state: RunState, base: Path | None = None) -> RunState:
-    """Create the run directory for ``state`` and write its first state file."""
-    run_dir = runs_dir(base) / state.run_id
-    try:
-        run_dir.mkdir(parents=True)
-    except FileExistsError as exc:
-        raise StateError(f"run {state.run_id} already exists at {run_dir}") from exc
-    state.run_dir = run_dir
+def create_run(state: RunState, base: Path | None = None) -> RunLock:
+    """Create the run directory for ``state`` with its owner lock held; returns the lock.
+
+    The directory is made under a hidden temporary name with the lock already held and
+    then renamed into place, so no other process (``clean``) ever sees the run unowned.
+    The run is then entered in the machine-wide registry (before any object of it exists).
+    """
+    root = runs_dir(base)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / state.run_id
+    if final.exists() or state.run_id in registered_runs():
+        raise StateError(f"run {state.run_id} already exists at {final}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{state.run_id}.", dir=root))
+    lock = RunLock(tmp)
+    lock.acquire(blocking=False)
+    state.run_dir = tmp
     state.save()
-    return state
+    try:
+        os.rename(tmp, final)
+    except OSError as exc:
+        lock.release()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise StateError(f"run {state.run_id} already exists at {final}") from exc
+    state.run_dir = final
+    lock.path = final / LOCK_FILE
+    register(state.run_id, final)
+    return lock
 
 
 def list_runs(base: Path | None = None) -> list[Path]:
@@ -103,46 +134,92 @@ def list_runs(base: Path | None = None) -> list[Path]:
     return sorted(dirs, key=lambda p: p.stat().st_mtime)
 
 
-def active_run(run_id: str | None = None, base: Path | None = None) -> RunState:
-    """The run named ``run_id``, else the only/newest run with status "up".
+# -- the machine-wide registry of runs ------------------------------------------------------
 
-    Raises StateError when there is none (nothing is up) or the id is unknown.
+
+def registry_dir() -> Path:
+    """Where every run on this machine, of any $EDGETB_HOME, is entered (a symlink to its
+    run directory), so that `clean` tells a live run of another home from a leftover.
+    On tmpfs (/run): a reboot ends every namespace, process and transient VM anyway."""
+    return Path(os.environ.get("EDGETB_REGISTRY", "/run/edgetb/runs"))
+
+
+def register(run_id: str, run_dir: Path) -> None:
+    reg = registry_dir()
+    reg.mkdir(parents=True, exist_ok=True)
+    tmp = reg / f".{run_id}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(run_dir.resolve())
+    os.replace(tmp, reg / run_id)
+
+
+def unregister(run_id: str, run_dir: Path | None = None) -> None:
+    """Remove ``run_id``'s entry (only if it points at ``run_dir``, when given)."""
+    entry = registry_dir() / run_id
+    try:
+        if run_dir is not None and Path(os.readlink(entry)) != run_dir.resolve():
+            return
+        entry.unlink()
+    except (FileNotFoundError, OSError):
+        pass
+
+
+def registered_runs() -> dict[str, Path]:
+    """Run id -> run directory of every registered run (the directory may be gone)."""
+    reg = registry_dir()
+    if not reg.is_dir():
+        return {}
+    found = {}
+    for entry in reg.iterdir():
+        if RUN_ID_RE.fullmatch(entry.name) and entry.is_symlink():
+            found[entry.name] = Path(os.readlink(entry))
+    return found
+
+
+def known_runs(base: Path | None = None) -> dict[str, Path]:
+    """Run id -> directory of every run of ``base`` and of the registry."""
+    runs = {rid: path for rid, path in registered_runs().items()}
+    for path in list_runs(base):
+        runs.setdefault(path.name, path)
+    return runs
+
+
+# -- ownership ------------------------------------------------------------------------------
+
+
+class OwnerLock:
+    """An exclusive flock held by whoever uses a testbed (or a results directory) for as
+    long as it uses it: a sweep, a ``with Testbed(...)``, an ``up`` in progress, a CLI
+    command changing a detached testbed. The kernel drops it when the holder dies, so a
+    free lock means "no live owner". The file names the holder (pid, command) for errors.
     """
-    if run_id:
-        run_dir = runs_dir(base) / run_id
-        if not run_dir.is_dir():
-            raise StateError(f"no run {run_id!r} in {runs_dir(base)}")
-        return RunState.load(run_dir)
-    ups = []
-    for run_dir in list_runs(base):
-        try:
-            state = RunState.load(run_dir)
-        except StateError:
-            continue
-        if state.status == "up":
-            ups.append(state)
-    if not ups:
-        raise StateError("no testbed is up (start one with `python -m testbed up`)")
-    return ups[-1]
 
-
-class RunLock:
-    """An exclusive flock on a run's lock file, held while that run is being changed."""
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / LOCK_FILE
+    def __init__(self, path: Path):
+        self.path = path
         self._fd: int | None = None
 
-    def acquire(self, *, blocking: bool = True) -> bool:
+    def acquire(self, *, blocking: bool = True, wait_s: float = 0.0) -> bool:
+        """Take the lock (``wait_s``: retry that long before giving up when not blocking)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
         self._fd = fd
+        info = json.dumps(
+            {"pid": os.getpid(), "command": " ".join(sys.argv)[:200], "since": time.time()}
+        ).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info, 0)
         return True
 
     def release(self) -> None:
@@ -151,12 +228,51 @@ class RunLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> RunLock:
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock ({pid, command, since}), or None when nobody alive does."""
+        if self._fd is not None:
+            return json.loads(os.pread(self._fd, 4096, 0) or b"{}")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                try:
+                    return json.loads(os.pread(fd, 4096, 0))
+                except ValueError:
+                    return {"pid": None, "command": "?"}
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> OwnerLock:
         self.acquire()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class RunLock(OwnerLock):
+    """The owner lock of one run directory."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(run_dir / LOCK_FILE)
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    return f"pid {holder.get('pid')}: {holder.get('command') or '?'}"
 
 
 def iter_states(base: Path | None = None) -> Iterator[RunState]:
@@ -165,3 +281,41 @@ def iter_states(base: Path | None = None) -> Iterator[RunState]:
             yield RunState.load(run_dir)
         except StateError:
             continue
+
+
+def select_run(run_id: str | None = None, base: Path | None = None) -> RunState:
+    """The run named ``run_id``, else the one detached testbed that is up.
+
+    Without ``run_id``, a testbed in use by a live process (a sweep, a test) is never
+    picked: RunSelectionError lists the runs when none or several could be meant.
+    """
+    if run_id:
+        if not RUN_ID_RE.fullmatch(run_id):
+            raise RunSelectionError(f"invalid run id {run_id!r} (six hex digits, e.g. 3fa2c1)")
+        run_dir = runs_dir(base) / run_id
+        if not run_dir.is_dir():
+            raise RunSelectionError(f"no run {run_id!r} in {runs_dir(base)}")
+        return RunState.load(run_dir)
+    detached, owned, crashed = [], [], []
+    for state in iter_states(base):
+        if state.status != "up":
+            continue
+        holder = RunLock(state.run_dir).holder()
+        if holder is not None:
+            owned.append(f"{state.run_id} (in use by {describe_holder(holder)})")
+        elif state.detached:
+            detached.append(state)
+        else:
+            crashed.append(f"{state.run_id} (left by a process that died; `clean` removes it)")
+    if len(detached) == 1:
+        return detached[0]
+    if len(detached) > 1:
+        names = ", ".join(s.run_id for s in detached)
+        raise RunSelectionError(f"several testbeds are up ({names}): pass --run RUN")
+    if owned or crashed:
+        raise RunSelectionError(
+            "no detached testbed is up; other runs: "
+            + "; ".join(owned + crashed)
+            + ". Pass --run RUN to name one."
+        )
+    raise RunSelectionError("no testbed is up (start one with `python -m testbed up`)")

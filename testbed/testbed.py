@@ -28,7 +28,14 @@ from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
 from .cassandra.node import CassandraNode, stop_nodes
 from .cassandra.readiness import Deadlines, wait_for_nodes
-from .errors import CommandError, ConfigError, NodeError, StateError, TestbedError
+from .errors import (
+    CommandError,
+    ConfigError,
+    NodeError,
+    RunInUseError,
+    StateError,
+    TestbedError,
+)
 from .runner import run
 from .topology import Topology
 
@@ -85,6 +92,7 @@ class Testbed:
         self.nodes: dict[str, CassandraNode] = {}
         self.timings: dict[str, float] = {}
         self.backend_options = dict(backend_options or {})
+        self._owner: st.RunLock | None = None
         # Validate everything before anything on the system changes.
         if os.geteuid() != 0:
             raise ConfigError(
@@ -133,7 +141,7 @@ class Testbed:
             java=self.java.path if self.java else None,
         )
         state.extra["backend"] = self.backend_options
-        st.create_run(state, self.base)
+        self._owner = st.create_run(state, self.base)  # held until down() or detach()
         self.state = state
         with self._undo_on_failure():
             self.backend = make_backend(self.backend_name, self.topology, state)
@@ -166,22 +174,53 @@ class Testbed:
 
     @contextlib.contextmanager
     def _undo_on_failure(self):
-        """Hold the run lock; on any failure (Ctrl-C included) tear the whole run down."""
+        """On any failure (Ctrl-C included) tear the whole run down."""
         assert self.state is not None
         state = self.state
-        lock = st.RunLock(state.run_dir)
-        lock.acquire()
         try:
             yield
         except BaseException as exc:
             state.status = "failed"
             state.save()
-            lock.release()
             saved = self._teardown(keep_logs=True)
             if saved and isinstance(exc, TestbedError):
                 exc.args = (f"{exc.args[0] if exc.args else exc}\n(node logs kept in {saved})",)
             raise
-        lock.release()
+
+    # -- ownership -------------------------------------------------------------------------
+
+    def claim(self) -> None:
+        """Become the owner of this (attached) testbed for as long as this object uses it.
+
+        Raises RunInUseError naming the owner when another live process owns it.
+        """
+        assert self.state is not None
+        if self._owner is not None and self._owner.held:
+            return
+        lock = st.RunLock(self.state.run_dir)
+        if not lock.acquire(blocking=False, wait_s=2.0):
+            holder = lock.holder() or {}
+            raise RunInUseError(
+                f"run {self.state.run_id} is in use by {st.describe_holder(holder)}; "
+                f"stop that process (or wait for it) first"
+            )
+        self._owner = lock
+
+    def detach(self) -> None:
+        """Leave the testbed running, owned by nobody (what `python -m testbed up` does):
+        later commands act on it without --run, and `clean` leaves it alone while healthy."""
+        assert self.state is not None
+        self.state.detached = True
+        self.state.save()
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
+
+    def problems(self) -> list[str]:
+        """What is broken in a testbed that should be up: dead recorded processes, missing
+        hosts (namespaces, VMs). Empty when it looks healthy."""
+        assert self.state is not None
+        return state_problems(self.state)
 
     def down(self) -> None:
         """Stop Cassandra, remove every host and link, delete the run directory."""
@@ -192,8 +231,7 @@ class Testbed:
     def _teardown(self, *, keep_logs: bool) -> Path | None:
         assert self.state is not None
         state = self.state
-        lock = st.RunLock(state.run_dir)
-        lock.acquire()
+        self.claim()
         saved = None
         try:
             if self.nodes and not self.remote:  # remote backends stop their hosts' units
@@ -204,8 +242,11 @@ class Testbed:
             if keep_logs:
                 saved = self._save_logs()
         finally:
-            lock.release()
+            st.unregister(state.run_id, state.run_dir)
             shutil.rmtree(state.run_dir, ignore_errors=True)
+            if self._owner is not None:
+                self._owner.release()
+                self._owner = None
             self.state = None
             self.backend = None
             self.nodes = {}
@@ -435,9 +476,15 @@ class Testbed:
     # -- reattaching -----------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, run_id: str | None = None, *, base: Path | None = None) -> Testbed:
-        """The running testbed ``run_id`` (default: the newest one that is up), from disk."""
-        state = st.active_run(run_id, base)
+    def attach(
+        cls, run_id: str | None = None, *, base: Path | None = None, claim: bool = False
+    ) -> Testbed:
+        """The testbed ``run_id`` (default: the one detached testbed that is up), from disk.
+
+        ``claim``: own it while this object is used (commands that change it do), raising
+        RunInUseError when a live process (a sweep, a test) owns it.
+        """
+        state = st.select_run(run_id, base)
         topology = Topology.from_dict(state.topology)
         settings = CassandraSettings.from_dict(state.cassandra) if state.cassandra else None
         tb = cls.__new__(cls)
@@ -449,6 +496,7 @@ class Testbed:
         tb.progress = _quiet
         tb.base = base
         tb.state = state
+        tb._owner = None
         tb.backend_options = dict(state.extra.get("backend", {}))
         tb.backend = make_backend(state.backend, topology, state)
         tb.timings = dict(state.extra.get("timings", {}))
@@ -473,7 +521,25 @@ class Testbed:
                 tb.nodes[host.name] = CassandraNode(
                     host, node_dir, state.run_id, pid=proc["pid"] if proc else None
                 )
+        if claim:
+            tb.claim()
         return tb
+
+
+def state_problems(state: st.RunState) -> list[str]:
+    """What is broken in the run ``state`` describes: recorded processes that died,
+    hosts its backend cannot find. Empty when it looks healthy (cheap: no SSH)."""
+    from .cassandra.node import pid_alive
+
+    found = [
+        f"{name}: process {proc['pid']} is not running"
+        for name, proc in state.processes.items()
+        if not pid_alive(proc["pid"], proc.get("marker"))
+    ]
+    check = getattr(backend_class(state.backend), "problems", None)
+    if check is not None:
+        found += check(state)
+    return found
 
 
 def parse_nodetool_status(text: str) -> dict[str, str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import images
 from ..errors import ConfigError, TestbedError
 from ..runner import run
-from ..state import PREFIX, RunState
+from ..state import PREFIX, RunState, run_of
 from ..topology import Topology
 from . import remote
 from .remote import SSH, RemoteHost
@@ -277,7 +277,7 @@ class LibvirtBackend(remote.RemoteBackend):
         images.load()  # StateError telling how to build it
         conn = connect()
         try:
-            taken = [n for n in conn.listNetworks() if n.startswith(f"{PREFIX}-")]
+            taken = [n for n in conn.listNetworks() if run_of(n) and n == network_name(run_of(n))]
         finally:
             conn.close()
         if taken:
@@ -285,6 +285,20 @@ class LibvirtBackend(remote.RemoteBackend):
                 f"another libvirt testbed is up ({', '.join(taken)}): its "
                 f"subnet would clash; `python -m testbed down` it first"
             )
+
+    @staticmethod
+    def problems(state: RunState) -> list[str]:
+        """Recorded domains that are not running."""
+        domains = state.extra.get("libvirt", {}).get("domains", [])
+        running = set(leftovers(state.run_id)["domains"])
+        active = set()
+        if running:
+            conn = connect()
+            try:
+                active = {d.name() for d in conn.listAllDomains() if d.isActive()}
+            finally:
+                conn.close()
+        return [f"VM {name} is not running" for name in domains if name not in active]
 
     # -- Backend protocol ----------------------------------------------------------------
 
@@ -460,16 +474,29 @@ def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "")
 # -- finding and removing leftovers ------------------------------------------------------------
 
 
-def _owner(name: str) -> str | None:
-    """The run id in a testbed object's name (``tb-<run>-...``), else None."""
-    parts = name.split("-")
-    if len(parts) >= 3 and parts[0] == PREFIX:
-        return parts[1]
-    return None
+def _owner(obj, kind: str) -> str | None:
+    """The run that made ``obj`` (a domain, network or pool), else None: its name must
+    follow the strict pattern, and a domain must also carry the run in its metadata, so
+    an object someone else named ``tb-...`` is never taken for ours."""
+    import libvirt
+
+    run_id = run_of(obj.name())
+    if run_id is None:
+        return None
+    if kind == "networks":
+        return run_id if obj.name() == network_name(run_id) else None
+    if kind == "pools":
+        return run_id if obj.name() == pool_name(run_id) else None
+    try:
+        meta = obj.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS)
+    except libvirt.libvirtError:
+        return None
+    text = ET.fromstring(meta).text if meta else None
+    return run_id if text == run_id else None
 
 
-def _mine(name: str, run_id: str | None, skip: Sequence[str] = ()) -> bool:
-    owner = _owner(name)
+def _mine(obj, kind: str, run_id: str | None, skip: Sequence[str] = ()) -> bool:
+    owner = _owner(obj, kind)
     return owner is not None and run_id in (None, owner) and owner not in skip
 
 
@@ -491,7 +518,7 @@ def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
             ("networks", conn.listAllNetworks()),
             ("pools", conn.listAllStoragePools()),
         ):
-            found[kind] = sorted(o.name() for o in objects if _mine(o.name(), run_id))
+            found[kind] = sorted(o.name() for o in objects if _mine(o, kind, run_id))
         return found
     finally:
         conn.close()
@@ -510,13 +537,13 @@ def remove_run_objects(conn, run_id: str | None = None, skip: Sequence[str] = ()
 
     _quiet_libvirt()
     removed = []
-    for objects, before_destroy in (
-        (conn.listAllDomains(), None),
-        (conn.listAllStoragePools(), _delete_volumes),
-        (conn.listAllNetworks(), None),
+    for kind, objects, before_destroy in (
+        ("domains", conn.listAllDomains(), None),
+        ("pools", conn.listAllStoragePools(), _delete_volumes),
+        ("networks", conn.listAllNetworks(), None),
     ):
         for obj in objects:
-            if not _mine(obj.name(), run_id, skip):
+            if not _mine(obj, kind, run_id, skip):
                 continue
             try:
                 persistent = obj.isPersistent()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..errors import CommandError
 from ..runner import run
-from ..state import PREFIX, RunState, namespace_name
+from ..state import RunState, namespace_name, run_of
 from ..topology import Topology
 
 log = logging.getLogger(__name__)
@@ -89,11 +89,10 @@ def build_commands(run_id: str, topology: Topology) -> list[list[str]]:
 
 
 def list_prefixed_namespaces(run_id: str | None = None) -> list[str]:
-    """Namespaces on this machine that carry the testbed prefix (of one run, or of any)."""
+    """Namespaces on this machine named by the strict pattern (of one run, or of any)."""
     out = run(["ip", "netns", "list"]).stdout
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    head = f"{PREFIX}-{run_id}-" if run_id else f"{PREFIX}-"
-    return [n for n in names if n.startswith(head)]
+    return [n for n in names if run_of(n) is not None and run_id in (None, run_of(n))]
 
 
 def namespace_pids(ns: str) -> list[int]:
@@ -156,6 +155,12 @@ class NetnsBackend:
             kill_namespace_processes(ns)
         for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
             delete_namespace(ns)
+
+    @staticmethod
+    def problems(state: RunState) -> list[str]:
+        """Recorded namespaces that are gone."""
+        present = set(list_prefixed_namespaces(state.run_id))
+        return [f"namespace {ns} is missing" for ns in state.namespaces if ns not in present]
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         self.topology.host(host)  # raises ConfigError for an unknown host

@@ -1,8 +1,10 @@
 """Integration fixtures: one real 3-node cluster shared by every test that needs it."""
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +15,11 @@ pytestmark = pytest.mark.root
 
 
 def pytest_collection_modifyitems(items):
+    """Integration tests need root; the unit tests collected in the same session do not."""
+    here = Path(__file__).parent
     for item in items:
-        item.add_marker(pytest.mark.root)
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.root)
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +44,18 @@ def run_cli(
     )
 
 
-def assert_no_residue(run_id: str | None = None) -> None:
+def assert_no_residue(run_id: str) -> None:
+    """Nothing of run ``run_id`` is left (namespaces, processes, VMs, directory, registry)."""
+    assert run_id
     left = residue(run_id)
     assert not any(left.values()), left
+
+
+def run_id_in(output: str) -> str:
+    """The testbed run id a CLI printed ("run 3fa2c1: ..." or "run 3fa2c1 is up")."""
+    match = re.search(r"\brun ([0-9a-f]{6})\b", output)
+    assert match, output[-2000:]
+    return match.group(1)
 
 
 def rtt_tolerance_ms(expected_rtt_ms: float) -> float:

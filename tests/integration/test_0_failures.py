@@ -1,6 +1,6 @@
 """Bad input and failures: a clear error, a non-zero exit, and nothing left behind.
 
-Runs before the shared cluster exists, because `clean` removes every testbed object.
+Every `clean` here names its run: a test never cleans the machine at large.
 """
 
 import os
@@ -14,7 +14,7 @@ import pytest
 from testbed import PortInUseError, Testbed, Topology
 from testbed.clean import residue, tagged_processes
 
-from .conftest import assert_no_residue, run_cli
+from .conftest import assert_no_residue, run_cli, run_id_in
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_cassandra_dying_during_start_is_reported_and_cleaned():
     assert proc.returncode == 1
     assert "e0: Cassandra exited" in proc.stderr
     assert "no_such_option" in proc.stderr  # the tail of the node's own log
-    assert_no_residue()
+    assert_no_residue(run_id_in(proc.stdout))
 
 
 def test_port_already_in_use_is_a_clear_error():
@@ -70,6 +70,7 @@ def test_port_already_in_use_is_a_clear_error():
 
 
 def test_sigkilled_up_is_removed_by_clean():
+    before = set(tagged_processes())
     up = subprocess.Popen(
         [sys.executable, "-m", "testbed", "up", "--nodes", "3"],
         stdout=subprocess.DEVNULL,
@@ -77,43 +78,59 @@ def test_sigkilled_up_is_removed_by_clean():
         start_new_session=True,
     )
     deadline = time.monotonic() + 90
-    while len(tagged_processes()) < 3:
+    while len(mine := {p: r for p, r in tagged_processes().items() if p not in before}) < 3:
         assert up.poll() is None, "up ended before it could be killed"
         assert time.monotonic() < deadline, "no Cassandra JVM appeared"
         time.sleep(0.1)
     os.kill(up.pid, signal.SIGKILL)
     up.wait()
-    left = residue()
+    (run_id,) = set(mine.values())
+    left = residue(run_id)
     assert len(left["namespaces"]) == 5 and len(left["processes"]) == 3, left
-    proc = run_cli("clean")
+    # the killed `up` owned it and never detached it: a crashed run's leftover, which a
+    # machine-wide `clean` may remove too; the test names it (and only it)
+    proc = run_cli("clean", run=run_id)
     assert proc.returncode == 0, proc.stderr
-    assert_no_residue()
-    assert run_cli("clean").stdout.strip() == "nothing to clean"
+    assert_no_residue(run_id)
+    assert run_cli("clean", run=run_id).stdout.strip() == "nothing to clean"
 
 
 def test_gateway_left_by_a_killed_emulation_command_is_removed_by_clean():
     up = run_cli("up", "--nodes", "2", "--no-cassandra")
     assert up.returncode == 0, up.stderr
+    run_id = run_id_in(up.stdout)
+    # --shaper gateway: the gateway VM is what this test is about, also where netem exists
     setter = subprocess.Popen(
-        [sys.executable, "-m", "emulation", "set", "--latency", "10"],
+        [
+            sys.executable,
+            "-m",
+            "emulation",
+            "set",
+            "--latency",
+            "10",
+            "--shaper",
+            "gateway",
+            "--run",
+            run_id,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     deadline = time.monotonic() + 120
-    # a shaper process of the run exists once the gateway VM (tagged ...:gateway) boots,
-    # or once direct shaping has been recorded
-    while not any(":gateway" in _cmdline(p) for p in tagged_processes()):
-        if setter.poll() is not None:
-            break  # finished already (direct shaper, or a very fast gateway)
+    while not any(
+        rid == run_id and ":gateway" in _cmdline(p) for p, rid in tagged_processes().items()
+    ):
+        assert setter.poll() is None, "emulation set ended before its gateway VM was seen"
         assert time.monotonic() < deadline, "no gateway VM appeared"
         time.sleep(0.05)
     os.kill(setter.pid, signal.SIGKILL)
     setter.wait()
-    proc = run_cli("clean")
+    assert any(":gateway" in _cmdline(p) for p in residue(run_id)["processes"])
+    proc = run_cli("clean", run=run_id)
     assert proc.returncode == 0, proc.stderr
-    assert_no_residue()
-    assert not any("qemu" in _cmdline(p) for p in _all_pids())
+    assert_no_residue(run_id)
+    assert not any(f"edgetb.run={run_id}" in _cmdline(p) for p in _all_pids())
 
 
 def _cmdline(pid: int) -> str:

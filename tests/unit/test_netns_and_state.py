@@ -1,3 +1,5 @@
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -5,8 +7,18 @@ import pytest
 from testbed import StateError, Topology
 from testbed.backends import make_backend
 from testbed.backends.netns import build_commands, planned_namespaces
-from testbed.errors import ConfigError
-from testbed.state import RunLock, RunState, active_run, create_run
+from testbed.clean import tag_of
+from testbed.errors import ConfigError, RunSelectionError
+from testbed.state import (
+    RunLock,
+    RunState,
+    create_run,
+    known_runs,
+    registered_runs,
+    run_of,
+    select_run,
+    unregister,
+)
 from testbed.testbed import parse_nodetool_status
 
 
@@ -52,19 +64,70 @@ def test_unknown_backend():
         make_backend("vmware", Topology(), RunState("x", "vmware", {}, None))
 
 
-def test_state_roundtrip_and_active_run(tmp_path: Path):
-    with pytest.raises(StateError, match="no testbed is up"):
-        active_run(base=tmp_path)
-    state = create_run(RunState("r1", "netns", Topology().to_dict(), None), tmp_path)
-    state.processes["e0"] = {"pid": 1, "marker": "m"}
-    state.status = "up"
+@pytest.fixture(autouse=True)
+def registry(tmp_path, monkeypatch):
+    """A registry of this test's own (the machine-wide one is never touched)."""
+    monkeypatch.setenv("EDGETB_REGISTRY", str(tmp_path / "registry"))
+    return tmp_path / "registry"
+
+
+def _up(base: Path, run_id: str, *, detached: bool) -> RunLock:
+    lock = create_run(RunState(run_id, "netns", Topology().to_dict(), None), base)
+    state = RunState.load(base / "runs" / run_id)
+    state.status, state.detached = "up", detached
     state.save()
-    loaded = active_run(base=tmp_path)
-    assert loaded.run_id == "r1" and loaded.processes == {"e0": {"pid": 1, "marker": "m"}}
+    return lock
+
+
+def test_state_roundtrip_and_select_run(tmp_path: Path):
+    with pytest.raises(RunSelectionError, match="no testbed is up"):
+        select_run(base=tmp_path)
+    lock = _up(tmp_path, "a00001", detached=True)
+    lock.release()  # `up` ended: detached, owned by nobody
+    state = RunState.load(tmp_path / "runs" / "a00001")
+    state.processes["e0"] = {"pid": 1, "marker": "m"}
+    state.save()
+    loaded = select_run(base=tmp_path)
+    assert loaded.run_id == "a00001" and loaded.processes == {"e0": {"pid": 1, "marker": "m"}}
     with pytest.raises(StateError, match="already exists"):
-        create_run(RunState("r1", "netns", {}, None), tmp_path)
-    with pytest.raises(StateError, match="no run 'zz'"):
-        active_run("zz", base=tmp_path)
+        create_run(RunState("a00001", "netns", {}, None), tmp_path)
+    with pytest.raises(RunSelectionError, match="no run 'abcdef'"):
+        select_run("abcdef", base=tmp_path)
+    with pytest.raises(RunSelectionError, match="invalid run id '../x'"):
+        select_run("../x", base=tmp_path)
+
+
+def test_select_run_never_picks_a_run_in_use(tmp_path: Path):
+    owned = _up(tmp_path, "b00001", detached=False)  # e.g. a sweep's testbed
+    with pytest.raises(RunSelectionError, match=r"b00001 \(in use by pid \d+"):
+        select_run(base=tmp_path)
+    assert select_run("b00001", base=tmp_path).run_id == "b00001"  # named: allowed
+    _up(tmp_path, "b00002", detached=True).release()
+    assert select_run(base=tmp_path).run_id == "b00002"  # the one detached testbed
+    _up(tmp_path, "b00003", detached=True).release()
+    with pytest.raises(RunSelectionError, match="several testbeds are up"):
+        select_run(base=tmp_path)
+    owned.release()  # the owner died without detaching: a crashed run's leftover
+    for rid in ("b00002", "b00003"):
+        shutil.rmtree(tmp_path / "runs" / rid)
+    with pytest.raises(RunSelectionError, match="b00001 \\(left by a process that died"):
+        select_run(base=tmp_path)
+
+
+def test_create_run_holds_the_owner_lock_and_registers(tmp_path: Path, registry: Path):
+    lock = create_run(RunState("c00001", "netns", {}, None), tmp_path)
+    run_dir = tmp_path / "runs" / "c00001"
+    holder = RunLock(run_dir).holder()
+    assert lock.held and holder is not None and holder["pid"] == os.getpid()
+    assert not RunLock(run_dir).acquire(blocking=False)
+    assert registered_runs() == {"c00001": run_dir.resolve()}
+    other_home = tmp_path / "other"
+    create_run(RunState("c00002", "netns", {}, None), other_home).release()
+    assert set(known_runs(tmp_path)) == {"c00001", "c00002"}  # every home, via the registry
+    lock.release()
+    assert RunLock(run_dir).holder() is None
+    unregister("c00001", run_dir)
+    assert set(registered_runs()) == {"c00002"}
 
 
 def test_run_lock_is_exclusive(tmp_path: Path):
@@ -74,6 +137,30 @@ def test_run_lock_is_exclusive(tmp_path: Path):
     first.release()
     assert second.acquire(blocking=False)
     second.release()
+
+
+def test_object_names_and_process_tags_follow_the_strict_pattern():
+    assert run_of("tb-3fa2c1-e0") == "3fa2c1" and run_of("tb-3fa2c1-sw") == "3fa2c1"
+    for other in (
+        "tb-foo",
+        "tb-x-y",
+        "tb-3fa2c1",
+        "tb-3FA2C1-e0",
+        "tb-3fa2c1-e0-x",
+        "xtb-3fa2c1-e0",
+    ):
+        assert run_of(other) is None, other
+    assert tag_of(b"java\0-Xmx1g\0-Dedgetb.run=3fa2c1:e0\0Main\0") == "3fa2c1"
+    assert tag_of(b"qemu-system-x86_64\0-name\0guest=edgetb.run=3fa2c1:gateway\0") == "3fa2c1"
+    assert tag_of(b"ssh: /root/.edgetb/runs/3fa2c1/ssh/edgetb.run=3fa2c1:10.77.0.11 [mux]") == (
+        "3fa2c1"
+    )
+    for other in (
+        b"grep\0edgetb.run=\0",
+        b"grep\0-Dedgetb.run=x:e0\0",
+        b"vim\0edgetb.run=3fa2c1:e0\0",
+    ):
+        assert tag_of(other) is None, other
 
 
 def test_parse_nodetool_status():

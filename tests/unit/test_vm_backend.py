@@ -95,10 +95,48 @@ def test_vm_sizes_are_checked():
         lv.VMSize(1, 64).check("edge VM")
 
 
+class FakeObject:
+    """A libvirt object as `clean` sees it: a name and, for domains, our metadata."""
+
+    def __init__(self, name: str, meta_run: str | None = None):
+        self._name, self._meta_run = name, meta_run
+
+    def name(self) -> str:
+        return self._name
+
+    def metadata(self, _kind, namespace):
+        import libvirt
+
+        if self._meta_run is None or namespace != lv.METADATA_NS:
+            raise libvirt.libvirtError("no metadata")
+        return f'<run xmlns="{namespace}" host="e0">{self._meta_run}</run>'
+
+
 def test_names_carry_the_run_for_clean():
-    for name in (lv.domain_name("abc123", "e0"), lv.network_name("abc123"), lv.pool_name("abc123")):
-        assert lv._owner(name) == "abc123"
-    assert lv._owner("default") is None and lv._owner("virbr0") is None
+    ours = lv.DomainDef(
+        "tb-abc123-e0",
+        "abc123",
+        "e0",
+        "qemu",
+        lv.VMSize(1, 512),
+        Path("/k"),
+        Path("/i"),
+        "c",
+        Path("/d"),
+        "n",
+        "52:54:00:00:00:0b",
+        Path("/c"),
+    )
+    meta = ET.fromstring(ours.to_xml()).find("metadata")[0]
+    assert meta.text == "abc123"  # what _owner reads back through virDomainGetMetadata
+    assert lv._owner(FakeObject(lv.domain_name("abc123", "e0"), "abc123"), "domains") == "abc123"
+    assert lv._owner(FakeObject(lv.network_name("abc123")), "networks") == "abc123"
+    assert lv._owner(FakeObject(lv.pool_name("abc123")), "pools") == "abc123"
+    # someone else's objects: a name that only looks like ours, no metadata, other suffix
+    assert lv._owner(FakeObject("tb-x-y", "x"), "domains") is None
+    assert lv._owner(FakeObject(lv.domain_name("abc123", "e0")), "domains") is None
+    assert lv._owner(FakeObject("tb-abc123-e0"), "networks") is None
+    assert lv._owner(FakeObject("default"), "networks") is None
 
 
 def test_image_definition_reads_and_is_keyed_on_its_files():

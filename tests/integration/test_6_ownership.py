@@ -1,0 +1,83 @@
+"""A running sweep owns its testbed and its results directory: a machine-wide `clean`, a
+second sweep on the same directory, and `emulation set` / `down` without --run all leave
+it measuring, and its cells come out whole and shaped as configured."""
+
+import statistics
+import subprocess
+import sys
+import time
+
+from experiments.store import Store
+from testbed.state import RunState, home
+
+from .conftest import assert_no_residue, run_cli
+
+LATENCY = 20.0
+ARGS = [
+    "--nodes", "3", "--rf", "1,3", "--latency", str(LATENCY), "--loss", "0.5",
+    "--profile", "uniform", "--writes", "150", "--warmup", "10", "--cluster-warmup", "60",
+    "--verify-probes", "0",
+]  # fmt: skip
+
+
+def _wait_for_shaped_testbed(out, sweep, timeout_s=600) -> str:
+    """The sweep's testbed run id, once the cell's network setting is applied."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert sweep.poll() is None, sweep.stdout.read()[-3000:]
+        if (out / "results.sqlite").is_file():
+            with Store(out, create=False) as store:
+                up = store.testbeds_up()
+            if up:
+                try:
+                    state = RunState.load(home() / "runs" / up[0])
+                except Exception:  # not written yet
+                    state = None
+                matrix = state and state.extra.get("emulation", {}).get("matrix")
+                if matrix and matrix["profile"] == "uniform":
+                    return up[0]
+        time.sleep(0.5)
+    raise AssertionError("the sweep never shaped its testbed")
+
+
+def test_a_running_sweep_survives_clean_a_second_sweep_and_emulation_set(tmp_path):
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "experiments.sweep", *ARGS, "--out", str(out)]
+    sweep = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        testbed_run = _wait_for_shaped_testbed(out, sweep)
+
+        cleaned = run_cli("clean")  # machine-wide, as a user would type it
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert f"kept run {testbed_run}: in use by pid {sweep.pid}" in cleaned.stdout
+
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert f"is in use by a running sweep (pid {sweep.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
+
+        for module, args in (("emulation", ["set", "--latency", "80"]), ("testbed", ["down"])):
+            proc = run_cli(*args, module=module)
+            assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+            assert f"{testbed_run} (in use by pid {sweep.pid}" in proc.stderr, proc.stderr
+
+        output, _ = sweep.communicate(timeout=900)
+        assert sweep.returncode == 0, output[-3000:]
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    with Store(out, create=False) as store:
+        (run,) = store.runs()
+        assert run.status == "complete"
+        cells = store.cells(run.run_id)
+        assert len(cells) == 2
+        for cell in cells:
+            rtts_ms = [r / 1e6 for r in store.rtts_ns(run.run_id, cell["cell_id"])]
+            assert len(rtts_ms) == 150
+            assert store.errors(run.run_id, cell["cell_id"]) <= 3, cell
+            # still shaped, and at 20 ms one-way: >= one round trip of 2L; far below what
+            # 80 ms (>= 160 ms) would give if `emulation set` had reached it
+            median = statistics.median(rtts_ms)
+            assert 2 * LATENCY - 1 <= median < 4 * LATENCY + 40, (cell["cell_id"], median)
+    assert_no_residue(testbed_run)
