@@ -46,6 +46,15 @@ def show(tb: Testbed) -> dict[str, Any]:
     return result
 
 
+def problems(tb: Testbed, *, thorough: bool = False) -> list[str]:
+    """What is broken in the emulation of ``tb`` (a dead gateway VM; when ``thorough``,
+    shaping that is gone from a host or the gateway). Empty when it looks intact."""
+    state = shapers.emulation_state(tb)
+    if not state.get("shaper"):
+        return []
+    return shapers.REGISTRY[state["shaper"]](tb).problems(thorough=thorough)
+
+
 def configured(tb: Testbed) -> LinkMatrix:
     """The matrix last applied to ``tb`` (unshaped when none)."""
     data = shapers.emulation_state(tb).get("matrix") or {"profile": "none", "links": []}

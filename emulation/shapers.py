@@ -27,7 +27,15 @@ from testbed.testbed import Testbed
 
 from . import tcgen
 from .gateway import image as gw_image
-from .gateway.vm import GatewayVM, Port, ports_for, run_all, unwire_commands, wire_commands
+from .gateway.vm import (
+    GatewayError,
+    GatewayVM,
+    Port,
+    ports_for,
+    run_all,
+    unwire_commands,
+    wire_commands,
+)
 from .links import LinkMatrix
 from .tcgen import Rule, Structure
 
@@ -96,6 +104,9 @@ class Shaper(Protocol):
 
     def stop(self) -> None:
         """Remove everything the shaper built."""
+
+    def problems(self, *, thorough: bool = False) -> list[str]:
+        """What of the shaping is gone (empty when intact)."""
 
 
 def emulation_state(tb: Testbed) -> dict[str, Any]:
@@ -210,6 +221,9 @@ class GatewayShaper:
                 "structure": self.structure.to_dict(),
             }
             _save(self.tb)
+            # A gateway that died leaves its per-host bridges behind: back to the shared
+            # bridge first, or re-wiring fails with "RTNETLINK answers: File exists".
+            run_all(unwire_commands(self.switch_ns, self.ports, BRIDGE), ignore_missing=True)
             run_all(wire_commands(self.switch_ns, self.ports, BRIDGE))
             self.vm.batch(self.structure.tc_lines)
         except BaseException:
@@ -225,7 +239,31 @@ class GatewayShaper:
         return time.monotonic() - t0
 
     def show(self) -> list[str]:
-        return self.vm.batch(["qdisc show"]) if self.vm.alive() else []
+        """The guest's qdiscs on its ports and IFBs. Not a bare `qdisc show`: that lists
+        lo's sentinel qdisc first, which ends the batch's output before anything else."""
+        if not self.vm.alive():
+            return []
+        devices = [p.guest_if for p in self.ports]
+        if self.structure is not None:
+            devices += self.structure.ifb_devices
+        return self.vm.batch([f"qdisc show dev {d}" for d in devices])
+
+    def problems(self, *, thorough: bool = False) -> list[str]:
+        """The gateway VM is not running (cheap), or answers without its netem qdiscs."""
+        if self.structure is None:
+            return []
+        if not self.vm.alive():
+            return [f"the gateway VM (pid {self.vm.pid}) is not running"]
+        if thorough:
+            try:
+                shown = self.show()
+            except (GatewayError, OSError) as exc:
+                return [f"the gateway VM does not answer: {exc}"]
+            netems = sum("netem" in line for line in shown)
+            expected = sum("netem" in line for line in self.structure.tc_lines)
+            if netems < expected:
+                return [f"the gateway has {netems} of its {expected} netem qdiscs"]
+        return []
 
     def stop(self) -> None:
         self.vm.stop()
@@ -285,6 +323,19 @@ class DirectShaper:
         for host, structure in self.structures.items():
             self._batch(host, tcgen.change_lines(structure, matrix.links))
         return time.monotonic() - t0
+
+    def problems(self, *, thorough: bool = False) -> list[str]:
+        """A host lost its netem qdiscs (checked only when ``thorough``: one exec per host)."""
+        if self.structures is None or not thorough:
+            return []
+        found = []
+        for host, structure in self.structures.items():
+            proc = self.tb.exec(host, ["tc", "qdisc", "show", "dev", "eth0"], check=False)
+            netems = proc.stdout.count("netem")
+            expected = sum("netem" in line for line in structure.tc_lines)
+            if proc.returncode != 0 or netems < expected:
+                found.append(f"{host}: {netems} of its {expected} netem qdiscs on eth0")
+        return found
 
     def show(self) -> list[str]:
         lines = []

@@ -261,6 +261,7 @@ class Sweep:
         self.logs = Path(config.out) / "logs"
         self.finished: set[str] = set()
         self.cluster_up: int | None = None  # node count of the running cluster
+        self.faults: list[dict[str, Any]] = []  # components lost and recovered from
 
     def run_cluster(self, nodes: int, cells: list[Cell]) -> None:
         cfg = self.config
@@ -275,17 +276,10 @@ class Sweep:
         try:
             tb.start_cassandra()
             self.logs.mkdir(parents=True, exist_ok=True)
-            worker = WriteWorker(
-                tb,
-                policy=cfg.policy,
-                timeout_s=cfg.request_timeout_s,
-                log_path=self.logs / f"{self.run_id}-n{nodes}-worker.log",
-                watch=node_watch(tb),
-            )
+            rfs = sorted({c.rf for c in cells})
             setup = emulation.set_links(tb, links.LinkMatrix(topo, {}, profile="none"), cfg.shaper)
             gateway = shapers.emulation_state(tb).get("gateway", {})
-            for rf in sorted({c.rf for c in cells}):
-                worker.schema(keyspace(rf), rf)
+            worker = self.start_worker(tb, rfs)
             self.store.update_manifest(
                 self.run_id,
                 clusters={
@@ -309,10 +303,22 @@ class Sweep:
             network = None
             shaping: dict[str, Any] = {}
             for cell in cells:
-                if cell.network != network:
-                    shaping = self.set_network(tb, cell)
-                    network = cell.network
-                self.measure(tb, worker, cell, shaping, testbed_run)
+                for attempt in range(1 + MAX_RECOVERIES_PER_CELL):
+                    try:
+                        if cell.network != network:
+                            network = None  # set again after a failure while setting it
+                            shaping = self.set_network(tb, cell)
+                            network = cell.network
+                        self.measure(tb, worker, cell, shaping, testbed_run)
+                        break
+                    except ComponentLost as exc:
+                        if not exc.recoverable or attempt == MAX_RECOVERIES_PER_CELL:
+                            raise
+                        worker.abort()
+                        worker = None
+                        self.recover(tb, cell, exc)
+                        worker = self.start_worker(tb, rfs)
+                        network = None  # the restarted shaper gets the cell's setting again
             worker.close()
             worker = None
         finally:
@@ -322,6 +328,39 @@ class Sweep:
             self.progress.note(f"tearing the {nodes}-node cluster down")
             tb.down()
             self.store.testbed_down(testbed_run)
+
+    def start_worker(self, tb: Testbed, rfs: list[int]) -> WriteWorker:
+        """The endpoint's write process for this cluster, with every RF's keyspace."""
+        cfg = self.config
+        worker = WriteWorker(
+            tb,
+            policy=cfg.policy,
+            timeout_s=cfg.request_timeout_s,
+            log_path=self.logs / f"{self.run_id}-n{tb.topology.edge_nodes}-worker.log",
+            watch=component_watch(tb),
+        )
+        try:
+            for rf in rfs:
+                worker.schema(keyspace(rf), rf)
+        except BaseException:
+            worker.abort()
+            raise
+        return worker
+
+    def recover(self, tb: Testbed, cell: Cell, exc: ComponentLost) -> None:
+        """After the gateway VM died: a new gateway (re-wired cleanly), the cell's network
+        setting applied again, the cluster whole again (the driver sees every node up).
+        The fault and how long recovery took are stored in the run's manifest."""
+        t0 = time.monotonic()
+        self.progress.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
+        self.set_network(tb, cell)
+        tb.driver_probe(timeout_s=180)
+        took = round(time.monotonic() - t0, 1)
+        self.faults.append(
+            {"cell_id": cell.cell_id, "problem": str(exc), "at": time.time(), "recovery_s": took}
+        )
+        self.store.update_manifest(self.run_id, faults=self.faults)
+        self.progress.note(f"recovered in {took:.1f} s")
 
     def warm_up(self, worker: WriteWorker, rfs: list[int]) -> None:
         """Unrecorded writes right after bring-up: the JVMs' JIT compilers and the driver
@@ -436,7 +475,9 @@ class Sweep:
             warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
             on_progress=self.progress.wrote,
         )
-        node_watch(tb, every_s=0)()  # a node that died during the cell voids the cell
+        # A component that broke during the cell voids it: a dead node or gateway, a host
+        # that lost its namespace, shaping that is gone. Never stored as complete.
+        check_components(tb, thorough=True)
         finished = time.time()
         names = {h.address: h.name for h in tb.topology.hosts}
         requests = []
@@ -492,8 +533,43 @@ class Sweep:
         )
 
 
-def node_watch(tb: Testbed, every_s: float = 1.0):
-    """A check that raises NodeError (with the node's log tail) once a node has died."""
+class ComponentLost(TestbedError):
+    """A component the cell depends on broke while it was measured; the cell is void.
+    ``recoverable``: the sweep can rebuild it (the gateway VM) and measure the cell again."""
+
+    def __init__(self, message: str, *, recoverable: bool = False):
+        super().__init__(message)
+        self.recoverable = recoverable
+
+
+MAX_RECOVERIES_PER_CELL = 1
+
+
+def check_components(tb: Testbed, *, thorough: bool = False) -> None:
+    """Raise once something the measurement depends on is broken: a Cassandra node died
+    (NodeError with its log tail), a host's namespace/VM or recorded process is gone, the
+    gateway VM died, or (``thorough``: one query per host) shaping disappeared."""
+    for node in tb.nodes.values():
+        if not node.alive():
+            raise node.error(
+                "Cassandra died during the sweep; the cell it was in is "
+                "not stored (rerun the same command to resume)"
+            )
+    broken = tb.problems()
+    if broken:
+        raise ComponentLost(
+            "the testbed broke during the sweep (" + "; ".join(broken) + "); the cell it "
+            "was in is not stored (rerun the same command to resume)"
+        )
+    lost = emulation.problems(tb, thorough=thorough)
+    if lost:
+        raise ComponentLost(
+            "the emulation broke during the cell (" + "; ".join(lost) + ")", recoverable=True
+        )
+
+
+def component_watch(tb: Testbed, every_s: float = 1.0):
+    """check_components (cheap checks only), at most once per ``every_s``."""
     last = [0.0]
 
     def watch() -> None:
@@ -501,12 +577,7 @@ def node_watch(tb: Testbed, every_s: float = 1.0):
         if now - last[0] < every_s:
             return
         last[0] = now
-        for node in tb.nodes.values():
-            if not node.alive():
-                raise node.error(
-                    "Cassandra died during the sweep; the cell it was in is "
-                    "not stored (rerun the same command to resume)"
-                )
+        check_components(tb)
 
     return watch
 

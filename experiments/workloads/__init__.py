@@ -17,6 +17,7 @@ from testbed.testbed import Testbed
 from .writes import ROW_FIELDS
 
 WATCH_EVERY_S = 1.0
+IDLE_MARGIN_S = 15.0
 
 
 class WorkerError(TestbedError):
@@ -136,7 +137,9 @@ class WriteWorker:
                 "warmup_seed": warmup_seed,
             }
         )
-        idle = 2 * self.timeout_s + 30
+        # Every line (a batch of rows, or a heartbeat during warm-up) comes within one
+        # request's timeout of the previous one: silence beyond that is a hung workload.
+        idle = self.timeout_s + IDLE_MARGIN_S
         rows: list[dict[str, Any]] = []
         while True:
             msg = self._line(idle)
@@ -147,6 +150,14 @@ class WriteWorker:
                 if len(rows) != writes:
                     raise WorkerError(f"workload returned {len(rows)} of {writes} requests")
                 return rows
+
+    def abort(self) -> None:
+        """End the process at once (by PID): after a failure in the middle of a command,
+        its output can no longer be trusted to match the protocol."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.close()
 
     def close(self) -> None:
         """Ask the process to quit; kill it (by PID) if it does not."""

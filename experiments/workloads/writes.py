@@ -11,7 +11,8 @@ Commands:
     {"op": "run", "keyspace": K, "cl": CL, "writes": N, "warmup": W,
      "key_seed": S, "warmup_seed": S2}             W unrecorded writes, then N recorded:
                                                    one {"r": [...]} line per request
-                                                   (see ROW_FIELDS), then {"done": ...}
+                                                   (see ROW_FIELDS), then {"done": ...};
+                                                   {"hb": i} lines while warming up
 
 Each request: a prepared INSERT of one laureate record (cycled from the shipped data set)
 under a uuid key drawn from a seeded generator (same seed, same keys, same replicas);
@@ -161,8 +162,12 @@ class Writer:
     ) -> dict:
         stmt = self.statement(keyspace, cl)
         warm_keys = keys(warmup_seed)
+        last = time.monotonic()
         for i in range(warmup):
             self.write(stmt, keyspace, i, next(warm_keys))
+            if time.monotonic() - last >= FLUSH_EVERY_S:  # alive, not hung: a heartbeat
+                emit(out, {"hb": i + 1})
+                last = time.monotonic()
         emit(out, {"warmup_done": warmup})
         cell_keys = keys(key_seed)
         batch, last = [], time.monotonic()

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,13 @@ import pytest
 
 from testbed import Testbed, Topology
 from testbed.clean import residue
+from testbed.state import home
 
-pytestmark = pytest.mark.root
+# Lines of a Cassandra log that mean something went wrong (as cassandra-dtest scans for),
+# and the ones the tests cause on purpose or that Cassandra logs on a healthy cluster.
+LOG_PROBLEM = re.compile(r"^(ERROR|FATAL) |^\S*(Exception|Error)(: |$)|^Caused by: ")
+LOG_EXPECTED = re.compile(r"ISSUE_NONE_YET_PLACEHOLDER")
+_shared: dict[str, Testbed] = {}
 
 
 def pytest_collection_modifyitems(items):
@@ -26,8 +32,58 @@ def pytest_collection_modifyitems(items):
 def cluster():
     tb = Testbed(Topology(edge_nodes=3), progress=print)
     tb.up()
+    _shared["cluster"] = tb
     yield tb
+    _shared.pop("cluster", None)
     tb.down()
+
+
+def _log_sizes(tb: Testbed) -> dict[str, int]:
+    return {
+        name: node.system_log.stat().st_size if node.system_log.is_file() else 0
+        for name, node in tb.nodes.items()
+    }
+
+
+def log_problems(tb: Testbed, marks: dict[str, int]) -> list[str]:
+    """ERROR lines and exceptions in the shared cluster's logs since ``marks``."""
+    found = []
+    for name, node in tb.nodes.items():
+        if not node.system_log.is_file():
+            continue
+        with open(node.system_log, "rb") as f:
+            f.seek(marks.get(name, 0))
+            text = f.read().decode(errors="replace")
+        for line in text.splitlines():
+            if LOG_PROBLEM.search(line) and not LOG_EXPECTED.search(line):
+                found.append(f"{name}: {line.strip()[:300]}")
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cassandra_logs_checked(request):
+    """After each module, the shared cluster's logs are scanned for ERROR lines and
+    exceptions (as cassandra-dtest does); its logs are kept when a test failed."""
+    tb = _shared.get("cluster")
+    marks = _log_sizes(tb) if tb is not None and tb.state is not None else {}
+    failed_before = request.session.testsfailed
+    yield
+    tb = _shared.get("cluster")
+    if tb is None or tb.state is None:
+        return
+    problems = log_problems(tb, marks)
+    if problems or request.session.testsfailed > failed_before:
+        kept = home() / "logs" / f"{tb.run_id}-{request.module.__name__.rsplit('.', 1)[-1]}"
+        for name, node in tb.nodes.items():
+            if node.system_log.parent.is_dir():
+                shutil.copytree(node.system_log.parent, kept / name, dirs_exist_ok=True)
+        print(f"\nshared cluster's Cassandra logs kept in {kept}")
+    if problems:
+        pytest.fail(
+            f"{len(problems)} ERROR/exception lines in the shared cluster's logs during "
+            f"{request.module.__name__}:\n" + "\n".join(problems[:20]),
+            pytrace=False,
+        )
 
 
 def run_cli(

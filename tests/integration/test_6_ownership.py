@@ -1,7 +1,11 @@
 """A running sweep owns its testbed and its results directory: a machine-wide `clean`, a
 second sweep on the same directory, and `emulation set` / `down` without --run all leave
-it measuring, and its cells come out whole and shaped as configured."""
+it measuring, and its cells come out whole and shaped as configured. The same sweep then
+loses its gateway VM (kill -9) in the middle of a cell: the cell is voided, the gateway
+restarted and re-wired, the cell measured again, and the fault stored with the run."""
 
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -14,9 +18,9 @@ from .conftest import assert_no_residue, run_cli
 
 LATENCY = 20.0
 ARGS = [
-    "--nodes", "3", "--rf", "1,3", "--latency", str(LATENCY), "--loss", "0.5",
+    "--nodes", "3", "--rf", "1,2,3", "--latency", str(LATENCY), "--loss", "0.5",
     "--profile", "uniform", "--writes", "150", "--warmup", "10", "--cluster-warmup", "60",
-    "--verify-probes", "0",
+    "--verify-probes", "0", "--shaper", "gateway",
 ]  # fmt: skip
 
 
@@ -40,7 +44,14 @@ def _wait_for_shaped_testbed(out, sweep, timeout_s=600) -> str:
     raise AssertionError("the sweep never shaped its testbed")
 
 
-def test_a_running_sweep_survives_clean_a_second_sweep_and_emulation_set(tmp_path):
+def _cells_done(out) -> int:
+    with Store(out, create=False) as store:
+        return len(store.cells())
+
+
+def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_gateway(
+    tmp_path,
+):
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "experiments.sweep", *ARGS, "--out", str(out)]
     sweep = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -61,6 +72,15 @@ def test_a_running_sweep_survives_clean_a_second_sweep_and_emulation_set(tmp_pat
             assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
             assert f"{testbed_run} (in use by pid {sweep.pid}" in proc.stderr, proc.stderr
 
+        # the gateway dies while the second cell is measured
+        deadline = time.monotonic() + 300
+        while not _cells_done(out):
+            assert sweep.poll() is None, sweep.stdout.read()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        gateway = RunState.load(home() / "runs" / testbed_run).extra["emulation"]["gateway"]
+        os.kill(gateway["pid"], signal.SIGKILL)  # a process of the sweep this test started
+
         output, _ = sweep.communicate(timeout=900)
         assert sweep.returncode == 0, output[-3000:]
     finally:
@@ -71,7 +91,10 @@ def test_a_running_sweep_survives_clean_a_second_sweep_and_emulation_set(tmp_pat
         (run,) = store.runs()
         assert run.status == "complete"
         cells = store.cells(run.run_id)
-        assert len(cells) == 2
+        assert len(cells) == 3
+        (fault,) = run.manifest["faults"]
+        assert f"gateway VM (pid {gateway['pid']}) is not running" in fault["problem"]
+        assert fault["recovery_s"] > 0
         for cell in cells:
             rtts_ms = [r / 1e6 for r in store.rtts_ns(run.run_id, cell["cell_id"])]
             assert len(rtts_ms) == 150
