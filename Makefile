@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install system python cassandra gateway image test unit sweep bench clean-testbed
+.PHONY: install system python cassandra gateway image lint test unit sweep bench clean-testbed
 
 install: cassandra gateway image
 	$(PY) -m testbed check
@@ -33,6 +33,11 @@ gateway: python
 # The VM base image of the libvirt backend (debootstrap; ~2 min; cached on its inputs).
 image: cassandra
 	$(PY) -m testbed image build
+
+# Lint and format check of the whole tree (configured in pyproject.toml); CI runs it first.
+lint: python
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # The whole suite: unit tests, then integration tests on real namespaces and Cassandra.
 test: install
