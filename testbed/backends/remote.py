@@ -358,6 +358,7 @@ class RemoteBackend:
     ``hosts`` (name -> RemoteHost)."""
 
     remote = True
+    cassandra_auth = True  # PasswordAuthenticator; see testbed.cassandra.auth
     python = GUEST_PYTHON
     java = GUEST_JAVA
     topology: object
@@ -387,15 +388,20 @@ class RemoteBackend:
     def ansible_dir(self) -> Path:
         return self.state.run_dir / "ansible"  # type: ignore[attr-defined]
 
-    def start_cassandra(self, nodes: dict[str, dict]) -> float:
+    def start_cassandra(self, nodes: dict[str, dict], credentials: Path | None = None) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
-        {"dir": node directory, "argv": systemd-run command}); returns seconds."""
+        {"dir": node directory, "argv": systemd-run command}) and the run's login file to
+        the endpoint (same path, 0600; the playbook copies it over SSH, its content is in
+        no command line or variable); returns seconds."""
         return playbook(
             "cassandra",
             private_dir=self.ansible_dir,
             inv=self.inventory(),
             ssh=self.ssh,
-            extravars={"edgetb_nodes": nodes},
+            extravars={
+                "edgetb_nodes": nodes,
+                "edgetb_credentials": str(credentials) if credentials else "",
+            },
         )
 
 
