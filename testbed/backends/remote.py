@@ -35,6 +35,23 @@ class ProvisionError(TestbedError):
     """A playbook failed on a host."""
 
 
+class HostKeyError(TestbedError):
+    """A host showed an SSH host key other than the one trusted for it."""
+
+
+class UnreachableError(TestbedError):
+    """A host did not answer over SSH."""
+
+
+def host_key_refused(ssh_stderr: str) -> bool:
+    """Whether ssh failed because the host key did not match (never worth a retry)."""
+    return (
+        "Host key verification failed" in ssh_stderr
+        or "REMOTE HOST IDENTIFICATION HAS CHANGED" in ssh_stderr
+        or ("host key for" in ssh_stderr.lower() and "has changed" in ssh_stderr.lower())
+    )
+
+
 @dataclass(frozen=True)
 class RemoteHost:
     """How to reach one host of the topology."""
@@ -46,12 +63,24 @@ class RemoteHost:
 
 
 class SSH:
-    """SSH argument lists for one run: its key, known_hosts and tagged connection masters."""
+    """SSH argument lists for one run: its key, known_hosts and tagged connection masters.
 
-    def __init__(self, run_id: str, ssh_dir: Path, key: Path | None = None):
+    ``strict`` (hosts backend): only the keys in the run's known_hosts are accepted,
+    written there before the first connection (``hostkeys.trust``). Otherwise (libvirt
+    VMs, which make their host keys on their first boot) the first key each VM shows is
+    recorded in the run's known_hosts and required from then on (accept-new): the VMs sit
+    on the run's own isolated bridge, which only root on this machine can join.
+    """
+
+    def __init__(self, run_id: str, ssh_dir: Path, key: Path | None = None, *, strict=False):
         self.run_id = run_id
         self.dir = ssh_dir
         self.key = key or ssh_dir / "id_ed25519"
+        self.strict = strict
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
 
     @property
     def control_path(self) -> str:
@@ -63,8 +92,10 @@ class SSH:
         return [
             "IdentitiesOnly=yes",
             "BatchMode=yes",
-            "StrictHostKeyChecking=accept-new",
-            f"UserKnownHostsFile={self.dir / 'known_hosts'}",
+            f"StrictHostKeyChecking={'yes' if self.strict else 'accept-new'}",
+            f"UserKnownHostsFile={self.known_hosts}",
+            # the run's file is the whole truth (hostkeys.trust read the system's file)
+            *(["GlobalKnownHostsFile=/dev/null"] if self.strict else []),
             f"ConnectTimeout={connect_timeout}",
             "LogLevel=ERROR",
             "ServerAliveInterval=5",
@@ -145,6 +176,11 @@ class SSH:
             if proc.returncode == 0:
                 return time.monotonic() - t0
             last = proc.stderr.strip()
+            if host_key_refused(last):
+                raise HostKeyError(
+                    f"{host.name} ({host.address} port {host.port}): SSH refused its host key "
+                    f"(not the one in {self.known_hosts}): {' '.join(last.split())[:300]}"
+                )
             time.sleep(1.0)
         raise TestbedError(
             f"{host.name} ({host.address}): no SSH within {timeout_s:.0f} s"
@@ -186,6 +222,8 @@ def inventory(
             "ansible_user": h.user,
             "ansible_ssh_private_key_file": str(ssh.key),
             "ansible_python_interpreter": python,
+            # the keys this run trusts: a hosts-backend run on these machines checks them
+            "edgetb_known_hosts": str(ssh.known_hosts),
         }
     return {"all": {"children": groups}}
 
@@ -213,7 +251,8 @@ def playbook(
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "ANSIBLE_SSH_ARGS": f"-o ControlMaster=auto -o ControlPersist=30 {ssh_args}",
         "ANSIBLE_SSH_CONTROL_PATH": ssh.control_path.replace("%h", "%%h"),
-        "ANSIBLE_HOST_KEY_CHECKING": "False",  # our known_hosts + accept-new decide
+        # True: Ansible adds no StrictHostKeyChecking=no; our ssh settings decide.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_GATHERING": "explicit",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
