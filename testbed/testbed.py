@@ -184,9 +184,15 @@ class Testbed:
             state.status = "failed"
             state.save()
             lock.release()
-            saved = self._teardown(keep_logs=True)
-            if saved and isinstance(exc, TestbedError):
-                exc.args = (f"{exc.args[0] if exc.args else exc}\n(node logs kept in {saved})",)
+            notes = []
+            try:
+                saved = self._teardown(keep_logs=True)
+            except TestbedError as undo_exc:  # reported with the failure, not instead of it
+                saved, notes = None, [f"undoing it failed too: {undo_exc}"]
+            if saved:
+                notes.append(f"node logs kept in {saved}")
+            if notes and isinstance(exc, TestbedError):
+                exc.args = (f"{exc.args[0] if exc.args else exc}\n({'; '.join(notes)})",)
             raise
         lock.release()
 

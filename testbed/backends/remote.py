@@ -235,10 +235,11 @@ def playbook(
     inv: dict,
     ssh: SSH,
     extravars: dict,
-    limit: str | None = None,
     timeout_s: float = 900,
 ) -> float:
-    """Run ``playbooks/<name>.yml`` through ansible-runner; ProvisionError on failure."""
+    """Run ``playbooks/<name>.yml`` through ansible-runner on every host of ``inv``;
+    ProvisionError naming each host it did not complete on (unreachable, a failed task,
+    or never reached)."""
     import ansible_runner
 
     private_dir.mkdir(parents=True, exist_ok=True)
@@ -266,24 +267,73 @@ def playbook(
         inventory=str(private_dir / "inventory.json"),
         extravars=extravars,
         envvars=envvars,
-        limit=limit,
         quiet=True,
         timeout=int(timeout_s),
         suppress_env_files=True,
     )
-    if r.rc != 0 or r.status != "successful":
-        failures = []
-        for event in r.events:
-            if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
-                data = event.get("event_data", {})
-                res = data.get("res", {})
-                msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
-                failures.append(
-                    f"{data.get('host')}: task '{data.get('task')}': {str(msg).strip()[:600]}"
-                )
-        detail = "\n".join(failures) or r.stdout.read()[-2000:]
-        raise ProvisionError(f"playbook {name} failed ({r.status}, rc {r.rc}):\n{detail}")
+    failures = playbook_failures(r, inventory_hosts(inv))
+    if failures:
+        detail = "\n".join(failures)
+        if all(line.startswith("*") for line in failures):
+            detail += "\n" + r.stdout.read()[-2000:]
+        raise ProvisionError(f"playbook {name} did not complete on every host:\n{detail}")
     return time.monotonic() - t0
+
+
+def inventory_hosts(inv: dict) -> list[str]:
+    """Every host name in an inventory as data (groups nested under ``children``)."""
+    names: list[str] = []
+
+    def walk(group: dict) -> None:
+        for host in group.get("hosts") or {}:
+            if host not in names:
+                names.append(host)
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    for group in inv.values():
+        walk(group or {})
+    return names
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def playbook_failures(result, hosts: Sequence[str]) -> list[str]:
+    """One line per host a playbook did not complete on, from an ansible-runner result
+    (``status``, ``rc``, ``events``, ``stats``); [] when it completed on every host.
+
+    A host is a failure when it was unreachable, when a task failed on it (unless the
+    task said ``ignore_errors``), or when no play ran on it at all. A failed run with
+    no host to blame gives one line starting with ``*``.
+    """
+    lines: dict[str, str] = {}
+    for event in result.events:
+        kind = event.get("event")
+        if kind not in ("runner_on_failed", "runner_on_unreachable"):
+            continue
+        data = event.get("event_data") or {}
+        if kind == "runner_on_failed" and data.get("ignore_errors"):
+            continue
+        host = str(data.get("host"))
+        res = data.get("res") or {}
+        msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
+        what = "unreachable" if kind == "runner_on_unreachable" else f"task '{data.get('task')}'"
+        lines.setdefault(host, f"{host}: {what}: {_one_line(msg)}")
+    stats = result.stats or {}
+    for host in hosts:
+        if host in lines:
+            continue
+        if host in (stats.get("dark") or {}):
+            lines[host] = f"{host}: unreachable"
+        elif host in (stats.get("failures") or {}):
+            lines[host] = f"{host}: a task failed"
+        elif host not in (stats.get("processed") or {}):
+            lines[host] = f"{host}: not reached by the playbook ({result.status})"
+    if not lines and (result.rc != 0 or result.status != "successful"):
+        lines["*"] = f"* the playbook ended {result.status} (rc {result.rc})"
+    return list(lines.values())
 
 
 def project_archive(path: Path) -> Path:
@@ -341,7 +391,8 @@ class RemoteLog:
 
 
 def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
-    """(ActiveState, MainPID) of the Cassandra unit on ``host``."""
+    """(ActiveState, MainPID) of the Cassandra unit on ``host``; UnreachableError when
+    SSH cannot reach it (not "stopped": the unit may well be running)."""
     proc = subprocess.run(
         exec_argv(
             host,
@@ -351,6 +402,8 @@ def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
         text=True,
         timeout=30,
     )
+    if proc.returncode == 255:  # ssh's own failure, not systemctl's
+        raise UnreachableError(f"{host}: unreachable over SSH: {_one_line(proc.stderr)}")
     if proc.returncode != 0:
         return "unknown", None
     lines = proc.stdout.split()
