@@ -30,7 +30,7 @@ from ..errors import CommandError, ConfigError, TestbedError
 from ..runner import run
 from ..state import RunState, home
 from ..topology import Topology
-from . import hostkeys, remote
+from . import hostkeys, provision, remote
 from .remote import SSH, RemoteHost
 
 SSH_TIMEOUT_S = 60.0
@@ -249,11 +249,11 @@ class HostsBackend(remote.RemoteBackend):
             self.ssh.wait(host, SSH_TIMEOUT_S)
         from .libvirt import provision_extravars
 
-        archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
+        archive = provision.project_archive(self.ansible_dir / "project.tar.gz")
         cassandra = self._cassandra_archive()
         rec["touched"] = True  # from here on `down` has something to undo on the hosts
         self.state.save()
-        secs = remote.playbook(
+        secs = provision.playbook(
             "provision",
             private_dir=self.ansible_dir,
             inv=self.inventory(),
@@ -310,7 +310,7 @@ class HostsBackend(remote.RemoteBackend):
             if self.state.extra.get("hosts", {}).get("touched"):
                 problems += self.restore_qdiscs()
                 try:
-                    remote.playbook(
+                    provision.playbook(
                         "teardown",
                         private_dir=self.ansible_dir,
                         inv=self.inventory(),
@@ -318,7 +318,7 @@ class HostsBackend(remote.RemoteBackend):
                         extravars={"edgetb_run_dir": str(self.state.run_dir)},
                         timeout_s=120,
                     )
-                except remote.ProvisionError as exc:
+                except provision.ProvisionError as exc:
                     problems.append(str(exc))
         finally:
             self.ssh.close(list(self.hosts.values()))

@@ -1,6 +1,7 @@
 """What the libvirt and hosts backends share: hosts reached over SSH with the testbed's own
-key, provisioned with Ansible (through ansible-runner), running Cassandra as a systemd
-unit with the same rendered settings and JVM command line as under netns.
+key (host keys checked: ``hostkeys``), provisioned with Ansible (``provision``), running
+Cassandra as a systemd unit with the same rendered settings and JVM command line as under
+netns.
 
 Every SSH process carries the run's tag in its ControlPath (``edgetb.run=<run>:<host>``),
 so `python -m testbed clean` finds the connection masters of a killed run by PID.
@@ -8,31 +9,21 @@ so `python -m testbed clean` finds the connection masters of a killed run by PID
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shlex
 import signal
 import subprocess
-import sys
-import tarfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CommandError, TestbedError
+from ..errors import TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
+from .provision import inventory, one_line, playbook
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("testbed", "emulation", "experiments")
 CASSANDRA_UNIT = "edgetb-cassandra"
-
-
-class ProvisionError(TestbedError):
-    """A playbook failed on a host."""
 
 
 class HostKeyError(TestbedError):
@@ -207,161 +198,6 @@ def kill_tagged_ssh(run_id: str) -> list[int]:
     return killed
 
 
-# -- Ansible ---------------------------------------------------------------------------------
-
-
-def inventory(
-    hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH, python: str = "/usr/bin/python3"
-) -> dict:
-    """An Ansible inventory (as data) of the run's hosts, grouped by role."""
-    groups: dict[str, dict] = {"edge": {"hosts": {}}, "endpoint": {"hosts": {}}}
-    for h in hosts:
-        groups[roles[h.name]]["hosts"][h.name] = {
-            "ansible_host": h.address,
-            "ansible_port": h.port,
-            "ansible_user": h.user,
-            "ansible_ssh_private_key_file": str(ssh.key),
-            "ansible_python_interpreter": python,
-            # the keys this run trusts: a hosts-backend run on these machines checks them
-            "edgetb_known_hosts": str(ssh.known_hosts),
-        }
-    return {"all": {"children": groups}}
-
-
-def playbook(
-    name: str,
-    *,
-    private_dir: Path,
-    inv: dict,
-    ssh: SSH,
-    extravars: dict,
-    timeout_s: float = 900,
-) -> float:
-    """Run ``playbooks/<name>.yml`` through ansible-runner on every host of ``inv``;
-    ProvisionError naming each host it did not complete on (unreachable, a failed task,
-    or never reached)."""
-    import ansible_runner
-
-    private_dir.mkdir(parents=True, exist_ok=True)
-    (private_dir / "inventory.json").write_text(json.dumps(inv, indent=1))
-    # Ansible adds the ControlPath itself (from ANSIBLE_SSH_CONTROL_PATH): the same tagged
-    # sockets as our own ssh commands, so both share one connection per host.
-    ssh_args = " ".join(f"-o {shlex.quote(s)}" for s in ssh.settings())
-    venv_bin = str(Path(sys.executable).parent)
-    envvars = {
-        "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "ANSIBLE_SSH_ARGS": f"-o ControlMaster=auto -o ControlPersist=30 {ssh_args}",
-        "ANSIBLE_SSH_CONTROL_PATH": ssh.control_path.replace("%h", "%%h"),
-        # True: Ansible adds no StrictHostKeyChecking=no; our ssh settings decide.
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_GATHERING": "explicit",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_LOCAL_TEMP": str(private_dir / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    t0 = time.monotonic()
-    r = ansible_runner.run(
-        private_data_dir=str(private_dir),
-        playbook=str(PLAYBOOKS / f"{name}.yml"),
-        inventory=str(private_dir / "inventory.json"),
-        extravars=extravars,
-        envvars=envvars,
-        quiet=True,
-        timeout=int(timeout_s),
-        suppress_env_files=True,
-    )
-    failures = playbook_failures(r, inventory_hosts(inv))
-    if failures:
-        detail = "\n".join(failures)
-        if all(line.startswith("*") for line in failures):
-            detail += "\n" + r.stdout.read()[-2000:]
-        raise ProvisionError(f"playbook {name} did not complete on every host:\n{detail}")
-    return time.monotonic() - t0
-
-
-def inventory_hosts(inv: dict) -> list[str]:
-    """Every host name in an inventory as data (groups nested under ``children``)."""
-    names: list[str] = []
-
-    def walk(group: dict) -> None:
-        for host in group.get("hosts") or {}:
-            if host not in names:
-                names.append(host)
-        for child in (group.get("children") or {}).values():
-            walk(child or {})
-
-    for group in inv.values():
-        walk(group or {})
-    return names
-
-
-def _one_line(text: object, limit: int = 300) -> str:
-    return " ".join(str(text).split())[:limit]
-
-
-def playbook_failures(result, hosts: Sequence[str]) -> list[str]:
-    """One line per host a playbook did not complete on, from an ansible-runner result
-    (``status``, ``rc``, ``events``, ``stats``); [] when it completed on every host.
-
-    A host is a failure when it was unreachable, when a task failed on it (unless the
-    task said ``ignore_errors``), or when no play ran on it at all. A failed run with
-    no host to blame gives one line starting with ``*``.
-    """
-    lines: dict[str, str] = {}
-    for event in result.events:
-        kind = event.get("event")
-        if kind not in ("runner_on_failed", "runner_on_unreachable"):
-            continue
-        data = event.get("event_data") or {}
-        if kind == "runner_on_failed" and data.get("ignore_errors"):
-            continue
-        host = str(data.get("host"))
-        res = data.get("res") or {}
-        msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
-        what = "unreachable" if kind == "runner_on_unreachable" else f"task '{data.get('task')}'"
-        lines.setdefault(host, f"{host}: {what}: {_one_line(msg)}")
-    stats = result.stats or {}
-    for host in hosts:
-        if host in lines:
-            continue
-        if host in (stats.get("dark") or {}):
-            lines[host] = f"{host}: unreachable"
-        elif host in (stats.get("failures") or {}):
-            lines[host] = f"{host}: a task failed"
-        elif host not in (stats.get("processed") or {}):
-            lines[host] = f"{host}: not reached by the playbook ({result.status})"
-    if not lines and (result.rc != 0 or result.status != "successful"):
-        lines["*"] = f"* the playbook ended {result.status} (rc {result.rc})"
-    return list(lines.values())
-
-
-def project_archive(path: Path) -> Path:
-    """The testbed's Python packages (code and shipped data) as a tarball for the hosts."""
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        name = info.name
-        if "__pycache__" in name or name.endswith((".pyc", ".pyo")):
-            return None
-        return info
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
-        for pkg in PROJECT_PACKAGES:
-            tar.add(PROJECT_ROOT / pkg, arcname=pkg, filter=keep)
-    return path
-
-
-def provision_vars(run_id: str, archive: Path) -> dict:
-    return {
-        "edgetb_run": run_id,
-        "edgetb_src": GUEST_SRC,
-        "edgetb_archive": str(archive),
-        "edgetb_python": GUEST_PYTHON,
-        "edgetb_java": GUEST_JAVA,
-    }
-
-
 # -- Cassandra on a remote host ----------------------------------------------------------------
 
 
@@ -403,7 +239,7 @@ def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
         timeout=30,
     )
     if proc.returncode == 255:  # ssh's own failure, not systemctl's
-        raise UnreachableError(f"{host}: unreachable over SSH: {_one_line(proc.stderr)}")
+        raise UnreachableError(f"{host}: unreachable over SSH: {one_line(proc.stderr)}")
     if proc.returncode != 0:
         return "unknown", None
     lines = proc.stdout.split()
@@ -431,14 +267,6 @@ def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str) -> li
         "--property=LimitMEMLOCK=0",
         *java_argv,
     ]
-
-
-@contextlib.contextmanager
-def suppress_failures():
-    try:
-        yield
-    except (TestbedError, CommandError, OSError, subprocess.SubprocessError):
-        pass
 
 
 # -- what both remote backends do the same way ---------------------------------------------------

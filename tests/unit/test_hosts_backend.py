@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed import Topology
-from testbed.backends import hosts, remote
+from testbed.backends import hosts, provision, remote
 from testbed.errors import ConfigError
 
 
@@ -141,7 +141,7 @@ def backend(tmp_path, key, monkeypatch):
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     monkeypatch.setattr(hosts, "run", fake_run)
-    monkeypatch.setattr(remote, "playbook", lambda name, **kw: b.playbooks.append(name) or 0.1)
+    monkeypatch.setattr(provision, "playbook", lambda name, **kw: b.playbooks.append(name) or 0.1)
     return b
 
 
@@ -182,9 +182,9 @@ def test_a_failed_teardown_playbook_is_reported(backend, monkeypatch):
     backend.state.extra["hosts"] = {"touched": True}
 
     def failing(name, **kw):
-        raise remote.ProvisionError(f"playbook {name} did not complete:\nep: unreachable")
+        raise provision.ProvisionError(f"playbook {name} did not complete:\nep: unreachable")
 
-    monkeypatch.setattr(remote, "playbook", failing)
+    monkeypatch.setattr(provision, "playbook", failing)
     with pytest.raises(hosts.TeardownError, match="ep: unreachable"):
         backend.destroy()
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from testbed import Topology
-from testbed.backends import remote
+from testbed.backends import provision, remote
 
 
 def _result(status="successful", rc=0, events=(), stats=None):
@@ -26,7 +26,7 @@ def _stats(processed, dark=(), failures=()):
 
 def test_a_complete_run_has_no_failures():
     r = _result(stats=_stats(["e0", "ep"]))
-    assert remote.playbook_failures(r, ["e0", "ep"]) == []
+    assert provision.playbook_failures(r, ["e0", "ep"]) == []
 
 
 def test_unreachable_and_failed_hosts_are_named_with_the_reason():
@@ -53,7 +53,7 @@ def test_unreachable_and_failed_hosts_are_named_with_the_reason():
         },
     ]
     r = _result("failed", 4, events, _stats(["e0", "e1", "ep"], dark=["e0"], failures=["ep"]))
-    assert remote.playbook_failures(r, ["e0", "e1", "ep"]) == [
+    assert provision.playbook_failures(r, ["e0", "e1", "ep"]) == [
         "e0: unreachable: Failed to connect to the host via ssh: No route to host",
         "ep: task 'netem in the host's kernel': modprobe: FATAL: Module sch_netem not found",
     ]
@@ -61,29 +61,29 @@ def test_unreachable_and_failed_hosts_are_named_with_the_reason():
 
 def test_a_host_no_play_ran_on_is_a_failure_even_when_the_run_succeeded():
     r = _result(stats=_stats(["e0"]))
-    assert remote.playbook_failures(r, ["e0", "ep"]) == [
+    assert provision.playbook_failures(r, ["e0", "ep"]) == [
         "ep: not reached by the playbook (successful)"
     ]
 
 
 def test_failures_without_events_come_from_the_stats_or_the_status():
     r = _result("failed", 4, stats=_stats(["e0"], dark=["e0"]))
-    assert remote.playbook_failures(r, ["e0"]) == ["e0: unreachable"]
+    assert provision.playbook_failures(r, ["e0"]) == ["e0: unreachable"]
     r = _result("timeout", 254, stats=_stats(["e0"]))
-    assert remote.playbook_failures(r, ["e0"]) == ["* the playbook ended timeout (rc 254)"]
+    assert provision.playbook_failures(r, ["e0"]) == ["* the playbook ended timeout (rc 254)"]
     r = _result("failed", 1, stats=None)  # died before any host
-    assert remote.playbook_failures(r, ["e0"]) == ["e0: not reached by the playbook (failed)"]
+    assert provision.playbook_failures(r, ["e0"]) == ["e0: not reached by the playbook (failed)"]
 
 
 def test_inventory_hosts_walks_nested_groups(tmp_path):
     ssh = remote.SSH("abc123", tmp_path)
     topo = Topology(edge_nodes=2)
-    inv = remote.inventory(
+    inv = provision.inventory(
         [remote.RemoteHost(h.name, h.address) for h in topo.hosts],
         {h.name: h.role for h in topo.hosts},
         ssh,
     )
-    assert remote.inventory_hosts(inv) == ["e0", "e1", "ep"]
+    assert provision.inventory_hosts(inv) == ["e0", "e1", "ep"]
     # the run's inventory names the keys the run trusts: a hosts run on it checks them
     assert inv["all"]["children"]["edge"]["hosts"]["e0"]["edgetb_known_hosts"] == str(
         tmp_path / "known_hosts"
