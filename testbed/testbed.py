@@ -100,9 +100,8 @@ class Testbed:
         if cassandra is not None:
             cassandra.check_hosts(topology)
             if self.auth:
-                auth_mod.check_overrides(cassandra.overrides, backend)
-                for node, values in cassandra.node_overrides.items():
-                    auth_mod.check_overrides(values, f"{backend} backend's {node}")
+                node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
+                auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)
             self.java = find_java(java)
             self.dist = dist_mod.install(progress=self.progress)
 
