@@ -319,20 +319,34 @@ class DirectShaper:
         return lines
 
     def stop(self) -> None:
-        """Every host's eth0 back to the qdiscs recorded before the first shaping."""
+        """Every host's eth0 back to the qdiscs recorded before the first shaping.
+
+        Every host is tried; QdiscRestoreError lists those that failed, and the record
+        stays in the run state so that a second ``clear --remove`` can finish the job.
+        """
         state = emulation_state(self.tb)
         before = state.get("qdisc_before") or {}
+        problems = []
         for host in self.tb.topology.hosts:
             recorded = before.get(host.name, {}).get(DIRECT_DEVICE)
-            if recorded is None:  # a run shaped before qdiscs were recorded
-                self.tb.exec(host.name, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
-                continue
-            qdisc.restore(
-                lambda argv, check, h=host.name: self.tb.exec(h, argv, check=check),
-                host.name,
-                DIRECT_DEVICE,
-                recorded,
-            )
+            try:
+                if recorded is None:  # a run shaped before qdiscs were recorded
+                    self.tb.exec(
+                        host.name, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False
+                    )
+                else:
+                    qdisc.restore(
+                        lambda argv, check, h=host.name: self.tb.exec(h, argv, check=check),
+                        host.name,
+                        DIRECT_DEVICE,
+                        recorded,
+                    )
+            except qdisc.QdiscRestoreError as exc:
+                problems.append(str(exc))
+            except CommandError as exc:
+                problems.append(f"{host.name}: {' '.join(str(exc).split())[:400]}")
+        if problems:
+            raise qdisc.QdiscRestoreError("\n".join(problems))
         state.pop("direct", None)
         state.pop("qdisc_before", None)
         _save(self.tb)

@@ -128,3 +128,70 @@ def test_restore_that_does_not_take_is_an_error_naming_the_host():
     text = str(err.value)
     assert text.startswith("e3: eth0 did not get its qdiscs back")
     assert "fq_codel 0: root" in text and "htb 1a37: root" in text
+
+
+# -- the direct shaper records before shaping and restores every host ------------------------
+
+
+class FakeTestbed:
+    """What DirectShaper uses of a Testbed: topology, run state, exec on a host."""
+
+    def __init__(self, hosts: dict[str, FakeHost]):
+        from types import SimpleNamespace
+
+        from testbed import Topology
+
+        self.topology = Topology(edge_nodes=len(hosts) - 1)
+        self.hosts = hosts
+        self.saved = 0
+        self.state = SimpleNamespace(extra={}, save=self._save)
+
+    def _save(self):
+        self.saved += 1
+
+    def exec(self, host, argv, check=True):
+        result = self.hosts[host].run(argv, check)
+        if check and result.returncode != 0:
+            raise CommandError(list(argv), result.returncode, result.stdout, result.stderr)
+        return result
+
+
+def test_direct_shaper_records_every_host_before_shaping_and_restores_them():
+    from emulation.shapers import DirectShaper
+
+    tb = FakeTestbed({"e0": FakeHost(MQ, MQ), "ep": FakeHost(FQ_CODEL, USER_FQ)})
+    shaper = DirectShaper(tb)
+    before = shaper.record()
+    assert before == {"e0": {"eth0": MQ}, "ep": {"eth0": USER_FQ}}
+    assert tb.state.extra["emulation"]["qdisc_before"] == before and tb.saved == 1
+    for host in tb.hosts.values():  # what tcconfig's rules put there
+        host.current = SHAPED
+    tb.state.extra["emulation"]["direct"] = {}
+    shaper.stop()
+    assert qdisc.normalize(tb.hosts["e0"].current) == qdisc.normalize(MQ)
+    assert qdisc.normalize(tb.hosts["ep"].current) == qdisc.normalize(USER_FQ)
+    assert tb.state.extra["emulation"] == {}
+
+
+def test_direct_shaper_refuses_a_host_it_could_not_restore_before_touching_any():
+    from emulation.shapers import DirectShaper
+
+    tb = FakeTestbed({"e0": FakeHost(FQ_CODEL, FQ_CODEL), "ep": FakeHost(FQ_CODEL, SHAPED)})
+    with pytest.raises(ConfigError, match="^ep: eth0 has qdiscs the testbed could not restore"):
+        DirectShaper(tb).record()
+    assert "qdisc_before" not in tb.state.extra.get("emulation", {})
+    assert all(c[2] == "show" for h in tb.hosts.values() for c in h.commands)
+
+
+def test_direct_shaper_stop_tries_every_host_and_keeps_the_record_on_failure():
+    from emulation.shapers import DirectShaper
+
+    tb = FakeTestbed(
+        {"e0": FakeHost(FQ_CODEL, SHAPED, broken=True), "ep": FakeHost(FQ_CODEL, SHAPED)}
+    )
+    record = {"e0": {"eth0": FQ_CODEL}, "ep": {"eth0": FQ_CODEL}}
+    tb.state.extra["emulation"] = {"direct": {}, "qdisc_before": record}
+    with pytest.raises(qdisc.QdiscRestoreError, match="^e0: eth0 did not get its qdiscs back"):
+        DirectShaper(tb).stop()
+    assert qdisc.normalize(tb.hosts["ep"].current) == qdisc.normalize(FQ_CODEL)  # still done
+    assert tb.state.extra["emulation"]["qdisc_before"] == record  # `clear --remove` again
