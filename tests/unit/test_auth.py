@@ -155,3 +155,80 @@ def test_auth_refused_tells_bad_logins_from_other_failures():
     )
     assert not auth_refused(NoHostAvailable("x", {}))
     assert not auth_refused(OSError("connection refused"))
+
+
+class FakeCassandra:
+    """Logins as Cassandra answers them: the default role appears after a few attempts
+    (each node makes it ~10 s after its start); a dropped role is still accepted for a
+    few attempts per node (its credentials cache entry)."""
+
+    def __init__(self, points, *, default_after=3, cached_for=2):
+        self.points = points
+        self.roles: dict[str, str] = {}
+        self.attempts = 0
+        self.default_after = default_after
+        self.cached = {}  # point -> logins still accepted for the dropped default
+        self.cached_for = cached_for
+        self.statements: list[str] = []
+
+    def connect(self, points, timeout_s, creds=None):
+        from types import SimpleNamespace
+
+        from cassandra import AuthenticationFailed
+        from cassandra.cluster import NoHostAvailable
+
+        self.attempts += 1
+        if self.attempts > self.default_after and not self.statements:
+            self.roles.setdefault("cassandra", "cassandra")
+        user, password = creds.username, creds.password
+        ok = self.roles.get(user) == password
+        if user == "cassandra" and not ok and self.cached.get(points[0], 0) > 0:
+            self.cached[points[0]] -= 1
+            ok = True
+        if not ok:
+            raise NoHostAvailable(
+                "Unable to connect to any servers",
+                {f"{p}:9042": AuthenticationFailed("Bad credentials") for p in points},
+            )
+        session = SimpleNamespace(execute=self.execute)
+        return SimpleNamespace(shutdown=lambda: None), session
+
+    def execute(self, cql):
+        self.statements.append(cql)
+        if cql.startswith("CREATE ROLE IF NOT EXISTS"):
+            name = cql.split()[5]
+            self.roles.setdefault(name, cql.split("PASSWORD = '")[1].split("'")[0])
+        elif cql == auth.DROP_DEFAULT_ROLE_CQL:
+            self.roles.pop("cassandra", None)
+            self.cached = {p: self.cached_for for p in self.points}
+
+
+def test_auth_setup_replaces_the_default_superuser(monkeypatch):
+    from testbed import client
+
+    points = ["10.77.0.11", "10.77.0.12"]
+    fake = FakeCassandra(points)
+    monkeypatch.setattr(client, "connect", fake.connect)
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    creds = auth.generate("ab12cd")
+    result = client.auth_setup(points, 30, creds)
+    assert result["role"] == "edgetb_ab12cd" and result["created"] is True
+    assert result["default_refused_by"] == points
+    assert fake.roles == {"edgetb_ab12cd": creds.password}  # cassandra is gone
+    assert fake.statements == [auth.create_role_cql(creds), auth.DROP_DEFAULT_ROLE_CQL]
+    assert all(n == 0 for n in fake.cached.values())  # waited out every node's cache
+    # run again (e.g. a retried stage): the run's role logs in, nothing is created
+    again = client.auth_setup(points, 30, creds)
+    assert again["created"] is False and fake.roles == {"edgetb_ab12cd": creds.password}
+
+
+def test_auth_setup_gives_up_at_its_deadline_with_the_reason(monkeypatch):
+    from testbed import client
+
+    fake = FakeCassandra(["10.77.0.11"], default_after=10**9)  # the default never appears
+    monkeypatch.setattr(client, "connect", fake.connect)
+    clock = iter(range(0, 10**6, 5))
+    monkeypatch.setattr(client.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    with pytest.raises(client.ClientError, match="no login as the default superuser within 30 s"):
+        client.auth_setup(["10.77.0.11"], 30, auth.generate("ab12cd"))
