@@ -17,6 +17,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed import qdisc
 from testbed.backends import backend_class
 from testbed.backends.netns import BRIDGE, switch_namespace
 from testbed.cassandra.dist import cache_root
@@ -273,8 +274,17 @@ class GatewayShaper:
         self.structure = None
 
 
+DIRECT_DEVICE = "eth0"
+
+
 class DirectShaper:
-    """netem on each host's own eth0, per destination (tcconfig's outgoing rules)."""
+    """netem on each host's own eth0, per destination (tcconfig's outgoing rules).
+
+    Before the first shaping, each host's qdiscs on eth0 are recorded in the run's state
+    (``qdisc_before``); ``stop`` — and the hosts backend's ``down`` if shaping is still
+    on — puts exactly those back (``testbed.qdisc``). A host whose qdiscs could not be
+    put back is refused before anything on any host changes.
+    """
 
     name = "direct"
     loss_location = "at the sender's egress (local drops: TCP sees them at once)"
@@ -284,10 +294,25 @@ class DirectShaper:
         saved = emulation_state(tb).get("direct")
         self.structures = {h: Structure.from_dict(s) for h, s in saved.items()} if saved else None
 
+    def record(self) -> dict[str, dict[str, str]]:
+        """Each host's qdiscs on eth0 as they are now, checked to be restorable, saved."""
+        state = emulation_state(self.tb)
+        if "qdisc_before" in state:  # a crash after recording, before shaping ended
+            return state["qdisc_before"]
+        before = {}
+        for host in self.tb.topology.hosts:
+            text = self.tb.exec(host.name, qdisc.show_argv(DIRECT_DEVICE)).stdout
+            qdisc.check_restorable(host.name, DIRECT_DEVICE, text)
+            before[host.name] = {DIRECT_DEVICE: text}
+        state["qdisc_before"] = before
+        _save(self.tb)
+        return before
+
     def start(self) -> float:
         if self.structures is not None:
             return 0.0
         t0 = time.monotonic()
+        self.record()
         structures = {}
         for host in self.tb.topology.hosts:
             structures[host.name] = tcgen.generate(
@@ -345,9 +370,36 @@ class DirectShaper:
         return lines
 
     def stop(self) -> None:
+        """Every host's eth0 back to the qdiscs recorded before the first shaping.
+
+        Every host is tried; QdiscRestoreError lists those that failed, and the record
+        stays in the run state so that a second ``clear --remove`` can finish the job.
+        """
+        state = emulation_state(self.tb)
+        before = state.get("qdisc_before") or {}
+        problems = []
         for host in self.tb.topology.hosts:
-            self.tb.exec(host.name, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
-        emulation_state(self.tb).pop("direct", None)
+            recorded = before.get(host.name, {}).get(DIRECT_DEVICE)
+            try:
+                if recorded is None:  # a run shaped before qdiscs were recorded
+                    self.tb.exec(
+                        host.name, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False
+                    )
+                else:
+                    qdisc.restore(
+                        lambda argv, check, h=host.name: self.tb.exec(h, argv, check=check),
+                        host.name,
+                        DIRECT_DEVICE,
+                        recorded,
+                    )
+            except qdisc.QdiscRestoreError as exc:
+                problems.append(str(exc))
+            except CommandError as exc:
+                problems.append(f"{host.name}: {' '.join(str(exc).split())[:400]}")
+        if problems:
+            raise qdisc.QdiscRestoreError("\n".join(problems))
+        state.pop("direct", None)
+        state.pop("qdisc_before", None)
         _save(self.tb)
         self.structures = None
 

@@ -4,6 +4,8 @@ endpoint did. The testbed calls it as a subprocess through ``exec``; researchers
     python -m testbed exec ep -- python -m testbed.cql "SELECT * FROM system.local"
 
 Contact points come from --hosts or from $EDGETB_EDGE_ADDRESSES (set by ``testbed exec``).
+On clusters with authentication (remote backends) the login comes from the 0600 file
+named by --credentials or $EDGETB_CREDENTIALS (also set by ``testbed exec``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,28 @@ def contact_points(hosts: str | None) -> list[str]:
     return points
 
 
-def connect(points: list[str], timeout_s: float):
-    """A driver Cluster and Session with an explicit round-robin policy."""
+def credentials(path: str | None = None):
+    """The login in ``path`` (default: $EDGETB_CREDENTIALS), or None when neither names
+    a file (clusters without authentication)."""
+    from .cassandra import auth
+
+    path = path or os.environ.get(auth.ENV) or None
+    return auth.read(path) if path else None
+
+
+def auth_provider(creds=None):
+    """A PlainTextAuthProvider for ``creds`` (default: ``credentials()``), or None."""
+    creds = creds if creds is not None else credentials()
+    if creds is None:
+        return None
+    from cassandra.auth import PlainTextAuthProvider
+
+    return PlainTextAuthProvider(username=creds.username, password=creds.password)
+
+
+def connect(points: list[str], timeout_s: float, creds=None):
+    """A driver Cluster and Session with an explicit round-robin policy, logged in with
+    ``creds`` (default: the run's credentials, if any)."""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
@@ -37,8 +59,88 @@ def connect(points: list[str], timeout_s: float):
         protocol_version=PROTOCOL_VERSION,
         connect_timeout=min(timeout_s, 10),
         control_connection_timeout=min(timeout_s, 10),
+        auth_provider=auth_provider(creds),
     )
-    return cluster, cluster.connect()
+    try:
+        return cluster, cluster.connect()
+    except BaseException:
+        cluster.shutdown()
+        raise
+
+
+def auth_refused(exc: BaseException) -> bool:
+    """Whether a failed connection failed because every host refused the login."""
+    from cassandra import AuthenticationFailed
+    from cassandra.cluster import NoHostAvailable
+
+    if isinstance(exc, AuthenticationFailed):
+        return True
+    errors = getattr(exc, "errors", None) if isinstance(exc, NoHostAvailable) else None
+    return bool(errors) and all(isinstance(e, AuthenticationFailed) for e in errors.values())
+
+
+def auth_setup(points: list[str], timeout_s: float, creds) -> dict:
+    """Replace the default superuser by the run's role ``creds``; returns what was done.
+
+    Waits (until the deadline) for the default role, which each node creates about 10 s
+    after its start; creates the run's superuser; drops ``cassandra`` logged in as the
+    new role; then waits until every node refuses ``cassandra``/``cassandra`` (a node
+    may accept it until its 2 s credentials cache entry expires). Idempotent: when the
+    run's role logs in already, only the last two steps run.
+    """
+    from .cassandra import auth
+
+    default = auth.Credentials(auth.DEFAULT_USER, auth.DEFAULT_PASSWORD)
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+
+    def session_as(who, what: str):
+        last = "no attempt"
+        while time.monotonic() < deadline:
+            try:
+                return connect(points, max(1.0, min(10.0, deadline - time.monotonic())), who)
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                last = f"{type(exc).__name__}: {exc}"
+                time.sleep(1.0)
+        raise ClientError(f"{what} within {timeout_s:.0f} s: {last}")
+
+    created = False
+    try:
+        cluster, session = connect(points, min(10.0, timeout_s), creds)
+    except Exception:  # noqa: BLE001 - the usual case: the run's role does not exist yet
+        admin, admin_session = session_as(default, "no login as the default superuser")
+        try:
+            admin_session.execute(auth.create_role_cql(creds))
+            created = True
+        finally:
+            admin.shutdown()
+        cluster, session = session_as(creds, f"no login as {creds.username}")
+    try:
+        session.execute(auth.DROP_DEFAULT_ROLE_CQL)
+    finally:
+        cluster.shutdown()
+    pending = list(points)
+    while pending:
+        point = pending[0]
+        try:
+            probe_cluster, _ = connect([point], min(10.0, timeout_s), default)
+        except Exception as exc:  # noqa: BLE001
+            if auth_refused(exc):
+                pending.pop(0)
+                continue
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            probe_cluster.shutdown()
+            last = f"{point} still accepts {auth.DEFAULT_USER}/{auth.DEFAULT_PASSWORD}"
+        if time.monotonic() > deadline:
+            raise ClientError(f"default superuser not refused within {timeout_s:.0f} s: {last}")
+        time.sleep(0.5)
+    return {
+        "role": creds.username,
+        "created": created,
+        "default_refused_by": list(points),
+        "took_s": round(time.monotonic() - t0, 1),
+    }
 
 
 def probe(points: list[str], expect: int, timeout_s: float) -> dict:
@@ -136,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.client")
     parser.add_argument("--hosts", help="comma-separated contact points")
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--credentials", metavar="FILE", help="login file (default: $EDGETB_CREDENTIALS)"
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("probe", help="wait until the driver sees every node up")
     p.add_argument("--expect", type=int, required=True)
@@ -145,10 +250,22 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("cql", help="run CQL statements")
     c.add_argument("statements", nargs="+")
     c.add_argument("--consistency", default="LOCAL_QUORUM")
+    sub.add_parser(
+        "auth-setup", help="replace the default superuser by the role of the credentials file"
+    )
     args = parser.parse_args(argv)
     points = contact_points(args.hosts)
+    if args.credentials:  # the CLI edge: every command below reads the same variable
+        from .cassandra.auth import ENV
+
+        os.environ[ENV] = args.credentials
     try:
-        if args.cmd == "probe":
+        if args.cmd == "auth-setup":
+            creds = credentials()
+            if creds is None:
+                raise ClientError("auth-setup needs --credentials or $EDGETB_CREDENTIALS")
+            print(json.dumps(auth_setup(points, args.timeout, creds)))
+        elif args.cmd == "probe":
             print(json.dumps(probe(points, args.expect, args.timeout)))
         elif args.cmd == "write":
             print(json.dumps(write_probe(points, args.rf, args.consistency.upper(), args.timeout)))

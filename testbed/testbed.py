@@ -23,6 +23,7 @@ from typing import Any
 
 from . import state as st
 from .backends import Backend, backend_class, make_backend
+from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
 from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
@@ -106,6 +107,9 @@ class Testbed:
         self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
             cassandra.check_hosts(topology)
+            if self.auth:
+                node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
+                auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)
             self.java = find_java(java)
             self.dist = dist_mod.install(progress=self.progress)
 
@@ -163,6 +167,8 @@ class Testbed:
                 self._start_remote_cassandra()
             else:
                 self._start_cassandra()
+            if self.auth:
+                self._setup_auth()
             self._driver_probe()
             self._mark_up()
 
@@ -182,9 +188,15 @@ class Testbed:
         except BaseException as exc:
             state.status = "failed"
             state.save()
-            saved = self._teardown(keep_logs=True)
-            if saved and isinstance(exc, TestbedError):
-                exc.args = (f"{exc.args[0] if exc.args else exc}\n(node logs kept in {saved})",)
+            notes = []
+            try:
+                saved = self._teardown(keep_logs=True)
+            except TestbedError as undo_exc:  # reported with the failure, not instead of it
+                saved, notes = None, [f"undoing it failed too: {undo_exc}"]
+            if saved:
+                notes.append(f"node logs kept in {saved}")
+            if notes and isinstance(exc, TestbedError):
+                exc.args = (f"{exc.args[0] if exc.args else exc}\n({'; '.join(notes)})",)
             raise
 
     # -- ownership -------------------------------------------------------------------------
@@ -312,12 +324,14 @@ class Testbed:
 
         assert self.state and self.backend and self.settings and self.dist
         state = self.state
+        if self.auth:
+            auth_mod.write(self.credentials_path, auth_mod.generate(state.run_id))
         nodes_vars = {}
         for host in self.topology.edges:
             node = remote.RemoteCassandraNode(
                 host, state.run_dir / "nodes" / host.name, state.run_id, self.backend.exec_argv
             )
-            node.write_config(self.settings, self.topology)
+            node.write_config(self.settings, self.topology, auth=self.auth)
             node.check_ports(self.backend.exec_argv)
             self.nodes[host.name] = node
             jvm = cfg.jvm_args(
@@ -328,6 +342,7 @@ class Testbed:
                 host=host.name,
                 cds_archive=None,
                 cds_dump_to=None,
+                system_auth_rf=self.topology.edge_nodes if self.auth else None,
             )
             nodes_vars[host.name] = {
                 "dir": str(node.node_dir),
@@ -340,7 +355,9 @@ class Testbed:
             f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
             f"({self.backend_name}, heap {self.settings.heap_mb} MB)"
         )
-        self.timings["cassandra playbook"] = self.backend.start_cassandra(nodes_vars)
+        self.timings["cassandra playbook"] = self.backend.start_cassandra(
+            nodes_vars, credentials=self.credentials_path if self.auth else None
+        )
         self.timings.update(
             wait_for_nodes(list(self.nodes.values()), self.deadlines, self.progress, poll_s=1.0)
         )
@@ -350,6 +367,39 @@ class Testbed:
     def remote(self) -> bool:
         """Whether the hosts are reached over SSH (libvirt VMs, inventory hosts)."""
         return backend_class(self.backend_name).remote
+
+    @property
+    def auth(self) -> bool:
+        """Whether Cassandra runs with authentication (the remote backends: their hosts
+        sit on real networks; namespaces on this machine do not)."""
+        return bool(getattr(backend_class(self.backend_name), "cassandra_auth", False))
+
+    @property
+    def credentials_path(self) -> Path:
+        """The run's CQL login (0600; on authenticated clusters only). The endpoint has a
+        copy at the same path."""
+        if self.state is None:
+            raise StateError("testbed is not up")
+        return self.state.run_dir / auth_mod.FILE_NAME
+
+    def _setup_auth(self) -> None:
+        """Readiness stage: the run's role replaces the default superuser (from the endpoint)."""
+        t0 = time.monotonic()
+        try:
+            out = self.client(["auth-setup"], timeout_s=self.deadlines.auth_s)
+        except CommandError as exc:
+            raise NodeError(
+                self.topology.endpoint.name,
+                f"stage 'run role replaces the default superuser' failed: "
+                f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
+            ) from exc
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        self.timings["auth setup"] = time.monotonic() - t0
+        self.progress(
+            f"  role {result['role']} replaced the default superuser "
+            f"(refused by {len(result['default_refused_by'])} nodes): "
+            f"{self.timings['auth setup']:.1f} s"
+        )
 
     def _driver_probe(self) -> None:
         probe_start = time.monotonic()
@@ -414,12 +464,17 @@ class Testbed:
         return self.state.run_id
 
     def environment(self, host: str) -> dict[str, str]:
-        """Variables set for commands run on a host: run id, host, edge addresses."""
-        return {
+        """Variables set for commands run on a host: run id, host, edge addresses and, on
+        the endpoint of a cluster with authentication, the path of the login file (never
+        its content: these variables are on the command line)."""
+        env = {
             "EDGETB_RUN": self.run_id,
             "EDGETB_HOST": host,
             "EDGETB_EDGE_ADDRESSES": ",".join(h.address for h in self.topology.edges),
         }
+        if self.settings is not None and self.auth and host == self.topology.endpoint.name:
+            env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only
+        return env
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         """The argument list that runs ``argv`` on ``host`` with its environment set."""

@@ -19,6 +19,8 @@ under a uuid key drawn from a seeded generator (same seed, same keys, same repli
 timed with time.monotonic_ns() from just before the send to the response. For every
 request the coordinator that answered and the replica set of its key are recorded.
 Retries are off (FallthroughRetryPolicy): a timeout or unavailable is recorded as such.
+On clusters with authentication (remote backends) it logs in with the run's credentials
+(the 0600 file named by $EDGETB_CREDENTIALS, which ``testbed exec`` sets on the endpoint).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class Writer:
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import FallthroughRetryPolicy
 
+        from testbed.client import auth_provider
+
         profile = ExecutionProfile(
             load_balancing_policy=make_policy(policy),
             retry_policy=FallthroughRetryPolicy(),
@@ -79,6 +83,7 @@ class Writer:
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             connect_timeout=10,
             control_connection_timeout=10,
+            auth_provider=auth_provider(),  # the run's login ($EDGETB_CREDENTIALS), if any
         )
         self.session = self.cluster.connect()
         deadline = time.monotonic() + 60

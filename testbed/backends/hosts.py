@@ -6,23 +6,40 @@ The inventory names each host after the topology (``e0`` .. ``e{k-1}`` and ``ep`
 host's address (``edgetb_address``, else ``ansible_host``) must be the topology's address
 for it (``--subnet``: the endpoint is .10, edge node i is .11+i), because Cassandra's
 settings and the shaping rules are rendered from the topology. SSH uses the inventory's
-user, port and key (``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file``).
+user, port and key (``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file``)
+and checks host keys (``hostkeys``: ``edgetb_known_hosts``, the user's known_hosts, or the
+keys recorded on first contact). Every value is validated before anything starts.
 
-Nothing is created or destroyed on the machines themselves: `down` stops Cassandra,
-removes the shaping and the run's directory on every host.
+These machines sit on real networks: Cassandra runs with authentication (a login made
+for the run; ``testbed.cassandra.auth``) and JMX on each node's loopback only.
+
+Nothing is created or destroyed on the machines themselves: `down` restores the qdiscs
+the run's shaping replaced (as recorded before), stops Cassandra and removes the run's
+directory on every host; a host it cannot reach is an error naming it.
 """
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..state import RunState
+from .. import qdisc
+from ..errors import CommandError, ConfigError, TestbedError
+from ..runner import run
+from ..state import RunState, home
 from ..topology import Topology
-from . import remote
+from . import hostkeys, provision, remote
 from .remote import SSH, RemoteHost
 
 SSH_TIMEOUT_S = 60.0
+USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+STORE_NAME = "known_hosts"  # in $EDGETB_HOME: keys recorded on first contact
+
+
+class TeardownError(TestbedError):
+    """`down` could not undo the run on every host; names each and what is left there."""
 
 
 def read_inventory(path: str | Path) -> dict[str, dict]:
@@ -38,6 +55,75 @@ def read_inventory(path: str | Path) -> dict[str, dict]:
     if not hosts:
         raise ConfigError(f"inventory {path} lists no hosts")
     return hosts
+
+
+def _ipv4(value: object) -> str | None:
+    """Why ``value`` is not a usable IPv4 address, or None when it is one."""
+    try:
+        addr = ipaddress.IPv4Address(str(value))
+    except ValueError:
+        return "is not an IPv4 address"
+    if addr.is_unspecified or addr.is_multicast or str(addr) == "255.255.255.255":
+        return "is not a host address"
+    return None
+
+
+def _port(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return "is not a port (1..65535)"
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        return "is not a port (1..65535)"
+    return None
+
+
+def _login(value: object) -> str | None:
+    text = str(value)
+    if not text:
+        return "is empty"
+    if text.startswith("-"):
+        return "starts with '-'"
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return "contains whitespace or control characters"
+    return None
+
+
+def _file(value: object) -> str | None:
+    path = Path(str(value)).expanduser()
+    return None if path.is_file() else "is not a file"
+
+
+# inventory variable -> check (None: fine, else why not) and whether it must be there
+_CHECKS = {
+    "ansible_host": (_ipv4, True),
+    "edgetb_address": (_ipv4, False),
+    "ansible_port": (_port, False),
+    "ansible_user": (_login, False),
+    "ansible_ssh_private_key_file": (_file, True),
+    "edgetb_known_hosts": (_file, False),
+}
+
+
+def validate_inventory(
+    inventory: dict[str, dict], names: Iterable[str], source: str | Path = "inventory"
+) -> None:
+    """Check the variables of the hosts ``names`` (those the run uses); ConfigError with
+    one line listing every problem, each naming the host, variable and value."""
+    problems = []
+    for name in names:
+        if name not in inventory:
+            continue  # remote_hosts names every missing host
+        v = inventory[name]
+        for var, (check, required) in _CHECKS.items():
+            if var not in v:
+                if required:
+                    problems.append(f"{name}: {var} is missing")
+                continue
+            why = check(v[var])
+            if why:
+                problems.append(f"{name}: {var} {str(v[var])!r} {why}")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
 
 
 def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, RemoteHost]:
@@ -75,59 +161,106 @@ def inventory_key(inventory: dict[str, dict]) -> Path | None:
     }
     if len(keys) > 1:
         raise ConfigError("the inventory names several SSH keys; use one for all hosts")
-    return Path(keys.pop()) if keys else None
+    return Path(keys.pop()).expanduser() if keys else None
 
 
-def load(topology: Topology, options: dict) -> tuple[Path, dict[str, RemoteHost], Path]:
-    """The inventory file, the topology's hosts in it and its SSH key (ConfigError when
-    any is missing or does not match the topology)."""
+def inventory_known_hosts(inventory: dict[str, dict], names: Iterable[str]) -> Path | None:
+    """The ``edgetb_known_hosts`` file of the run's hosts (one for all), or None."""
+    files = {
+        str(inventory[n]["edgetb_known_hosts"])
+        for n in names
+        if inventory.get(n, {}).get("edgetb_known_hosts")
+    }
+    if len(files) > 1:
+        raise ConfigError(
+            "the inventory names several edgetb_known_hosts files; use one for all hosts"
+        )
+    return Path(files.pop()).expanduser() if files else None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the hosts backend takes from an inventory: validated, matched to the topology."""
+
+    path: Path
+    hosts: dict[str, RemoteHost]
+    key: Path
+    known_hosts: Path | None  # edgetb_known_hosts: the only keys trusted, when given
+
+
+def load(topology: Topology, options: dict) -> Inventory:
+    """The inventory of ``--inventory``, checked (ConfigError when a value is invalid,
+    a host or the key is missing, or it does not match the topology)."""
     if not options.get("inventory"):
         raise ConfigError("the hosts backend needs --inventory FILE")
     path = Path(options["inventory"])
     inv = read_inventory(path)
+    names = [h.name for h in topology.hosts]
+    validate_inventory(inv, names, path)
     found = remote_hosts(topology, inv)
     key = inventory_key(inv)
     if key is None:
         raise ConfigError("the inventory names no ansible_ssh_private_key_file")
-    return path, found, key
+    return Inventory(path, found, key, inventory_known_hosts(inv, names))
+
+
+def _not_restored(host: str, dev: str, recorded: str | None, exc: Exception) -> str:
+    detail = exc.stderr if isinstance(exc, CommandError) and exc.stderr else str(exc)
+    line = f"{host}: qdiscs of {dev} not restored ({' '.join(detail.split())[:300]})"
+    if recorded:
+        line += f"; before the run they were: {qdisc.normalize(recorded)!r}"
+    return line
 
 
 class HostsBackend(remote.RemoteBackend):
-    """Existing machines from an Ansible inventory; exec over SSH."""
+    """Existing machines from an Ansible inventory; exec over SSH with checked host keys."""
 
     name = "hosts"
 
     def __init__(self, topology: Topology, state: RunState):
         self.topology = topology
         self.state = state
-        self.inventory_path, self.hosts, key = load(topology, state.extra.get("backend", {}))
-        self.ssh = SSH(state.run_id, state.run_dir / "ssh", key)
+        self.inv = load(topology, state.extra.get("backend", {}))
+        self.inventory_path = self.inv.path
+        self.hosts = self.inv.hosts
+        self.ssh = SSH(state.run_id, state.run_dir / "ssh", self.inv.key, strict=True)
 
     @staticmethod
     def validate(topology: Topology, options: dict) -> None:
-        _, _, key = load(topology, options)
-        if not key.is_file():
-            raise ConfigError(f"SSH key of the inventory not found: {key}")
+        load(topology, options)
+
+    def trust_host_keys(self) -> dict[str, dict]:
+        """The run's known_hosts from the trusted sources (see ``hostkeys``)."""
+        return hostkeys.trust(
+            list(self.hosts.values()),
+            run_file=self.ssh.known_hosts,
+            store=home() / STORE_NAME,
+            explicit=self.inv.known_hosts,
+            user_files=[USER_KNOWN_HOSTS.expanduser(), hostkeys.SYSTEM_KNOWN_HOSTS],
+            timeout_s=SSH_TIMEOUT_S,
+        )
 
     def create(self) -> None:
         self.ssh.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        rec = self.state.extra.setdefault("hosts", {"inventory": str(self.inventory_path)})
+        rec["host_keys"] = self.trust_host_keys()
+        self.state.save()
         for host in self.hosts.values():
             self.ssh.wait(host, SSH_TIMEOUT_S)
         from .libvirt import provision_extravars
 
-        archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
+        archive = provision.project_archive(self.ansible_dir / "project.tar.gz")
         cassandra = self._cassandra_archive()
-        secs = remote.playbook(
+        rec["touched"] = True  # from here on `down` has something to undo on the hosts
+        self.state.save()
+        secs = provision.playbook(
             "provision",
             private_dir=self.ansible_dir,
             inv=self.inventory(),
             ssh=self.ssh,
             extravars=provision_extravars(self.state.run_id, archive, str(cassandra)),
         )
-        self.state.extra["hosts"] = {
-            "provision_s": round(secs, 1),
-            "inventory": str(self.inventory_path),
-        }
+        rec["provision_s"] = round(secs, 1)
         self.state.save()
 
     def _cassandra_archive(self) -> Path:
@@ -146,20 +279,52 @@ class HostsBackend(remote.RemoteBackend):
                     tar.add(dist.root / sub, arcname=sub)
         return path
 
+    def restore_qdiscs(self) -> list[str]:
+        """Put back the qdiscs recorded before the run shaped its hosts (when shaping is
+        still on); one line per host where that failed."""
+        emulation = self.state.extra.get("emulation", {})
+        if "direct" not in emulation:
+            return []
+        before = emulation.get("qdisc_before") or {}
+        problems = []
+        for name in self.hosts:
+
+            def on_host(argv, check, host=name):
+                return run(self.exec_argv(host, argv), check=check, timeout=60)
+
+            for dev, recorded in (before.get(name) or {"eth0": None}).items():
+                try:
+                    if recorded is None:  # shaped before qdiscs were recorded
+                        on_host(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+                    else:
+                        qdisc.restore(on_host, name, dev, recorded)
+                except (TestbedError, OSError) as exc:
+                    problems.append(_not_restored(name, dev, recorded, exc))
+        return problems
+
     def destroy(self) -> None:
-        # The hosts outlive the run: the shaping inside them (direct shaper: tcconfig's
-        # qdiscs on eth0) goes with it.
-        shaped = "direct" in self.state.extra.get("emulation", {})
-        with remote.suppress_failures():
-            remote.playbook(
-                "teardown",
-                private_dir=self.ansible_dir,
-                inv=self.inventory(),
-                ssh=self.ssh,
-                extravars={
-                    "edgetb_run_dir": str(self.state.run_dir),
-                    "edgetb_shaped_devices": ["eth0"] if shaped else [],
-                },
-                timeout_s=120,
+        """Undo the run on every host; TeardownError naming each host where that failed
+        (the run's local state goes anyway: the error says what is left where)."""
+        problems: list[str] = []
+        try:
+            if self.state.extra.get("hosts", {}).get("touched"):
+                problems += self.restore_qdiscs()
+                try:
+                    provision.playbook(
+                        "teardown",
+                        private_dir=self.ansible_dir,
+                        inv=self.inventory(),
+                        ssh=self.ssh,
+                        extravars={"edgetb_run_dir": str(self.state.run_dir)},
+                        timeout_s=120,
+                    )
+                except provision.ProvisionError as exc:
+                    problems.append(str(exc))
+        finally:
+            self.ssh.close(list(self.hosts.values()))
+        if problems:
+            raise TeardownError(
+                "down could not undo the run on every host (Cassandra unit "
+                f"{remote.CASSANDRA_UNIT}, shaping, {self.state.run_dir} may be left):\n"
+                + "\n".join(problems)
             )
-        self.ssh.close(list(self.hosts.values()))

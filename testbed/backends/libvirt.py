@@ -26,7 +26,7 @@ from ..errors import ConfigError, TestbedError
 from ..runner import run
 from ..state import PREFIX, RunState, run_of
 from ..topology import Topology
-from . import remote
+from . import provision, remote
 from .remote import SSH, RemoteHost
 
 log = logging.getLogger(__name__)
@@ -429,8 +429,8 @@ class LibvirtBackend(remote.RemoteBackend):
         return boot
 
     def _provision(self) -> None:
-        archive = remote.project_archive(self.ansible_dir / "project.tar.gz")
-        secs = remote.playbook(
+        archive = provision.project_archive(self.ansible_dir / "project.tar.gz")
+        secs = provision.playbook(
             "provision",
             private_dir=self.ansible_dir,
             inv=self.inventory(),
@@ -464,7 +464,7 @@ def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "")
 
     dist = dist_mod.load()
     return {
-        **remote.provision_vars(run_id, archive),
+        **provision.provision_vars(run_id, archive),
         "edgetb_cassandra_root": str(dist.root),
         "edgetb_cassandra_archive": cassandra_archive,
         "edgetb_wheels": list(images.GUEST_WHEELS),

@@ -1,6 +1,7 @@
 """What the libvirt and hosts backends share: hosts reached over SSH with the testbed's own
-key, provisioned with Ansible (through ansible-runner), running Cassandra as a systemd
-unit with the same rendered settings and JVM command line as under netns.
+key (host keys checked: ``hostkeys``), provisioned with Ansible (``provision``), running
+Cassandra as a systemd unit with the same rendered settings and JVM command line as under
+netns.
 
 Every SSH process carries the run's tag in its ControlPath (``edgetb.run=<run>:<host>``),
 so `python -m testbed clean` finds the connection masters of a killed run by PID.
@@ -8,31 +9,38 @@ so `python -m testbed clean` finds the connection masters of a killed run by PID
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shlex
 import signal
 import subprocess
-import sys
-import tarfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CommandError, TestbedError
+from ..errors import TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
+from .provision import inventory, one_line, playbook
 
-PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("testbed", "emulation", "experiments")
 CASSANDRA_UNIT = "edgetb-cassandra"
 
 
-class ProvisionError(TestbedError):
-    """A playbook failed on a host."""
+class HostKeyError(TestbedError):
+    """A host showed an SSH host key other than the one trusted for it."""
+
+
+class UnreachableError(TestbedError):
+    """A host did not answer over SSH."""
+
+
+def host_key_refused(ssh_stderr: str) -> bool:
+    """Whether ssh failed because the host key did not match (never worth a retry)."""
+    return (
+        "Host key verification failed" in ssh_stderr
+        or "REMOTE HOST IDENTIFICATION HAS CHANGED" in ssh_stderr
+        or ("host key for" in ssh_stderr.lower() and "has changed" in ssh_stderr.lower())
+    )
 
 
 @dataclass(frozen=True)
@@ -46,12 +54,24 @@ class RemoteHost:
 
 
 class SSH:
-    """SSH argument lists for one run: its key, known_hosts and tagged connection masters."""
+    """SSH argument lists for one run: its key, known_hosts and tagged connection masters.
 
-    def __init__(self, run_id: str, ssh_dir: Path, key: Path | None = None):
+    ``strict`` (hosts backend): only the keys in the run's known_hosts are accepted,
+    written there before the first connection (``hostkeys.trust``). Otherwise (libvirt
+    VMs, which make their host keys on their first boot) the first key each VM shows is
+    recorded in the run's known_hosts and required from then on (accept-new): the VMs sit
+    on the run's own isolated bridge, which only root on this machine can join.
+    """
+
+    def __init__(self, run_id: str, ssh_dir: Path, key: Path | None = None, *, strict=False):
         self.run_id = run_id
         self.dir = ssh_dir
         self.key = key or ssh_dir / "id_ed25519"
+        self.strict = strict
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
 
     @property
     def control_path(self) -> str:
@@ -63,8 +83,10 @@ class SSH:
         return [
             "IdentitiesOnly=yes",
             "BatchMode=yes",
-            "StrictHostKeyChecking=accept-new",
-            f"UserKnownHostsFile={self.dir / 'known_hosts'}",
+            f"StrictHostKeyChecking={'yes' if self.strict else 'accept-new'}",
+            f"UserKnownHostsFile={self.known_hosts}",
+            # the run's file is the whole truth (hostkeys.trust read the system's file)
+            *(["GlobalKnownHostsFile=/dev/null"] if self.strict else []),
             f"ConnectTimeout={connect_timeout}",
             "LogLevel=ERROR",
             "ServerAliveInterval=5",
@@ -145,6 +167,11 @@ class SSH:
             if proc.returncode == 0:
                 return time.monotonic() - t0
             last = proc.stderr.strip()
+            if host_key_refused(last):
+                raise HostKeyError(
+                    f"{host.name} ({host.address} port {host.port}): SSH refused its host key "
+                    f"(not the one in {self.known_hosts}): {' '.join(last.split())[:300]}"
+                )
             time.sleep(1.0)
         raise TestbedError(
             f"{host.name} ({host.address}): no SSH within {timeout_s:.0f} s"
@@ -169,108 +196,6 @@ def kill_tagged_ssh(run_id: str) -> list[int]:
         except (OSError, ProcessLookupError):
             pass
     return killed
-
-
-# -- Ansible ---------------------------------------------------------------------------------
-
-
-def inventory(
-    hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH, python: str = "/usr/bin/python3"
-) -> dict:
-    """An Ansible inventory (as data) of the run's hosts, grouped by role."""
-    groups: dict[str, dict] = {"edge": {"hosts": {}}, "endpoint": {"hosts": {}}}
-    for h in hosts:
-        groups[roles[h.name]]["hosts"][h.name] = {
-            "ansible_host": h.address,
-            "ansible_port": h.port,
-            "ansible_user": h.user,
-            "ansible_ssh_private_key_file": str(ssh.key),
-            "ansible_python_interpreter": python,
-        }
-    return {"all": {"children": groups}}
-
-
-def playbook(
-    name: str,
-    *,
-    private_dir: Path,
-    inv: dict,
-    ssh: SSH,
-    extravars: dict,
-    limit: str | None = None,
-    timeout_s: float = 900,
-) -> float:
-    """Run ``playbooks/<name>.yml`` through ansible-runner; ProvisionError on failure."""
-    import ansible_runner
-
-    private_dir.mkdir(parents=True, exist_ok=True)
-    (private_dir / "inventory.json").write_text(json.dumps(inv, indent=1))
-    # Ansible adds the ControlPath itself (from ANSIBLE_SSH_CONTROL_PATH): the same tagged
-    # sockets as our own ssh commands, so both share one connection per host.
-    ssh_args = " ".join(f"-o {shlex.quote(s)}" for s in ssh.settings())
-    venv_bin = str(Path(sys.executable).parent)
-    envvars = {
-        "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "ANSIBLE_SSH_ARGS": f"-o ControlMaster=auto -o ControlPersist=30 {ssh_args}",
-        "ANSIBLE_SSH_CONTROL_PATH": ssh.control_path.replace("%h", "%%h"),
-        "ANSIBLE_HOST_KEY_CHECKING": "False",  # our known_hosts + accept-new decide
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_GATHERING": "explicit",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_LOCAL_TEMP": str(private_dir / "tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    t0 = time.monotonic()
-    r = ansible_runner.run(
-        private_data_dir=str(private_dir),
-        playbook=str(PLAYBOOKS / f"{name}.yml"),
-        inventory=str(private_dir / "inventory.json"),
-        extravars=extravars,
-        envvars=envvars,
-        limit=limit,
-        quiet=True,
-        timeout=int(timeout_s),
-        suppress_env_files=True,
-    )
-    if r.rc != 0 or r.status != "successful":
-        failures = []
-        for event in r.events:
-            if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
-                data = event.get("event_data", {})
-                res = data.get("res", {})
-                msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
-                failures.append(
-                    f"{data.get('host')}: task '{data.get('task')}': {str(msg).strip()[:600]}"
-                )
-        detail = "\n".join(failures) or r.stdout.read()[-2000:]
-        raise ProvisionError(f"playbook {name} failed ({r.status}, rc {r.rc}):\n{detail}")
-    return time.monotonic() - t0
-
-
-def project_archive(path: Path) -> Path:
-    """The testbed's Python packages (code and shipped data) as a tarball for the hosts."""
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        name = info.name
-        if "__pycache__" in name or name.endswith((".pyc", ".pyo")):
-            return None
-        return info
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:gz") as tar:
-        for pkg in PROJECT_PACKAGES:
-            tar.add(PROJECT_ROOT / pkg, arcname=pkg, filter=keep)
-    return path
-
-
-def provision_vars(run_id: str, archive: Path) -> dict:
-    return {
-        "edgetb_run": run_id,
-        "edgetb_src": GUEST_SRC,
-        "edgetb_archive": str(archive),
-        "edgetb_python": GUEST_PYTHON,
-        "edgetb_java": GUEST_JAVA,
-    }
 
 
 # -- Cassandra on a remote host ----------------------------------------------------------------
@@ -302,7 +227,8 @@ class RemoteLog:
 
 
 def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
-    """(ActiveState, MainPID) of the Cassandra unit on ``host``."""
+    """(ActiveState, MainPID) of the Cassandra unit on ``host``; UnreachableError when
+    SSH cannot reach it (not "stopped": the unit may well be running)."""
     proc = subprocess.run(
         exec_argv(
             host,
@@ -312,6 +238,8 @@ def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
         text=True,
         timeout=30,
     )
+    if proc.returncode == 255:  # ssh's own failure, not systemctl's
+        raise UnreachableError(f"{host}: unreachable over SSH: {one_line(proc.stderr)}")
     if proc.returncode != 0:
         return "unknown", None
     lines = proc.stdout.split()
@@ -341,14 +269,6 @@ def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str) -> li
     ]
 
 
-@contextlib.contextmanager
-def suppress_failures():
-    try:
-        yield
-    except (TestbedError, CommandError, OSError, subprocess.SubprocessError):
-        pass
-
-
 # -- what both remote backends do the same way ---------------------------------------------------
 
 
@@ -358,6 +278,7 @@ class RemoteBackend:
     ``hosts`` (name -> RemoteHost)."""
 
     remote = True
+    cassandra_auth = True  # PasswordAuthenticator; see testbed.cassandra.auth
     python = GUEST_PYTHON
     java = GUEST_JAVA
     topology: object
@@ -387,15 +308,20 @@ class RemoteBackend:
     def ansible_dir(self) -> Path:
         return self.state.run_dir / "ansible"  # type: ignore[attr-defined]
 
-    def start_cassandra(self, nodes: dict[str, dict]) -> float:
+    def start_cassandra(self, nodes: dict[str, dict], credentials: Path | None = None) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
-        {"dir": node directory, "argv": systemd-run command}); returns seconds."""
+        {"dir": node directory, "argv": systemd-run command}) and the run's login file to
+        the endpoint (same path, 0600; the playbook copies it over SSH, its content is in
+        no command line or variable); returns seconds."""
         return playbook(
             "cassandra",
             private_dir=self.ansible_dir,
             inv=self.inventory(),
             ssh=self.ssh,
-            extravars={"edgetb_nodes": nodes},
+            extravars={
+                "edgetb_nodes": nodes,
+                "edgetb_credentials": str(credentials) if credentials else "",
+            },
         )
 
 

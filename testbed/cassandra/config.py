@@ -16,6 +16,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..topology import Host, Topology
+from .auth import AUTH_SETTINGS, system_auth_properties
 
 CQL_PORT = 9042
 STORAGE_PORT = 7000
@@ -167,15 +168,22 @@ class CassandraSettings:
 
 
 def node_settings(
-    settings: CassandraSettings, topology: Topology, host: Host, node_dir: Path
+    settings: CassandraSettings,
+    topology: Topology,
+    host: Host,
+    node_dir: Path,
+    *,
+    auth: bool = False,
 ) -> dict[str, Any]:
-    """The complete cassandra.yaml settings of ``host``: base -> cluster -> node layers."""
+    """The complete cassandra.yaml settings of ``host``: base -> cluster -> node layers,
+    then, with ``auth``, the authentication layer (it wins over every override)."""
     return merge(
         BASE_SETTINGS,
         cluster_layer(topology, settings.cluster_name),
         settings.overrides,
         node_layer(topology, host, node_dir),
         settings.node_overrides.get(host.name, {}),
+        AUTH_SETTINGS if auth else {},
     )
 
 
@@ -314,8 +322,15 @@ def jvm_args(
     host: str,
     cds_archive: Path | None = None,
     cds_dump_to: Path | None = None,
+    system_auth_rf: int | None = None,
 ) -> list[str]:
-    """JVM arguments (after the java binary) that start one Cassandra node."""
+    """JVM arguments (after the java binary) that start one Cassandra node.
+
+    JMX listens on the node's loopback only (``cassandra.jmx.local.port``: Cassandra's
+    LOCAL_JMX=yes, no JMX authentication needed because nothing off the host reaches
+    it); nodetool runs on the node itself. ``system_auth_rf`` (authenticated clusters)
+    creates ``system_auth`` with that many replicas.
+    """
     heap = f"{settings.heap_mb}m"
     args = [
         f"-Xms{heap}",
@@ -337,6 +352,7 @@ def jvm_args(
         f"-Dcassandra.logdir={node_dir / 'logs'}",
         f"-Dlogback.configurationFile=file://{node_dir / 'conf' / 'logback.xml'}",
         f"-Dcassandra.jmx.local.port={JMX_PORT}",
+        *(system_auth_properties(system_auth_rf) if system_auth_rf is not None else []),
         "-Dcassandra-foreground=yes",
         marker_property(run_id, host),
         "-cp",

@@ -114,10 +114,12 @@ class CassandraNode:
     def marker(self) -> str:
         return config.marker_property(self.run_id, self.name)
 
-    def write_config(self, settings: CassandraSettings, topology: Topology) -> None:
+    def write_config(
+        self, settings: CassandraSettings, topology: Topology, *, auth: bool = False
+    ) -> None:
         for sub in ("conf", "logs", "data", "commitlog", "hints", "saved_caches", "cdc_raw"):
             (self.node_dir / sub).mkdir(parents=True, exist_ok=True)
-        values = config.node_settings(settings, topology, self.host, self.node_dir)
+        values = config.node_settings(settings, topology, self.host, self.node_dir, auth=auth)
         (self.node_dir / "conf" / "cassandra.yaml").write_text(config.render_yaml(values))
         (self.node_dir / "conf" / "logback.xml").write_text(config.LOGBACK_XML)
 

@@ -2,7 +2,8 @@
 the tail of its log (as ccm does):
 
     process alive -> "Starting listening for CQL clients" -> every node sees every other
-    node UP -> (the caller's) driver session from the endpoint connects.
+    node UP -> (the caller's) run role replacing the default superuser, on clusters with
+    authentication -> (the caller's) driver session from the endpoint connects.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Deadlines:
     process_s: float = 30.0
     cql_s: float = 180.0
     peers_s: float = 60.0
+    auth_s: float = 120.0  # the default role appears ~10 s after a node's start, then retries
     driver_s: float = 60.0
 
 

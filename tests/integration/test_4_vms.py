@@ -1,6 +1,8 @@
 """The libvirt backend for real: QEMU VMs booted through libvirt (TCG on this machine),
 reached through ansible-runner, shaped from inside with tcconfig, the same VMs driven as
-an Ansible inventory by the hosts backend, and nothing left behind — also after kill -9.
+an Ansible inventory by the hosts backend (with Cassandra: authentication, JMX on
+loopback, checked host keys, qdiscs restored at down), and nothing left behind — also
+after kill -9.
 
 One pair of small VMs (edge node e0 + endpoint ep) is shared by the module: under TCG a
 boot costs about a minute.
@@ -10,14 +12,17 @@ import json
 import os
 import re
 import signal
+import stat
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from testbed import images
+from testbed import images, qdisc
+from testbed.backends import hostkeys
 from testbed.backends import libvirt as lv
 from testbed.state import RunState, home
 
@@ -155,10 +160,41 @@ def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
     assert statistics.median(ping_ms(run_id, "ep", "10.77.0.11")) < base + 5
 
 
+def _qdiscs(run_id: str) -> dict[str, str]:
+    """Each VM's qdiscs on eth0, read through the libvirt run (not the hosts run)."""
+    out = {}
+    for host in ("e0", "ep"):
+        proc = run_cli("exec", "--run", run_id, host, "--", *qdisc.show_argv("eth0"))
+        assert proc.returncode == 0, proc.stderr
+        out[host] = proc.stdout
+    return out
+
+
+def _client_on_ep(run_id: str, *args: str, timeout_s: int = 10) -> subprocess.CompletedProcess:
+    return run_cli(
+        "exec",
+        "--run",
+        run_id,
+        "ep",
+        "--",
+        *args,
+        "python",
+        "-m",
+        "testbed.client",
+        "--timeout",
+        str(timeout_s),
+        "probe",
+        "--expect",
+        "1",
+        timeout=timeout_s + 120,
+    )
+
+
 def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
     run_id, _ = vms
     inv = tmp_path / "inventory.json"
     inv.write_text(run_cli("inventory", "--run", run_id).stdout)
+    before = _qdiscs(run_id)
     proc = run_cli(
         "up",
         "--backend",
@@ -167,12 +203,65 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         str(inv),
         "--nodes",
         "1",
-        "--no-cassandra",
-        timeout=600,
+        "--cql-timeout",
+        "600",  # one JVM in a 1-vCPU TCG guest
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     hosts_run = _run_id(proc.stdout)
+    run_dir = home() / "runs" / hosts_run
     try:
+        # host keys: exactly those the libvirt run recorded (its inventory names the file)
+        trusted = RunState.load(run_dir).extra["hosts"]["host_keys"]
+        libvirt_known_hosts = str(home() / "runs" / run_id / "ssh" / "known_hosts")
+        assert {k: v["source"] for k, v in trusted.items()} == {
+            "e0": libvirt_known_hosts,
+            "ep": libvirt_known_hosts,
+        }
+        # the run's login: 0600 here and on the endpoint, where the workload reads it
+        creds = run_dir / "credentials.json"
+        assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+        remote_mode = run_cli(
+            "exec", "--run", hosts_run, "ep", "--", "stat", "-c", "%a %U", str(creds)
+        )
+        assert remote_mode.stdout.split() == ["600", "root"], remote_mode.stderr
+        # it works (a driver session from the endpoint) ...
+        ok = _client_on_ep(hosts_run, timeout_s=60)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        assert json.loads(ok.stdout.strip().splitlines()[-1])["hosts_up"] == ["10.77.0.11"]
+        # ... the default superuser's does not, nor no login at all
+        default = run_cli(
+            "exec",
+            "--run",
+            hosts_run,
+            "ep",
+            "--",
+            "sh",
+            "-c",
+            'umask 077 && printf %s "$0" > /tmp/edgetb-default-login.json',
+            json.dumps({"username": "cassandra", "password": "cassandra"}),
+        )
+        assert default.returncode == 0, default.stderr
+        refused = _client_on_ep(
+            hosts_run, "env", "EDGETB_CREDENTIALS=/tmp/edgetb-default-login.json"
+        )
+        assert refused.returncode != 0 and "AuthenticationFailed" in refused.stderr, refused.stderr
+        anonymous = _client_on_ep(hosts_run, "env", "EDGETB_CREDENTIALS=")
+        assert anonymous.returncode != 0 and "AuthenticationFailed" in anonymous.stderr
+        # the JVM listens on e0's address for gossip and CQL only; JMX (and its RMI
+        # port) on loopback; nodetool, run on the node itself, reports it UN
+        listening = run_cli("exec", "--run", hosts_run, "e0", "--", "ss", "-Htlnp").stdout
+        java = {ln.split()[3] for ln in listening.splitlines() if '"java"' in ln}
+        assert "127.0.0.1:7199" in java, listening
+        assert {a for a in java if not a.startswith("127.0.0.1:")} == {
+            "10.77.0.11:7000",
+            "10.77.0.11:9042",
+        }, listening
+        status = run_cli("status", "--run", hosts_run, "--json", timeout=300)
+        assert status.returncode == 0, status.stderr
+        e0 = next(h for h in json.loads(status.stdout)["hosts"] if h["name"] == "e0")
+        assert e0["cassandra"] == "UN", status.stdout
+        # shaping inside the hosts, after recording what they had
         proc = run_cli(
             "set",
             "--profile",
@@ -186,19 +275,86 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             timeout=300,
         )
         assert proc.returncode == 0, proc.stderr
+        recorded = RunState.load(run_dir).extra["emulation"]["qdisc_before"]
+        for host in ("e0", "ep"):
+            assert qdisc.normalize(recorded[host]["eth0"]) == qdisc.normalize(before[host])
         shaped = statistics.median(ping_ms(hosts_run, "ep", "10.77.0.11"))
         assert abs(shaped - 30) <= rtt_tolerance_ms(30) + 2, shaped
     finally:
-        down = run_cli("down", "--run", hosts_run, timeout=300)
+        down = run_cli("down", "--run", hosts_run, timeout=600)
     assert down.returncode == 0, down.stderr
-    # the machines outlive the run; its shaping and its directory on them do not
-    qdiscs = run_cli(
-        "exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev", "eth0"
-    ).stdout
-    assert "netem" not in qdiscs, qdiscs
-    left = run_cli("exec", "--run", run_id, "e0", "--", "ls", str(home() / "runs"))
-    assert hosts_run not in left.stdout
+    # the machines outlive the run: their qdiscs are those recorded before it shaped them,
+    # Cassandra is stopped, the run's directory (login included) is gone
+    after = _qdiscs(run_id)
+    for host in ("e0", "ep"):
+        assert qdisc.normalize(after[host]) == qdisc.normalize(before[host]), (host, after)
+        assert "netem" not in after[host]
+    unit = run_cli(
+        "exec", "--run", run_id, "e0", "--", "systemctl", "is-active", "edgetb-cassandra"
+    )
+    assert unit.stdout.strip() != "active", unit.stdout
+    for host in ("e0", "ep"):
+        left = run_cli("exec", "--run", run_id, host, "--", "ls", str(home() / "runs"))
+        assert hosts_run not in left.stdout
     assert_no_residue(hosts_run)
+
+
+def _edited_known_hosts(source: Path, address: str, tmp_path: Path) -> str:
+    """``source`` with every key recorded for ``address`` replaced by a new one."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True
+    )
+    other = (tmp_path / "other.pub").read_text().split()[:2]
+    lines = []
+    for line in source.read_text().splitlines():
+        if hostkeys.lookup(line, address):
+            line = " ".join([line.split()[0], *other])
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _up_hosts_refused(inventory: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    path = tmp_path / "inventory-edited.json"
+    path.write_text(json.dumps(inventory))
+    runs = set(os.listdir(home() / "runs"))
+    proc = run_cli(
+        "up", "--backend", "hosts", "--inventory", str(path), "--nodes", "1", "--no-cassandra"
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert "e0 (10.77.0.11 port 22): SSH host key changed" in proc.stderr, proc.stderr
+    assert set(os.listdir(home() / "runs")) == runs  # nothing of the refused run is left
+    return proc
+
+
+def test_hosts_backend_refuses_a_changed_host_key(vms, tmp_path):
+    """e0's recorded key edited (as if e0 were reinstalled, or another machine took its
+    address): refused before anything runs on any host, naming e0 — through the known_hosts
+    the inventory names, and through the per-user store of first contacts."""
+    run_id, _ = vms
+    inventory = json.loads(run_cli("inventory", "--run", run_id).stdout)
+    hosts_vars = [
+        v for group in inventory["all"]["children"].values() for v in group["hosts"].values()
+    ]
+    recorded = Path(hosts_vars[0]["edgetb_known_hosts"])
+    edited = tmp_path / "known_hosts"
+    edited.write_text(_edited_known_hosts(recorded, "10.77.0.11", tmp_path))
+    for v in hosts_vars:
+        v["edgetb_known_hosts"] = str(edited)
+    proc = _up_hosts_refused(inventory, tmp_path)
+    assert str(edited) in proc.stderr
+    # no edgetb_known_hosts: the keys recorded on first contact decide
+    store = home() / "known_hosts"
+    saved = store.read_text() if store.exists() else None
+    store.write_text(_edited_known_hosts(recorded, "10.77.0.11", tmp_path))
+    try:
+        for v in hosts_vars:
+            del v["edgetb_known_hosts"]
+        _up_hosts_refused(inventory, tmp_path)
+    finally:
+        if saved is None:
+            store.unlink()
+        else:
+            store.write_text(saved)
 
 
 def test_down_leaves_nothing(vms):

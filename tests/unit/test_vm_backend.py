@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from testbed import Topology, images
-from testbed.backends import hosts, remote
+from testbed.backends import hosts, provision, remote
 from testbed.backends import libvirt as lv
 from testbed.errors import ConfigError
 
@@ -172,7 +172,7 @@ def test_ssh_argv_quotes_the_remote_command(tmp_path):
 def test_inventory_groups_hosts_by_role(tmp_path):
     ssh = remote.SSH("abc123", tmp_path)
     topo = Topology(edge_nodes=2)
-    inv = remote.inventory(
+    inv = provision.inventory(
         [remote.RemoteHost(h.name, h.address) for h in topo.hosts],
         {h.name: h.role for h in topo.hosts},
         ssh,

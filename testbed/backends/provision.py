@@ -1,0 +1,182 @@
+"""Ansible for the remote backends, through ansible-runner: the run's hosts as an
+inventory, playbook runs read per host (a host that was unreachable, failed a task or was
+never reached is an error naming it), and what the provision playbook copies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tarfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import TestbedError
+from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
+
+if TYPE_CHECKING:
+    from .remote import SSH, RemoteHost
+
+PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_PACKAGES = ("testbed", "emulation", "experiments")
+
+
+class ProvisionError(TestbedError):
+    """A playbook did not complete on every host."""
+
+
+def inventory(
+    hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH, python: str = "/usr/bin/python3"
+) -> dict:
+    """An Ansible inventory (as data) of the run's hosts, grouped by role."""
+    groups: dict[str, dict] = {"edge": {"hosts": {}}, "endpoint": {"hosts": {}}}
+    for h in hosts:
+        groups[roles[h.name]]["hosts"][h.name] = {
+            "ansible_host": h.address,
+            "ansible_port": h.port,
+            "ansible_user": h.user,
+            "ansible_ssh_private_key_file": str(ssh.key),
+            "ansible_python_interpreter": python,
+            # the keys this run trusts: a hosts-backend run on these machines checks them
+            "edgetb_known_hosts": str(ssh.known_hosts),
+        }
+    return {"all": {"children": groups}}
+
+
+def playbook(
+    name: str,
+    *,
+    private_dir: Path,
+    inv: dict,
+    ssh: SSH,
+    extravars: dict,
+    timeout_s: float = 900,
+) -> float:
+    """Run ``playbooks/<name>.yml`` through ansible-runner on every host of ``inv``;
+    ProvisionError naming each host it did not complete on (unreachable, a failed task,
+    or never reached)."""
+    import ansible_runner
+
+    private_dir.mkdir(parents=True, exist_ok=True)
+    (private_dir / "inventory.json").write_text(json.dumps(inv, indent=1))
+    # Ansible adds the ControlPath itself (from ANSIBLE_SSH_CONTROL_PATH): the same tagged
+    # sockets as our own ssh commands, so both share one connection per host.
+    ssh_args = " ".join(f"-o {shlex.quote(s)}" for s in ssh.settings())
+    venv_bin = str(Path(sys.executable).parent)
+    envvars = {
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_SSH_ARGS": f"-o ControlMaster=auto -o ControlPersist=30 {ssh_args}",
+        "ANSIBLE_SSH_CONTROL_PATH": ssh.control_path.replace("%h", "%%h"),
+        # True: Ansible adds no StrictHostKeyChecking=no; our ssh settings decide.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_LOCAL_TEMP": str(private_dir / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(private_dir),
+        playbook=str(PLAYBOOKS / f"{name}.yml"),
+        inventory=str(private_dir / "inventory.json"),
+        extravars=extravars,
+        envvars=envvars,
+        quiet=True,
+        timeout=int(timeout_s),
+        suppress_env_files=True,
+    )
+    failures = playbook_failures(r, inventory_hosts(inv))
+    if failures:
+        detail = "\n".join(failures)
+        if all(line.startswith("*") for line in failures):
+            detail += "\n" + r.stdout.read()[-2000:]
+        raise ProvisionError(f"playbook {name} did not complete on every host:\n{detail}")
+    return time.monotonic() - t0
+
+
+def inventory_hosts(inv: dict) -> list[str]:
+    """Every host name in an inventory as data (groups nested under ``children``)."""
+    names: list[str] = []
+
+    def walk(group: dict) -> None:
+        for host in group.get("hosts") or {}:
+            if host not in names:
+                names.append(host)
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    for group in inv.values():
+        walk(group or {})
+    return names
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def playbook_failures(result, hosts: Sequence[str]) -> list[str]:
+    """One line per host a playbook did not complete on, from an ansible-runner result
+    (``status``, ``rc``, ``events``, ``stats``); [] when it completed on every host.
+
+    A host is a failure when it was unreachable, when a task failed on it (unless the
+    task said ``ignore_errors``), or when no play ran on it at all. A failed run with
+    no host to blame gives one line starting with ``*``.
+    """
+    lines: dict[str, str] = {}
+    for event in result.events:
+        kind = event.get("event")
+        if kind not in ("runner_on_failed", "runner_on_unreachable"):
+            continue
+        data = event.get("event_data") or {}
+        if kind == "runner_on_failed" and data.get("ignore_errors"):
+            continue
+        host = str(data.get("host"))
+        res = data.get("res") or {}
+        msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
+        what = "unreachable" if kind == "runner_on_unreachable" else f"task '{data.get('task')}'"
+        lines.setdefault(host, f"{host}: {what}: {one_line(msg)}")
+    stats = result.stats or {}
+    for host in hosts:
+        if host in lines:
+            continue
+        if host in (stats.get("dark") or {}):
+            lines[host] = f"{host}: unreachable"
+        elif host in (stats.get("failures") or {}):
+            lines[host] = f"{host}: a task failed"
+        elif host not in (stats.get("processed") or {}):
+            lines[host] = f"{host}: not reached by the playbook ({result.status})"
+    if not lines and (result.rc != 0 or result.status != "successful"):
+        lines["*"] = f"* the playbook ended {result.status} (rc {result.rc})"
+    return list(lines.values())
+
+
+def project_archive(path: Path) -> Path:
+    """The testbed's Python packages (code and shipped data) as a tarball for the hosts."""
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        name = info.name
+        if "__pycache__" in name or name.endswith((".pyc", ".pyo")):
+            return None
+        return info
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for pkg in PROJECT_PACKAGES:
+            tar.add(PROJECT_ROOT / pkg, arcname=pkg, filter=keep)
+    return path
+
+
+def provision_vars(run_id: str, archive: Path) -> dict:
+    return {
+        "edgetb_run": run_id,
+        "edgetb_src": GUEST_SRC,
+        "edgetb_archive": str(archive),
+        "edgetb_python": GUEST_PYTHON,
+        "edgetb_java": GUEST_JAVA,
+    }

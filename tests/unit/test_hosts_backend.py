@@ -1,0 +1,194 @@
+"""hosts backend on real networks, without SSH: inventory values validated; `down`
+restoring the recorded qdiscs, naming a host it cannot reach, touching nothing when the
+run never reached its hosts (ssh and ansible-runner replaced by fakes)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed import Topology
+from testbed.backends import hosts, provision, remote
+from testbed.errors import ConfigError
+
+
+@pytest.fixture
+def key(tmp_path):
+    path = tmp_path / "id_ed25519"
+    path.write_text("x")
+    return path
+
+
+def _good(key):
+    return {
+        "e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key)},
+        "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)},
+    }
+
+
+def test_a_good_inventory_passes(key):
+    hosts.validate_inventory(_good(key), ["e0", "ep"])
+    inv = _good(key)
+    inv["e0"].update(ansible_port="2222", ansible_user="pi", edgetb_address="10.77.0.11")
+    inv["ep"].update(ansible_port=22, ansible_user="root", edgetb_known_hosts=str(key))
+    hosts.validate_inventory(inv, ["e0", "ep"])
+
+
+@pytest.mark.parametrize(
+    "var, value, message",
+    [
+        ("ansible_host", "board-a.local", "e0: ansible_host 'board-a.local' is not an IPv4"),
+        ("ansible_host", "-oProxyCommand=x", "e0: ansible_host '-oProxyCommand=x' is not an"),
+        ("ansible_host", "10.77.0.256", "is not an IPv4 address"),
+        ("ansible_host", "0.0.0.0", "e0: ansible_host '0.0.0.0' is not a host address"),
+        ("ansible_host", "224.0.0.1", "is not a host address"),
+        ("edgetb_address", "10.77.0", "e0: edgetb_address '10.77.0' is not an IPv4"),
+        ("ansible_port", 0, "e0: ansible_port '0' is not a port (1..65535)"),
+        ("ansible_port", 65536, "ansible_port '65536' is not a port"),
+        ("ansible_port", "22x", "ansible_port '22x' is not a port"),
+        ("ansible_port", "-1", "ansible_port '-1' is not a port"),
+        ("ansible_port", True, "ansible_port 'True' is not a port"),
+        ("ansible_port", 22.5, "ansible_port '22.5' is not a port"),
+        ("ansible_user", "-oProxyCommand=x", "e0: ansible_user '-oProxyCommand=x' starts with"),
+        ("ansible_user", "pi root", "e0: ansible_user 'pi root' contains whitespace"),
+        ("ansible_user", "pi\n", "contains whitespace"),
+        ("ansible_user", "", "e0: ansible_user '' is empty"),
+        ("ansible_ssh_private_key_file", "/nonexistent/key", "'/nonexistent/key' is not a file"),
+        ("edgetb_known_hosts", "/nonexistent/kh", "e0: edgetb_known_hosts '/nonexistent/kh'"),
+    ],
+)
+def test_bad_values_are_one_line_naming_host_variable_and_value(key, var, value, message):
+    inv = _good(key)
+    inv["e0"][var] = value
+    with pytest.raises(ConfigError) as err:
+        hosts.validate_inventory(inv, ["e0", "ep"], "inv.yml")
+    text = str(err.value)
+    assert message in text and text.startswith("inv.yml: ") and "\n" not in text
+
+
+def test_every_problem_reported_at_once_and_missing_values_named(key):
+    inv = _good(key)
+    del inv["e0"]["ansible_host"]
+    inv["ep"]["ansible_port"] = 99999
+    inv["ep"].pop("ansible_ssh_private_key_file")
+    with pytest.raises(ConfigError) as err:
+        hosts.validate_inventory(inv, ["e0", "ep"])
+    text = str(err.value)
+    assert "e0: ansible_host is missing" in text
+    assert "ep: ansible_port '99999' is not a port" in text
+    assert "ep: ansible_ssh_private_key_file is missing" in text
+
+
+def test_hosts_the_run_does_not_use_are_not_checked(key):
+    inv = {**_good(key), "spare": {"ansible_host": "not-an-address"}}
+    hosts.validate_inventory(inv, ["e0", "ep"])
+
+
+def test_load_validates_before_matching_the_topology(tmp_path, key):
+    inv = _good(key)
+    inv["ep"]["ansible_user"] = "-l"
+    path = tmp_path / "inv.json"
+    path.write_text(json.dumps({"all": {"hosts": inv}}))
+    with pytest.raises(ConfigError, match="ep: ansible_user '-l' starts with '-'"):
+        hosts.HostsBackend.validate(Topology(edge_nodes=1), {"inventory": str(path)})
+    inv["ep"]["ansible_user"] = "pi"
+    inv["e0"]["edgetb_known_hosts"] = str(key)
+    path.write_text(json.dumps({"all": {"hosts": inv}}))
+    loaded = hosts.load(Topology(edge_nodes=1), {"inventory": str(path)})
+    assert loaded.known_hosts == key and loaded.hosts["ep"].user == "pi"
+
+
+# -- down on the hosts (SSH and ansible-runner replaced by fakes) ----------------------------
+
+DEFAULT = "qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024 quantum 1514\n"
+SHAPED = "qdisc htb 1a37: root refcnt 2 r2q 10 default 0x1\nqdisc netem 2007: parent 1a37:7\n"
+
+
+@pytest.fixture
+def backend(tmp_path, key, monkeypatch):
+    from testbed.state import RunState
+
+    path = tmp_path / "inv.json"
+    path.write_text(json.dumps({"all": {"hosts": _good(key)}}))
+    state = RunState(
+        run_id="abc123",
+        backend="hosts",
+        topology=Topology(edge_nodes=1).to_dict(),
+        cassandra=None,
+        extra={"backend": {"inventory": str(path)}},
+        run_dir=tmp_path / "run",
+    )
+    state.run_dir.mkdir()
+    monkeypatch.setattr(remote.SSH, "close", lambda self, hosts: None)
+    b = hosts.HostsBackend(Topology(edge_nodes=1), state)
+    b.qdiscs = {"10.77.0.11": SHAPED, "10.77.0.10": SHAPED}  # what each host has now
+    b.unreachable = set()
+    b.playbooks = []
+
+    def fake_run(argv, check=True, timeout=None):
+        import subprocess
+
+        from testbed.errors import CommandError
+
+        address = next(a.split("@")[1] for a in argv if "@" in a)
+        if address in b.unreachable:
+            raise CommandError(argv, 255, "", f"ssh: connect to host {address}: No route")
+        command = argv[-1]
+        if "qdisc show" in command:
+            return subprocess.CompletedProcess(argv, 0, b.qdiscs[address], "")
+        if "qdisc del" in command:
+            b.qdiscs[address] = DEFAULT
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(hosts, "run", fake_run)
+    monkeypatch.setattr(provision, "playbook", lambda name, **kw: b.playbooks.append(name) or 0.1)
+    return b
+
+
+def _shaped(b):
+    b.state.extra["hosts"] = {"touched": True}
+    b.state.extra["emulation"] = {
+        "shaper": "direct",
+        "direct": {},
+        "qdisc_before": {"e0": {"eth0": DEFAULT}, "ep": {"eth0": DEFAULT}},
+    }
+
+
+def test_down_restores_the_recorded_qdisc_on_every_host(backend):
+    _shaped(backend)
+    backend.destroy()
+    assert backend.qdiscs == {"10.77.0.11": DEFAULT, "10.77.0.10": DEFAULT}
+    assert backend.playbooks == ["teardown"]
+
+
+def test_down_with_an_unreachable_host_is_an_error_naming_it(backend):
+    _shaped(backend)
+    backend.unreachable = {"10.77.0.11"}
+    with pytest.raises(hosts.TeardownError) as err:
+        backend.destroy()
+    text = str(err.value)
+    assert "e0: qdiscs of eth0 not restored (ssh: connect to host 10.77.0.11: No route)" in text
+    assert "before the run they were: 'qdisc fq_codel 0: root limit 10240p" in text
+    assert "ep:" not in text and backend.qdiscs["10.77.0.10"] == DEFAULT  # the rest done
+    assert backend.playbooks == ["teardown"]
+
+
+def test_down_of_a_run_that_never_reached_its_hosts_touches_nothing(backend):
+    backend.destroy()  # e.g. refused a host key: nothing to undo there
+    assert backend.playbooks == [] and backend.qdiscs["10.77.0.11"] == SHAPED
+
+
+def test_a_failed_teardown_playbook_is_reported(backend, monkeypatch):
+    backend.state.extra["hosts"] = {"touched": True}
+
+    def failing(name, **kw):
+        raise provision.ProvisionError(f"playbook {name} did not complete:\nep: unreachable")
+
+    monkeypatch.setattr(provision, "playbook", failing)
+    with pytest.raises(hosts.TeardownError, match="ep: unreachable"):
+        backend.destroy()
+
+
+def test_the_teardown_playbook_leaves_qdiscs_to_the_recorded_restore():
+    text = (Path(remote.__file__).parent.parent / "playbooks" / "teardown.yml").read_text()
+    assert "qdisc del" not in text

@@ -1,0 +1,105 @@
+"""Playbook runs read per host (a fake ansible-runner result: unreachable, failed, never
+reached), and the shipped playbooks never swallow a failure."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from testbed import Topology
+from testbed.backends import provision, remote
+
+
+def _result(status="successful", rc=0, events=(), stats=None):
+    return SimpleNamespace(status=status, rc=rc, events=list(events), stats=stats)
+
+
+def _stats(processed, dark=(), failures=()):
+    return {
+        "processed": {h: 1 for h in processed},
+        "dark": {h: 1 for h in dark},
+        "failures": {h: 1 for h in failures},
+        "ok": {h: 3 for h in processed},
+    }
+
+
+def test_a_complete_run_has_no_failures():
+    r = _result(stats=_stats(["e0", "ep"]))
+    assert provision.playbook_failures(r, ["e0", "ep"]) == []
+
+
+def test_unreachable_and_failed_hosts_are_named_with_the_reason():
+    events = [
+        {
+            "event": "runner_on_unreachable",
+            "event_data": {
+                "host": "e0",
+                "task": "what the host has",
+                "res": {"msg": "Failed to connect to the host via ssh: No route to host\n"},
+            },
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "host": "ep",
+                "task": "netem in the host's kernel",
+                "res": {"stderr": "modprobe: FATAL: Module sch_netem not found"},
+            },
+        },
+        {  # a task that said ignore_errors does not count
+            "event": "runner_on_failed",
+            "event_data": {"host": "e1", "task": "x", "ignore_errors": True, "res": {}},
+        },
+    ]
+    r = _result("failed", 4, events, _stats(["e0", "e1", "ep"], dark=["e0"], failures=["ep"]))
+    assert provision.playbook_failures(r, ["e0", "e1", "ep"]) == [
+        "e0: unreachable: Failed to connect to the host via ssh: No route to host",
+        "ep: task 'netem in the host's kernel': modprobe: FATAL: Module sch_netem not found",
+    ]
+
+
+def test_a_host_no_play_ran_on_is_a_failure_even_when_the_run_succeeded():
+    r = _result(stats=_stats(["e0"]))
+    assert provision.playbook_failures(r, ["e0", "ep"]) == [
+        "ep: not reached by the playbook (successful)"
+    ]
+
+
+def test_failures_without_events_come_from_the_stats_or_the_status():
+    r = _result("failed", 4, stats=_stats(["e0"], dark=["e0"]))
+    assert provision.playbook_failures(r, ["e0"]) == ["e0: unreachable"]
+    r = _result("timeout", 254, stats=_stats(["e0"]))
+    assert provision.playbook_failures(r, ["e0"]) == ["* the playbook ended timeout (rc 254)"]
+    r = _result("failed", 1, stats=None)  # died before any host
+    assert provision.playbook_failures(r, ["e0"]) == ["e0: not reached by the playbook (failed)"]
+
+
+def test_inventory_hosts_walks_nested_groups(tmp_path):
+    ssh = remote.SSH("abc123", tmp_path)
+    topo = Topology(edge_nodes=2)
+    inv = provision.inventory(
+        [remote.RemoteHost(h.name, h.address) for h in topo.hosts],
+        {h.name: h.role for h in topo.hosts},
+        ssh,
+    )
+    assert provision.inventory_hosts(inv) == ["e0", "e1", "ep"]
+    # the run's inventory names the keys the run trusts: a hosts run on it checks them
+    assert inv["all"]["children"]["edge"]["hosts"]["e0"]["edgetb_known_hosts"] == str(
+        tmp_path / "known_hosts"
+    )
+
+
+PLAYBOOKS = sorted((Path(remote.__file__).parent.parent / "playbooks").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", PLAYBOOKS, ids=lambda p: p.name)
+def test_playbooks_never_swallow_a_failure(path):
+    for play in yaml.safe_load(path.read_text()):
+        assert not play.get("ignore_unreachable") and not play.get("ignore_errors")
+        for task in play.get("tasks", []):
+            name = task.get("name")
+            assert not task.get("ignore_errors"), name
+            assert not task.get("ignore_unreachable"), name
+            assert task.get("failed_when", True) is not False, name
+            assert str(task.get("failed_when", "")).lower() not in ("false", "no"), name
