@@ -46,3 +46,15 @@ class PortInUseError(TestbedError):
 
 class StateError(TestbedError):
     """The on-disk run state is missing, stale or inconsistent."""
+
+
+class StoreFullError(TestbedError):
+    """The results store could not grow (disk or database full); the transaction that
+    hit it was rolled back, so the run stays resumable."""
+
+    def __init__(self, directory: object, detail: str):
+        self.directory = directory
+        super().__init__(
+            f"no space left for results in {directory} ({detail}): free space there and "
+            f"rerun the same command to resume; nothing half-written was kept"
+        )
