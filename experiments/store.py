@@ -118,6 +118,38 @@ REQUEST_COLUMNS = (
 )
 
 
+# The type of every column of cells and requests (as SCHEMA declares it): exports write
+# these types whatever values a chunk of rows happens to hold (an error column that is
+# NULL in every request of a chunk is still text).
+COLUMN_TYPES = {
+    "run_id": "text",
+    "cell_id": "text",
+    "nodes": "integer",
+    "rf": "integer",
+    "cl": "text",
+    "policy": "text",
+    "profile": "text",
+    "latency_ms": "real",
+    "loss_pct": "real",
+    "repetition": "integer",
+    "writes": "integer",
+    "warmup": "integer",
+    "key_seed": "text",
+    "shaping": "text",
+    "testbed_run": "text",
+    "started": "real",
+    "finished": "real",
+    "seq": "integer",
+    "key": "text",
+    "coordinator": "text",
+    "replicas": "text",
+    "coordinator_is_replica": "integer",
+    "rtt_ns": "integer",
+    "error": "text",
+    "t_start_ns": "integer",
+}
+
+
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str

@@ -210,6 +210,37 @@ def test_export_parquet(store, tmp_path):
     assert table.column("error").to_pylist() == ["WriteTimeout", None]
 
 
+def test_parquet_types_come_from_the_schema_not_from_the_first_chunk(store, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    ok = requests("n3-rf1-l0-p0.5-r1", n=4)
+    for r in ok:
+        r["error"] = None
+        r["coordinator_is_replica"] = None  # no coordinator answered: NULL, as stored
+    store.commit_cell(cell(), ok)
+    later = cell("n3-rf1-l20-p0.5-r1", latency_ms=20.0, started=3.0, finished=4.0)
+    store.commit_cell(later, requests("n3-rf1-l20-p0.5-r1"))
+    # 2 rows per chunk: the first two chunks have no error at all, the third has one.
+    written = export(tmp_path / "res", "parquet", chunk_rows=2)
+    parquet = pq.ParquetFile(written["requests"])
+    assert parquet.metadata.num_row_groups == 3
+    table = parquet.read()
+    assert str(table.schema.field("error").type) == "string"
+    assert str(table.schema.field("coordinator_is_replica").type) == "int64"
+    assert table.column("error").to_pylist() == [None] * 4 + ["WriteTimeout", None]
+    assert table.column("latency_ms").to_pylist() == [0.0] * 4 + [20.0] * 2
+    cells = pq.read_table(written["cells"])
+    assert str(cells.schema.field("finished").type) == "double"
+
+
+def test_export_of_an_empty_store_is_typed_too(store, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    written = export(tmp_path / "res", "parquet")
+    table = pq.read_table(written["requests"])
+    assert table.num_rows == 0
+    assert str(table.schema.field("rtt_ns").type) == "int64"
+    assert str(table.schema.field("error").type) == "string"
+
+
 def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
     from testbed.errors import ConfigError
 
