@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,11 +240,32 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
     spec = inputs(dist)
     key = input_key(spec)
     target = image_root() / key
-    if not force and (target / "manifest.json").is_file():
-        publish(image_root(), key)
-        progress(f"VM image: {target} (cached)")
-        return load()
     image_root().mkdir(parents=True, exist_ok=True)
+    with _build_lock(progress):  # a build in progress finishes first (maybe this very key)
+        if not force and (target / "manifest.json").is_file():
+            publish(image_root(), key)
+            progress(f"VM image: {target} (cached)")
+            return load()
+        _remove_stale_builds(progress)
+        build_s = _build(target, spec, dist, packages, progress)
+        publish(image_root(), key)
+    image = load()
+    progress(
+        f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
+        f"built in {build_s:.0f} s"
+    )
+    return image
+
+
+def _build(
+    target: Path,
+    spec: dict,
+    dist: dist_mod.CassandraDist,
+    packages: dict[str, list[str]],
+    progress,
+) -> float:
+    """Build the image of ``spec`` into ``target``; returns the build's duration in s."""
+    key = target.name
     t0 = time.monotonic()
     progress(f"building the VM image (Debian {SUITE}, Cassandra {dist.version}); about 2 min")
     work = Path(tempfile.mkdtemp(dir=image_root(), prefix=".build-"))
@@ -361,13 +383,7 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         staging.rename(target)
     finally:
         _remove_build_dir(work)
-    publish(image_root(), key)
-    image = load()
-    progress(
-        f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
-        f"built in {build_s:.0f} s"
-    )
-    return image
+    return build_s
 
 
 def _configure(rootfs: Path) -> None:
@@ -417,6 +433,28 @@ def _step(argv: list[str], *, timeout: float, env: dict[str, str] | None = None)
         raise
     if proc.returncode != 0:
         raise CommandError(argv, proc.returncode, out[-4000:], "")
+
+
+@contextlib.contextmanager
+def _build_lock(progress) -> Iterator[None]:
+    """Hold the image cache's build lock (one build at a time; waits for a running one).
+    The kernel releases it when the holder dies, even by kill -9."""
+    with open(image_root() / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("another VM image build is running; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_stale_builds(progress) -> None:
+    """Delete the build directories of killed builds (called holding the build lock, so
+    none of them belongs to a live build)."""
+    for stale in sorted(image_root().glob(".build-*")):
+        if stale.is_dir() and not stale.is_symlink():
+            progress(f"  removing {stale} (left by a build that was killed)")
+            _remove_build_dir(stale)
 
 
 def _mounts_under(path: Path) -> list[str]:

@@ -147,3 +147,46 @@ def test_an_isolated_mount_stays_private_and_dies_with_a_killed_builder(tmp_path
             os.kill(pid, signal.SIGKILL)
         if str(target) in mount_points():  # isolation failed: do not leave the mount behind
             subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def test_a_new_build_removes_what_killed_builds_left_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETB_CACHE", str(tmp_path))
+    root = images.image_root()
+    (root / ".build-killed1" / "rootfs" / "etc").mkdir(parents=True)
+    (root / ".build-killed1" / "rootfs" / "etc" / "hostname").write_text("edgetb\n")
+    (root / "0123456789abcdef").mkdir()
+    (root / "current").symlink_to("0123456789abcdef")
+    said = []
+    images._remove_stale_builds(said.append)
+    assert sorted(p.name for p in root.iterdir()) == ["0123456789abcdef", "current"]
+    assert len(said) == 1 and ".build-killed1" in said[0]
+
+
+def test_builds_take_turns_on_one_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETB_CACHE", str(tmp_path))
+    root = images.image_root()
+    root.mkdir(parents=True)
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen(  # another build: holds the lock for 0.6 s
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, pathlib, sys, time\n"
+            f"f = open({str(root / '.build.lock')!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(0.6)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        said = []
+        t0 = time.monotonic()
+        with images._build_lock(said.append):
+            waited = time.monotonic() - t0  # until the other build let go (it exited)
+        assert waited > 0.3 and said == ["another VM image build is running; waiting for it"]
+        assert holder.wait(5) == 0
+    finally:
+        holder.kill()
+        holder.wait()
