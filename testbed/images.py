@@ -242,11 +242,11 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
     target = image_root() / key
     image_root().mkdir(parents=True, exist_ok=True)
     with _build_lock(progress):  # a build in progress finishes first (maybe this very key)
+        _remove_stale_builds(progress)
         if not force and (target / "manifest.json").is_file():
             publish(image_root(), key)
             progress(f"VM image: {target} (cached)")
             return load()
-        _remove_stale_builds(progress)
         build_s = _build(target, spec, dist, packages, progress)
         publish(image_root(), key)
     image = load()
