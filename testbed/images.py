@@ -171,14 +171,21 @@ def _mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+# PID 1 of a step's namespace: runs the step as its child and exits with its status. The
+# step must not be PID 1 itself: the kernel clears a process's parent-death signal when
+# it changes credentials, and apt-get does, so an apt-get that was PID 1 outlived a
+# killed build (measured) and kept its namespace, and with it the build's mounts, alive.
+STEP_INIT = '"$@"\nexit $?'
+
+
 def isolated(argv: Sequence[str]) -> list[str]:
     """``argv`` in a private mount namespace and a PID namespace of its own (pure).
 
     Mounts made inside never reach the host and are dropped by the kernel when the
     namespace's last process exits. setpriv gives unshare a parent-death signal, so the
     step dies with the build process even when that is killed with SIGKILL; unshare's
-    --kill-child then kills the namespace's first process, and the kernel every other
-    process in the PID namespace (dpkg, maintainer scripts).
+    --kill-child then kills the namespace's PID 1 (a shell that only waits for the step),
+    and the kernel every other process in the namespace (dpkg, maintainer scripts).
     """
     return [
         "setpriv",
@@ -193,6 +200,10 @@ def isolated(argv: Sequence[str]) -> list[str]:
         "--fork",
         "--kill-child",
         "--",
+        "sh",
+        "-c",
+        STEP_INIT,
+        "edgetb-step",
         *argv,
     ]
 

@@ -19,12 +19,22 @@ def test_isolated_wraps_a_command_in_its_own_mount_and_pid_namespace():
     argv = ["debootstrap", "--variant=minbase", "bookworm", "/r o o t"]
     cmd = images.isolated(argv)
     assert cmd[: cmd.index("--") + 1] == ["setpriv", "--pdeathsig", "KILL", "--"]
-    unshare = cmd[cmd.index("--") + 1 : len(PREFIX)]
+    unshare = cmd[cmd.index("--") + 1 : cmd.index("sh")]
     assert unshare[0] == "unshare" and unshare[-1] == "--"
     for option in ("--mount", "--pid", "--fork", "--kill-child"):
         assert option in unshare
     assert unshare[unshare.index("--propagation") + 1] == "private"
     assert cmd[len(PREFIX) :] == argv  # the command itself, untouched
+
+
+def test_the_namespace_init_runs_the_step_and_returns_its_status(tmp_path):
+    init = PREFIX[PREFIX.index("sh") :]  # what runs as PID 1 inside the namespace
+    out = subprocess.run(
+        [*init, "sh", "-c", 'printf "%s|" "$@"; exit 7', "step", "a b", "$HOME"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 7 and out.stdout == "a b|$HOME|"
 
 
 def fake_tools(tmp_path: Path, failing: str = "") -> tuple[Path, dict]:
@@ -99,9 +109,10 @@ def mount_points() -> set[str]:
 
 @pytest.mark.root
 def test_an_isolated_mount_stays_private_and_dies_with_a_killed_builder(tmp_path):
-    """A stand-in builder starts an isolated step that mounts a tmpfs and sleeps, and is
-    then killed with SIGKILL: the host never sees the mount, and the step's processes
-    are gone right after."""
+    """A stand-in builder starts an isolated step that mounts a tmpfs, then changes its
+    credentials (as apt-get does, which clears a process's parent-death signal) and
+    sleeps; the builder is killed with SIGKILL: the host never sees the mount, and the
+    step's processes are gone right after."""
     target = tmp_path / "rootfs-proc"
     target.mkdir()
     ready = tmp_path / "ready"
@@ -113,7 +124,7 @@ def test_an_isolated_mount_stays_private_and_dies_with_a_killed_builder(tmp_path
             "sh",
             "-c",
             f"mount -t tmpfs edgetb-test {target} && touch {target}/inside && touch {ready} "
-            f"&& sleep {token}; true",
+            f"&& exec setpriv --regid=65534 --clear-groups sleep {token}",
         ]
     )
     builder = subprocess.Popen(
@@ -128,8 +139,7 @@ def test_an_isolated_mount_stays_private_and_dies_with_a_killed_builder(tmp_path
         while not ready.exists():
             assert time.monotonic() < deadline, "the isolated step did not start"
             time.sleep(0.05)
-        # builder, unshare, the shell and the sleep (setpriv became unshare)
-        assert len(processes_with(token)) == 4
+        assert processes_with(token)  # builder, unshare, the namespace's init, the sleep
         assert str(target) not in mount_points()  # the step's mount is not the host's
         assert not (target / "inside").exists()
         builder.send_signal(signal.SIGKILL)
