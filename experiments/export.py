@@ -33,7 +33,7 @@ def export(
     """Export the store in ``directory``; returns the files written."""
     if fmt not in FORMATS:
         raise TestbedError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    store = Store(directory, create=False)
+    store = Store(directory, read_only=True)
     try:
         if run_id is not None:
             store.run(run_id)  # raises for an unknown run
