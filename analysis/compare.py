@@ -22,7 +22,7 @@ from typing import Any
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
-from .results import Results, load
+from .results import Results, add_run_option, load, run_ids
 from .stats import mean_rtt, slopes, spearman, std_across_nodes
 
 PAPER_STD_CLAIM_MS = 1.5
@@ -98,7 +98,12 @@ def compare(results: Results) -> dict[str, Any]:
     if rf3:
         worst = max(rf3.values())
         claim = {"std_ms_by_latency": rf3, "max_std_ms": worst, "holds": worst < PAPER_STD_CLAIM_MS}
-    return {"consistency_level": cl, "groups": groups, "rf3_std_across_nodes": claim}
+    return {
+        "runs": results.run_ids,
+        "consistency_level": cl,
+        "groups": groups,
+        "rf3_std_across_nodes": claim,
+    }
 
 
 def format_text(data: dict[str, Any]) -> str:
@@ -106,6 +111,7 @@ def format_text(data: dict[str, Any]) -> str:
         f"Measured write RTT vs φ ({data['consistency_level']}, round-robin "
         f"coordinators). slope: ms of RTT per ms of one-way latency (least squares);",
         "excess: slope minus the same RF's slope at the lowest loss measured.",
+        f"Runs: {', '.join(data['runs'])}",
         "",
     ]
     for g in data["groups"]:
@@ -151,11 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m analysis.compare", description="Compare measured RTT with φ's predictions."
     )
     p.add_argument("results", help="results directory (holds results.sqlite)")
-    p.add_argument("--run", help="only this run id (default: every run, pooled)")
+    add_run_option(p)
     p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
     args = p.parse_args(argv)
     try:
-        results = load(args.results, args.run)
+        results = load(args.results, run_ids(args.run))
+        print(results.describe())
         data = compare(results)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)

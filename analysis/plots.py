@@ -6,12 +6,14 @@ Writes to RESULTS_DIR/analysis/ (PNG and SVG of each):
 - ``high_rf_n{N}``: the average of RF 3-5 vs latency, one line per loss (Figure 4);
 - ``phi_vs_excess``: φ of each (nodes, RF) against the RTT that loss added to it (mean
   over latencies of RTT at loss p minus RTT at the lowest loss measured).
+Figures of an earlier call are removed first; ``figures.json`` names the runs drawn.
 Then refreshes the HTML report (analysis.report).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections import defaultdict
@@ -27,10 +29,12 @@ import numpy as np  # noqa: E402
 from testbed.errors import TestbedError  # noqa: E402
 
 from . import phi as phi_mod  # noqa: E402
-from .results import Results, load  # noqa: E402
+from .results import Results, add_run_option, load, run_ids  # noqa: E402
 from .stats import cell_stats, high_rf_average, mean_rtt, pooled  # noqa: E402
 
 FORMATS = ("png", "svg")
+FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess")
+FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:
@@ -189,9 +193,19 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
 
 
 def make_all(results: Results) -> list[dict[str, Any]]:
+    """Every figure of ``results`` into its output directory, replacing those of an
+    earlier call (which may have drawn other runs, or other node counts and losses)."""
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    return rtt_vs_latency(results, out) + high_rf(results, out) + phi_vs_excess(results, out)
+    (out / FIGURES_INDEX).unlink(missing_ok=True)
+    for pattern in FIGURE_GLOBS:
+        for fmt in FORMATS:
+            for old in out.glob(f"{pattern}.{fmt}"):
+                old.unlink()
+    made = rtt_vs_latency(results, out) + high_rf(results, out) + phi_vs_excess(results, out)
+    index = {"runs": results.run_ids, "figures": [m["name"] for m in made]}
+    (out / FIGURES_INDEX).write_text(json.dumps(index, indent=1))
+    return made
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,14 +213,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m analysis.plots", description="Regenerate the figures from stored results."
     )
     p.add_argument("results", help="results directory (holds results.sqlite)")
-    p.add_argument("--run", help="only this run id (default: every run, pooled)")
+    add_run_option(p)
     p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
     args = p.parse_args(argv)
     t0 = time.monotonic()
     try:
-        results = load(args.results, args.run)
+        results = load(args.results, run_ids(args.run))
+        print(results.describe())
         if not results.cells:
-            raise TestbedError(f"{args.results} holds no measured cells yet")
+            raise TestbedError(
+                f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
+            )
         made = make_all(results)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,9 +1,11 @@
 """`python -m analysis.report RESULTS_DIR`: one static HTML page next to the results.
 
-RESULTS_DIR/report.html shows the figures (from RESULTS_DIR/analysis, made by
-analysis.plots), the φ table, the comparison (analysis.compare), per-cell statistics,
-the paper's slope and spread checks, and every run's manifest. It only links files
-inside RESULTS_DIR, so the directory can be copied or published as is.
+RESULTS_DIR/report.html shows which runs it describes, the figures (from
+RESULTS_DIR/analysis, made by analysis.plots), the φ table, the comparison
+(analysis.compare), per-cell statistics, the paper's slope and spread checks, and the
+manifest of each run used. Figures and comparison are shown only when they were made from
+the same runs as the report. It only links files inside RESULTS_DIR, so the directory can
+be copied or published as is.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
-from .results import Results, load
+from .results import Results, add_run_option, load, run_ids
 from .stats import per_cell, slopes, std_across_nodes
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
@@ -46,31 +48,48 @@ def _table(rows: list[dict], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _made_from(index: Path, runs: list[str]) -> dict | None:
+    """An analysis output's JSON (figures.json, compare.json) if it describes ``runs``."""
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("runs") == runs else None
+
+
 def write_report(results: Results) -> Path:
     out = results.directory / "report.html"
-    figures = sorted(results.output_dir.glob("*.png")) if results.output_dir.is_dir() else []
+    runs = results.run_ids
+    rerun = " ".join(f"--run {r}" for r in runs)
+    index = _made_from(results.output_dir / "figures.json", runs)
     parts = [
         f"<!doctype html><meta charset='utf-8'><title>Edge testbed results</title>"
         f"<style>{CSS}</style><h1>Cassandra writes on an emulated edge network</h1>"
         f"<p>Results in <code>{html.escape(str(results.directory.resolve()))}</code>: "
         f"{len(results.cells)} cells, {sum(len(c['rtt_ms']) for c in results.cells)} "
-        f"requests, {len(results.runs)} run(s). Generated "
+        f"requests of {len(runs)} run(s) ({html.escape(results.selection)}): "
+        f"{html.escape(', '.join(runs))}. Generated "
         f"{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>"
     ]
+    if results.others:
+        parts.append(
+            f"<p>Not included: {html.escape(', '.join(results.others))} "
+            f"(<code>--run RUN_ID</code> chooses runs).</p>"
+        )
     parts.append("<h2>Figures</h2>")
-    if figures:
-        for f in figures:
-            rel = f.relative_to(results.directory)
+    if index and index.get("figures"):
+        for name in sorted(index["figures"]):
+            rel = (results.output_dir / f"{name}.png").relative_to(results.directory)
             svg = rel.with_suffix(".svg")
             parts.append(
                 f"<figure><a href='{html.escape(str(svg))}'><img src="
-                f"'{html.escape(str(rel))}' alt='{html.escape(f.stem)}'></a>"
-                f"<figcaption>{html.escape(f.stem)}</figcaption></figure>"
+                f"'{html.escape(str(rel))}' alt='{html.escape(name)}'></a>"
+                f"<figcaption>{html.escape(name)}</figcaption></figure>"
             )
     else:
         parts.append(
-            "<p>No figures yet: run <code>python -m analysis.plots "
-            f"{html.escape(str(results.directory))}</code>.</p>"
+            "<p>No figures of these runs yet: run <code>python -m analysis.plots "
+            f"{html.escape(str(results.directory))} {html.escape(rerun)}</code>.</p>"
         )
     nodes = sorted({c["nodes"] for c in results.cells}) or [3, 4, 5]
     levels = sorted({c["cl"] for c in results.cells}) or ["LOCAL_QUORUM"]
@@ -81,8 +100,9 @@ def write_report(results: Results) -> Path:
     parts.append("<h2>Measured RTT vs φ</h2>")
     parts.append(
         f"<pre>{html.escape(compare_txt.read_text())}</pre>"
-        if compare_txt.is_file()
-        else "<p>Run <code>python -m analysis.compare</code> to add it.</p>"
+        if compare_txt.is_file() and _made_from(results.output_dir / "compare.json", runs)
+        else f"<p>Run <code>python -m analysis.compare {html.escape(str(results.directory))} "
+        f"{html.escape(rerun)}</code> to add it.</p>"
     )
     slope_rows = [
         {
@@ -124,7 +144,8 @@ def write_report(results: Results) -> Path:
         "<details><summary><b>Per-cell statistics</b> (ms)</summary>"
         + _table(
             cell_rows,
-            [
+            ["run_id"] * (len(runs) > 1)
+            + [
                 "nodes",
                 "rf",
                 "latency_ms",
@@ -143,7 +164,7 @@ def write_report(results: Results) -> Path:
         )
         + "</details>"
     )
-    parts.append("<h2>Runs</h2>")
+    parts.append("<h2>Runs used</h2>")
     for run in results.runs:
         described = json.dumps({"config": run["config"], "manifest": run["manifest"]}, indent=1)
         parts.append(
@@ -161,10 +182,12 @@ def write_report(results: Results) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.report")
     p.add_argument("results", help="results directory (holds results.sqlite)")
-    p.add_argument("--run", help="only this run id")
+    add_run_option(p)
     args = p.parse_args(argv)
     try:
-        print(write_report(load(args.results, args.run)))
+        results = load(args.results, run_ids(args.run))
+        print(results.describe())
+        print(write_report(results))
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,99 +1,137 @@
-"""Load a results directory for analysis: cells with their RTT arrays, and run manifests.
+"""Load a results directory for analysis: the runs chosen, their cells with RTT arrays.
 
 Reads the store written by the sweep (experiments/store.py) read-only; needs no testbed.
+Runs are chosen deliberately (``select_runs``), never pooled by accident: by default the
+newest complete run and every other complete run of the same configuration (the same
+fingerprint, e.g. a ``--new-run`` repetition); otherwise exactly the runs named, which may
+be incomplete.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
+import argparse
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.store import DB_NAME
+from experiments.store import RunInfo, Store
 from testbed.errors import ConfigError
+
+DEFAULT_SELECTION = "the newest complete run and every complete run of its configuration"
 
 
 @dataclass
 class Results:
     directory: Path
     cells: list[dict[str, Any]]  # cell columns + rtt_ms, cir (arrays), errors, error_types
-    runs: list[dict[str, Any]]  # run_id, status, config, manifest
+    runs: list[dict[str, Any]]  # the runs used: run_id, fingerprint, status, config, ...
+    selection: str = "named"  # how the runs were chosen
+    others: tuple[str, ...] = ()  # "RUN (status)" of each run in the store not used
 
     @property
     def output_dir(self) -> Path:
         """Where analysis writes its figures and tables (DIR/analysis)."""
         return self.directory / "analysis"
 
+    @property
+    def run_ids(self) -> list[str]:
+        return [r["run_id"] for r in self.runs]
 
-def load(directory: str | Path, run_id: str | None = None) -> Results:
-    """Every stored cell (of one run, or of all runs) with its requests as arrays."""
-    directory = Path(directory)
-    path = directory / DB_NAME
-    if not path.is_file():
-        raise ConfigError(
-            f"no results in {directory} (expected {DB_NAME}; run "
-            f"`python -m experiments.sweep --out {directory}` first)"
-        )
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        where, args = ("WHERE run_id=?", (run_id,)) if run_id else ("", ())
-        runs = [
-            {
-                "run_id": r[0],
-                "status": r[1],
-                "config": json.loads(r[2]),
-                "manifest": json.loads(r[3]),
-                "started": r[4],
-                "finished": r[5],
-            }
-            for r in con.execute(
-                "SELECT run_id, status, config, manifest, started, "
-                f"finished FROM runs {where} ORDER BY started",
-                args,
+    def describe(self) -> str:
+        """Which runs this analysis uses and why, for the user (a few lines)."""
+        count = defaultdict(int)
+        for c in self.cells:
+            count[c["run_id"]] += 1
+        lines = [f"runs used ({self.selection}):"]
+        for r in self.runs:
+            lines.append(
+                f"  {r['run_id']}  {r['status']}, {r['config'].get('name', '?')!r}, "
+                f"{count[r['run_id']]} cells, configuration {r['fingerprint'][:8]}"
             )
-        ]
-        if run_id and not runs:
-            raise ConfigError(f"no run {run_id!r} in {path}")
-        cells = {}
-        for r in con.execute(
-            "SELECT run_id, cell_id, nodes, rf, cl, policy, profile, latency_ms, loss_pct, "
-            f"repetition, writes, shaping FROM cells {where} ORDER BY started",
-            args,
-        ):
-            cells[(r[0], r[1])] = {
-                "run_id": r[0],
-                "cell_id": r[1],
-                "nodes": r[2],
-                "rf": r[3],
-                "cl": r[4],
-                "policy": r[5],
-                "profile": r[6],
-                "latency_ms": r[7],
-                "loss_pct": r[8],
-                "repetition": r[9],
-                "writes": r[10],
-                "shaping": json.loads(r[11]),
-            }
+        if len({r["fingerprint"] for r in self.runs}) > 1:
+            lines.append("  note: these runs have different configurations; their cells are pooled")
+        if self.others:
+            shown = ", ".join(self.others[-5:])
+            more = f" and {len(self.others) - 5} earlier" if len(self.others) > 5 else ""
+            lines.append(f"not used: {shown}{more}; choose runs with --run RUN_ID")
+        return "\n".join(lines)
+
+
+def select_runs(
+    runs: Sequence[RunInfo], named: Sequence[str] | None, where: object
+) -> tuple[list[RunInfo], str]:
+    """The runs to analyse and a phrase saying why (pure).
+
+    ``named``: exactly those runs, in that order, whatever their status. None: the newest
+    complete run (by finishing time) and every complete run with its fingerprint. Raises
+    ConfigError for an unknown run, or when no run is complete.
+    """
+    by_id = {r.run_id: r for r in runs}
+    listing = ", ".join(f"{r.run_id} ({r.status})" for r in runs[-5:]) or "none"
+    if named is not None:
+        unknown = [n for n in named if n not in by_id]
+        if unknown:
+            raise ConfigError(f"no run {unknown[0]!r} in {where} (runs: {listing})")
+        return [by_id[n] for n in dict.fromkeys(named)], "named"
+    complete = [r for r in runs if r.status == "complete"]
+    if not complete:
+        if not runs:
+            raise ConfigError(f"no runs in {where} yet")
+        raise ConfigError(
+            f"no complete run in {where} (runs: {listing}); name one with --run RUN_ID "
+            f"to analyse it as it is"
+        )
+    newest = max(complete, key=lambda r: (r.finished or r.started, r.started))
+    chosen = [r for r in complete if r.fingerprint == newest.fingerprint]
+    reason = "the newest complete run"
+    if len(chosen) > 1:
+        reason = DEFAULT_SELECTION
+    return chosen, reason
+
+
+def add_run_option(parser: argparse.ArgumentParser) -> None:
+    """The analysis CLIs' ``--run RUN_ID`` (repeatable, or a comma-separated list)."""
+    parser.add_argument(
+        "--run",
+        action="append",
+        metavar="RUN_ID",
+        help="analyse this run (repeatable or comma-separated; incomplete runs too). "
+        "Default: the newest complete run and every complete run of its configuration",
+    )
+
+
+def run_ids(values: Sequence[str] | None) -> list[str] | None:
+    """The run ids of ``--run`` options (None when none was given)."""
+    if values is None:
+        return None
+    ids = [v.strip() for value in values for v in value.split(",")]
+    if not all(ids):
+        raise ConfigError(f"--run {','.join(values)!r}: empty run id (RUN_ID[,RUN_ID...])")
+    return list(dict.fromkeys(ids))
+
+
+def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Results:
+    """The chosen runs' cells with their requests as arrays (see ``select_runs``)."""
+    directory = Path(directory)
+    named = [runs] if isinstance(runs, str) else runs
+    with Store(directory, read_only=True) as store:
+        all_runs = store.runs()
+        chosen, selection = select_runs(all_runs, named, directory)
+        ids = [r.run_id for r in chosen]
+        cells = {(c["run_id"], c["cell_id"]): c for c in store.cells(ids)}
         rtts: dict[tuple, list] = defaultdict(list)
         cirs: dict[tuple, list] = defaultdict(list)
         errors: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for run, cell, rtt, cir, err in con.execute(
-            f"SELECT run_id, cell_id, rtt_ns, coordinator_is_replica, error FROM requests "
-            f"{where} ORDER BY run_id, cell_id, seq",
-            args,
-        ):
+        for run, cell, rtt, cir, err in store.iter_outcomes(ids):
             key = (run, cell)
             rtts[key].append(rtt)
             cirs[key].append(-1 if cir is None else cir)
             if err is not None:
                 errors[key][err] += 1
-    finally:
-        con.close()
     out = []
     for key, cell in cells.items():
         cell["rtt_ms"] = np.asarray(rtts[key], dtype=float) / 1e6
@@ -101,4 +139,17 @@ def load(directory: str | Path, run_id: str | None = None) -> Results:
         cell["error_types"] = dict(errors[key])
         cell["errors"] = sum(errors[key].values())
         out.append(cell)
-    return Results(directory, out, runs)
+    used = [
+        {
+            "run_id": r.run_id,
+            "fingerprint": r.fingerprint,
+            "status": r.status,
+            "config": r.config,
+            "manifest": r.manifest,
+            "started": r.started,
+            "finished": r.finished,
+        }
+        for r in chosen
+    ]
+    others = tuple(f"{r.run_id} ({r.status})" for r in all_runs if r.run_id not in ids)
+    return Results(directory, out, used, selection, others)

@@ -120,6 +120,7 @@ def per_cell(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for c in cells:
         row = {k: c[k] for k in ("nodes", "rf", "latency_ms", "loss_pct")}
+        row["run_id"] = c.get("run_id")
         row["repetition"] = c.get("repetition", 1)
         row.update(cell_stats(c["rtt_ms"], int(c.get("errors", 0))))
         out.append(row)

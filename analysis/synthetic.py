@@ -32,7 +32,10 @@ def make_store(
     sd_ms: float = 2.0,
     seed: int = 0,
     run_id: str = "synthetic",
+    fingerprint: str = "synthetic",
+    status: str = "complete",
 ) -> Path:
+    """A store in ``directory`` (made, or added to) holding one run of the given grid."""
     rng = random.Random(seed)
     store = Store(directory)
     config = {
@@ -43,7 +46,7 @@ def make_store(
         "cl": "LOCAL_QUORUM",
         "name": "synthetic",
     }
-    store.begin_run(run_id, "synthetic", "synthetic", config, {"synthetic": True})
+    store.begin_run(run_id, fingerprint, "synthetic", config, {"synthetic": True})
     t = time.time()
     for n in nodes:
         names = [f"e{i}" for i in range(n)]
@@ -93,6 +96,6 @@ def make_store(
                         reqs,
                     )
                     t += 1
-    store.set_status(run_id, "complete")
+    store.set_status(run_id, status)
     store.close()
     return Path(directory)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from testbed.errors import TestbedError
 
-from .store import CELL_COLUMNS, Store
+from .store import CELL_COLUMNS, COLUMN_TYPES, Store
 
 FORMATS = ("csv", "parquet")
-CHUNK = 100_000
+CHUNK_ROWS = 100_000  # rows per Parquet row group (bounds the memory an export needs)
 
 
 def export(
@@ -27,11 +27,13 @@ def export(
     fmt: str = "csv",
     run_id: str | None = None,
     out: str | Path | None = None,
+    *,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> dict[str, Path]:
     """Export the store in ``directory``; returns the files written."""
     if fmt not in FORMATS:
         raise TestbedError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    store = Store(directory, create=False)
+    store = Store(directory, read_only=True)
     try:
         if run_id is not None:
             store.run(run_id)  # raises for an unknown run
@@ -39,12 +41,14 @@ def export(
         target.mkdir(parents=True, exist_ok=True)
         written = {}
         rows = store.iter_request_rows(run_id)
-        written["requests"] = _write(target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows)
+        written["requests"] = _write(
+            target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
+        )
         cells = store.cells(run_id)
         cell_rows = (
             [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
         )
-        written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows)
+        written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
         runs = [
             {
                 "run_id": r.run_id,
@@ -64,7 +68,15 @@ def export(
         store.close()
 
 
-def _write(path: Path, fmt: str, columns: Sequence[str], rows) -> Path:
+def arrow_schema(columns: Sequence[str]):
+    """The Parquet schema of ``columns``, from the store's column types."""
+    import pyarrow as pa
+
+    types = {"text": pa.string(), "integer": pa.int64(), "real": pa.float64()}
+    return pa.schema([(c, types[COLUMN_TYPES[c]]) for c in columns])
+
+
+def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) -> Path:
     tmp = path.with_suffix(path.suffix + ".tmp")
     if fmt == "csv":
         with open(tmp, "w", newline="") as f:
@@ -75,24 +87,21 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows) -> Path:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        writer = None
+        schema = arrow_schema(columns)
         batch: list[tuple] = []
+        with pq.ParquetWriter(tmp, schema) as writer:
 
-        def flush() -> None:
-            nonlocal writer
-            table = pa.table({c: [r[i] for r in batch] for i, c in enumerate(columns)})
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema)
-            writer.write_table(table.cast(writer.schema))
-            batch.clear()
+            def flush() -> None:
+                data = {c: [r[i] for r in batch] for i, c in enumerate(columns)}
+                writer.write_table(pa.table(data, schema=schema))
+                batch.clear()
 
-        for row in rows:
-            batch.append(tuple(row))
-            if len(batch) >= CHUNK:
+            for row in rows:
+                batch.append(tuple(row))
+                if len(batch) >= chunk_rows:
+                    flush()
+            if batch:
                 flush()
-        if batch or writer is None:
-            flush()
-        writer.close()
     tmp.replace(path)
     return path
 

@@ -6,6 +6,9 @@ Tables (see ``SCHEMA``): ``runs`` (one per sweep execution: config, manifest, st
 can remove what a killed one left). A cell and its requests are committed in one
 transaction: a cell is stored whole or not at all, so a run killed mid-cell resumes by
 redoing only that cell.
+
+The file is in WAL mode: readers (analysis, export, a test polling the store) never block
+the sweep's commits and are never blocked by them. Every SQL statement lives here.
 """
 
 from __future__ import annotations
@@ -14,14 +17,18 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ConfigError, StateError
+from testbed.errors import ConfigError, StateError, StoreFullError
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 1
+# How long a statement waits for another connection's lock before failing. In WAL mode
+# only writers wait for each other (two sweeps on one directory); readers never wait.
+BUSY_TIMEOUT_S = 30.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -111,6 +118,38 @@ REQUEST_COLUMNS = (
 )
 
 
+# The type of every column of cells and requests (as SCHEMA declares it): exports write
+# these types whatever values a chunk of rows happens to hold (an error column that is
+# NULL in every request of a chunk is still text).
+COLUMN_TYPES = {
+    "run_id": "text",
+    "cell_id": "text",
+    "nodes": "integer",
+    "rf": "integer",
+    "cl": "text",
+    "policy": "text",
+    "profile": "text",
+    "latency_ms": "real",
+    "loss_pct": "real",
+    "repetition": "integer",
+    "writes": "integer",
+    "warmup": "integer",
+    "key_seed": "text",
+    "shaping": "text",
+    "testbed_run": "text",
+    "started": "real",
+    "finished": "real",
+    "seq": "integer",
+    "key": "text",
+    "coordinator": "text",
+    "replicas": "text",
+    "coordinator_is_replica": "integer",
+    "rtt_ns": "integer",
+    "error": "text",
+    "t_start_ns": "integer",
+}
+
+
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str
@@ -125,24 +164,70 @@ class RunInfo:
 class Store:
     """A results directory's SQLite store. Safe against kill -9 (SQLite transactions)."""
 
-    def __init__(self, directory: str | Path, *, create: bool = True):
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        create: bool = True,
+        read_only: bool = False,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        max_pages: int | None = None,
+    ):
+        """Open (or, with ``create``, make) the store in ``directory``.
+
+        ``read_only`` opens an existing store for reading (analysis, export): it writes
+        nothing. ``max_pages`` caps the database's size in pages, so tests can reach
+        "database or disk is full" without filling a disk. Raises ConfigError when there
+        is no store and ``create`` is false (or ``read_only``), StateError on a schema
+        this code does not write.
+        """
         self.dir = Path(directory)
         self.path = self.dir / DB_NAME
         if not self.path.is_file():
-            if not create:
-                raise ConfigError(f"no results in {self.dir} (expected {DB_NAME})")
-            self.dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.execute("PRAGMA foreign_keys = ON")
-        with self.db:
-            self.db.executescript(SCHEMA)
-            row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise StateError(
-                    f"{self.path} has schema {row[0]}, this tool writes {SCHEMA_VERSION}"
+            if read_only or not create:
+                raise ConfigError(
+                    f"no results in {self.dir} (expected {DB_NAME}; run "
+                    f"`python -m experiments.sweep --out {self.dir}` first)"
                 )
+            self.dir.mkdir(parents=True, exist_ok=True)
+        if read_only:
+            self.db = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s
+            )
+        else:
+            self.db = sqlite3.connect(self.path, timeout=busy_timeout_s)
+            # Persistent in the file: every later connection, reader or writer, uses WAL.
+            self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        if max_pages is not None:
+            self.db.execute(f"PRAGMA max_page_count = {int(max_pages)}")
+        if not read_only:
+            with self._writing():
+                self.db.executescript(SCHEMA)
+                if self._schema_version() is None:
+                    self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        version = self._schema_version()
+        if version != SCHEMA_VERSION:
+            self.db.close()
+            raise StateError(f"{self.path} has schema {version}, this tool writes {SCHEMA_VERSION}")
+
+    def _schema_version(self) -> int | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        return None if row is None else int(row[0])
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction: committed whole or rolled back. A full disk or database
+        (SQLITE_FULL, on a statement or on the commit) becomes StoreFullError."""
+        try:
+            with self.db:  # commits, or rolls back on an exception (also a failed commit)
+                yield
+        except sqlite3.OperationalError as exc:
+            if self.db.in_transaction:
+                self.db.rollback()
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                raise StoreFullError(self.dir, str(exc)) from exc
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -158,7 +243,7 @@ class Store:
     def begin_run(
         self, run_id: str, fingerprint: str, name: str, config: dict, manifest: dict
     ) -> None:
-        with self.db:
+        with self._writing():
             self.db.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, 'running', ?, NULL)",
                 (run_id, fingerprint, name, json.dumps(config), json.dumps(manifest), time.time()),
@@ -190,14 +275,14 @@ class Store:
 
     def set_status(self, run_id: str, status: str) -> None:
         finished = time.time() if status != "running" else None
-        with self.db:
+        with self._writing():
             self.db.execute(
                 "UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, finished, run_id)
             )
 
     def update_manifest(self, run_id: str, **entries: Any) -> dict:
         """Merge ``entries`` into the run's manifest (one level deep for dict values)."""
-        with self.db:
+        with self._writing():
             (text,) = self.db.execute(
                 "SELECT manifest FROM runs WHERE run_id=?", (run_id,)
             ).fetchone()
@@ -215,14 +300,14 @@ class Store:
     # -- testbeds --------------------------------------------------------------------------
 
     def testbed_started(self, run_id: str, testbed_run: str, nodes: int) -> None:
-        with self.db:
+        with self._writing():
             self.db.execute(
                 "INSERT INTO testbeds VALUES (?, ?, ?, 'up', ?)",
                 (run_id, testbed_run, nodes, time.time()),
             )
 
     def testbed_down(self, testbed_run: str) -> None:
-        with self.db:
+        with self._writing():
             self.db.execute("UPDATE testbeds SET status='down' WHERE testbed_run=?", (testbed_run,))
 
     def testbeds_up(self) -> list[str]:
@@ -243,7 +328,7 @@ class Store:
 
     def commit_cell(self, cell: dict[str, Any], requests: Sequence[dict[str, Any]]) -> None:
         """Store a cell and all its requests atomically."""
-        with self.db:
+        with self._writing():
             self.db.execute(
                 f"INSERT INTO cells ({', '.join(CELL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
@@ -255,18 +340,25 @@ class Store:
                 ([r[c] for c in REQUEST_COLUMNS] for r in requests),
             )
 
-    def cells(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        sql = f"SELECT {', '.join(CELL_COLUMNS)} FROM cells"
-        args: tuple = ()
-        if run_id:
-            sql += " WHERE run_id=?"
-            args = (run_id,)
+    def cells(self, run_ids: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Cells of one run, of several, or (None) of every run, in the order measured."""
+        where, args = _where_runs(run_ids)
         out = []
-        for row in self.db.execute(sql + " ORDER BY started", args):
+        for row in self.db.execute(
+            f"SELECT {', '.join(CELL_COLUMNS)} FROM cells{where} ORDER BY started", args
+        ):
             cell = dict(zip(CELL_COLUMNS, row, strict=True))
             cell["shaping"] = json.loads(cell["shaping"])
             out.append(cell)
         return out
+
+    def cell_count(self, run_ids: str | Sequence[str] | None = None) -> int:
+        where, args = _where_runs(run_ids)
+        return self.db.execute(f"SELECT COUNT(*) FROM cells{where}", args).fetchone()[0]
+
+    def request_count(self, run_ids: str | Sequence[str] | None = None) -> int:
+        where, args = _where_runs(run_ids)
+        return self.db.execute(f"SELECT COUNT(*) FROM requests{where}", args).fetchone()[0]
 
     def rtts_ns(self, run_id: str, cell_id: str) -> list[int]:
         return [
@@ -283,6 +375,25 @@ class Store:
             (run_id, cell_id),
         ).fetchone()
         return n
+
+    def coordinator_is_replica_share(self, run_id: str, cell_id: str) -> float | None:
+        """The share of a cell's requests whose coordinator held a replica (None when no
+        request of it reached a coordinator)."""
+        (share,) = self.db.execute(
+            "SELECT AVG(coordinator_is_replica) FROM requests WHERE run_id=? AND cell_id=?",
+            (run_id, cell_id),
+        ).fetchone()
+        return share
+
+    def iter_outcomes(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
+        """(run_id, cell_id, rtt_ns, coordinator_is_replica, error) per request, ordered by
+        run, cell and sequence number: what analysis needs of each request."""
+        where, args = _where_runs(run_ids)
+        yield from self.db.execute(
+            "SELECT run_id, cell_id, rtt_ns, coordinator_is_replica, error FROM requests"
+            f"{where} ORDER BY run_id, cell_id, seq",
+            args,
+        )
 
     def total_rtt_ns(self, run_id: str) -> int:
         (total,) = self.db.execute(
@@ -313,16 +424,22 @@ class Store:
         "t_start_ns",
     )
 
-    def iter_request_rows(self, run_id: str | None = None) -> Iterator[tuple]:
+    def iter_request_rows(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
         """One tuple per request, joined with its cell (EXPORT_COLUMNS order)."""
-        sql = (
+        where, args = _where_runs(run_ids, "r.run_id")
+        yield from self.db.execute(
             "SELECT r.run_id, r.cell_id, c.nodes, c.rf, c.cl, c.policy, c.profile, "
             "c.latency_ms, c.loss_pct, c.repetition, r.seq, r.key, r.coordinator, "
             "r.replicas, r.coordinator_is_replica, r.rtt_ns, r.error, r.t_start_ns "
             "FROM requests r JOIN cells c ON r.run_id = c.run_id AND r.cell_id = c.cell_id"
+            f"{where} ORDER BY c.started, r.seq",
+            args,
         )
-        args: tuple = ()
-        if run_id:
-            sql += " WHERE r.run_id=?"
-            args = (run_id,)
-        yield from self.db.execute(sql + " ORDER BY c.started, r.seq", args)
+
+
+def _where_runs(run_ids: str | Sequence[str] | None, column: str = "run_id") -> tuple[str, tuple]:
+    """A WHERE clause limiting ``column`` to the given run ids (none: every run)."""
+    if run_ids is None:
+        return "", ()
+    ids = (run_ids,) if isinstance(run_ids, str) else tuple(run_ids)
+    return f" WHERE {column} IN ({', '.join('?' * len(ids))})", ids

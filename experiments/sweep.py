@@ -187,10 +187,7 @@ def summary_table(store: Store, run_id: str) -> str:
     )
     for c in order:
         s = stats_ms(store.rtts_ns(run_id, c["cell_id"]))
-        cir = store.db.execute(
-            "SELECT AVG(coordinator_is_replica) FROM requests WHERE run_id=? AND cell_id=?",
-            (run_id, c["cell_id"]),
-        ).fetchone()[0]
+        cir = store.coordinator_is_replica_share(run_id, c["cell_id"])
         lines.append(
             f"{c['nodes']:>5} {c['rf']:>3} {c['latency_ms']:>6g} {c['loss_pct']:>6g} "
             f"{c['repetition']:>3} {s['n']:>6} {s['mean']:>8.2f} {s['median']:>8.2f} "

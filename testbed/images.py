@@ -16,12 +16,19 @@ sshd settings, initramfs modules); this module turns it into
 The build is keyed on every input (the files above, the kernel and JRE package versions,
 the Python pins, the Cassandra jars): an unchanged input set reuses the cached image.
 VMs never write to it: each gets a copy-on-write overlay.
+
+debootstrap and every chroot step run in a mount and PID namespace of their own
+(``isolated``): the /proc, /sys and /dev they mount inside the build root are never
+visible on the host and vanish with the namespace, and a build killed even by kill -9
+takes every process of its step with it. So a killed build never leaves a mount under
+the cache, and the host-visible tree can be deleted safely.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,46 +171,79 @@ def _mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-class _Chroot:
-    """proc/sys/dev mounted into a build root for apt's maintainer scripts; unmounted on exit."""
+# PID 1 of a step's namespace: runs the step as its child and exits with its status. The
+# step must not be PID 1 itself: the kernel clears a process's parent-death signal when
+# it changes credentials, and apt-get does, so an apt-get that was PID 1 outlived a
+# killed build (measured) and kept its namespace, and with it the build's mounts, alive.
+STEP_INIT = '"$@"\nexit $?'
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.mounted: list[Path] = []
 
-    def __enter__(self) -> _Chroot:
-        for fs, args in (
-            ("proc", ["-t", "proc", "proc"]),
-            ("sys", ["-t", "sysfs", "sys"]),
-            ("dev", ["--bind", "/dev"]),
-            ("dev/pts", ["--bind", "/dev/pts"]),
-        ):
-            target = self.root / fs
-            target.mkdir(exist_ok=True)
-            run(["mount", *args, str(target)])
-            self.mounted.append(target)
-        return self
+def isolated(argv: Sequence[str]) -> list[str]:
+    """``argv`` in a private mount namespace and a PID namespace of its own (pure).
 
-    def __exit__(self, *exc: object) -> None:
-        for target in reversed(self.mounted):
-            subprocess.run(["umount", "-l", str(target)], capture_output=True)
-        self.mounted = []
+    Mounts made inside never reach the host and are dropped by the kernel when the
+    namespace's last process exits. setpriv gives unshare a parent-death signal, so the
+    step dies with the build process even when that is killed with SIGKILL; unshare's
+    --kill-child then kills the namespace's PID 1 (a shell that only waits for the step),
+    and the kernel every other process in the namespace (dpkg, maintainer scripts).
+    """
+    return [
+        "setpriv",
+        "--pdeathsig",
+        "KILL",
+        "--",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--",
+        "sh",
+        "-c",
+        STEP_INIT,
+        "edgetb-step",
+        *argv,
+    ]
 
-    def run(self, argv: list[str], timeout: float = 1800) -> None:
-        env = {
-            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-            "DEBIAN_FRONTEND": "noninteractive",
-            "LC_ALL": "C",
-            "HOME": "/root",
-        }
-        _step(["chroot", str(self.root), *argv], timeout=timeout, env=env)
+
+# Runs inside the namespace: $1 is the build root, the rest the command for the chroot.
+# Nothing here is unmounted: the mounts end with the namespace.
+CHROOT_SCRIPT = """set -e
+root=$1
+shift
+mkdir -p "$root/proc" "$root/sys" "$root/dev"
+mount -t proc proc "$root/proc"
+mount -t sysfs sys "$root/sys"
+mount --bind /dev "$root/dev"
+mount --bind /dev/pts "$root/dev/pts"
+exec chroot "$root" "$@"
+"""
+
+CHROOT_ENV = {
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "LC_ALL": "C",
+    "HOME": "/root",
+}
+
+
+def chroot_command(root: Path, argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside ``root`` with /proc, /sys and /dev mounted for apt's maintainer
+    scripts, all in a namespace of its own (pure)."""
+    return isolated(["sh", "-c", CHROOT_SCRIPT, "edgetb-chroot", str(root), *argv])
+
+
+def _chroot(root: Path, argv: list[str], timeout: float = 1800) -> None:
+    _step(chroot_command(root, argv), timeout=timeout, env=CHROOT_ENV)
 
 
 def build(*, force: bool = False, progress=print) -> NodeImage:
     """Build (or reuse) the VM base image; returns it."""
     if os.geteuid() != 0:
         raise ConfigError("building the VM image needs root (debootstrap, chroot)")
-    for tool in ("debootstrap", "mkfs.ext4", "qemu-img"):
+    for tool in ("debootstrap", "mkfs.ext4", "qemu-img", "unshare", "setpriv"):
         if not shutil.which(tool):
             raise ConfigError(f"{tool} is missing: run `make install` (scripts/install-system.sh)")
     dist = dist_mod.install(progress=progress)
@@ -210,11 +251,32 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
     spec = inputs(dist)
     key = input_key(spec)
     target = image_root() / key
-    if not force and (target / "manifest.json").is_file():
-        publish(image_root(), key)
-        progress(f"VM image: {target} (cached)")
-        return load()
     image_root().mkdir(parents=True, exist_ok=True)
+    with _build_lock(progress):  # a build in progress finishes first (maybe this very key)
+        _remove_stale_builds(progress)
+        if not force and (target / "manifest.json").is_file():
+            publish(image_root(), key)
+            progress(f"VM image: {target} (cached)")
+            return load()
+        build_s = _build(target, spec, dist, packages, progress)
+        publish(image_root(), key)
+    image = load()
+    progress(
+        f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
+        f"built in {build_s:.0f} s"
+    )
+    return image
+
+
+def _build(
+    target: Path,
+    spec: dict,
+    dist: dist_mod.CassandraDist,
+    packages: dict[str, list[str]],
+    progress,
+) -> float:
+    """Build the image of ``spec`` into ``target``; returns the build's duration in s."""
+    key = target.name
     t0 = time.monotonic()
     progress(f"building the VM image (Debian {SUITE}, Cassandra {dist.version}); about 2 min")
     work = Path(tempfile.mkdtemp(dir=image_root(), prefix=".build-"))
@@ -237,41 +299,45 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
             timeout=900,
         )
         progress(f"  debootstrap {SUITE} ({len(packages['debootstrap'])} packages)")
+        # debootstrap mounts /proc and /sys inside the new root itself (and unmounts them
+        # only when it exits normally): isolated too.
         _step(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                "--include=" + ",".join(packages["debootstrap"]),
-                SUITE,
-                str(rootfs),
-                _mirror(),
-            ],
+            isolated(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    "--include=" + ",".join(packages["debootstrap"]),
+                    SUITE,
+                    str(rootfs),
+                    _mirror(),
+                ]
+            ),
             timeout=3600,
         )
         _configure(rootfs)
-        with _Chroot(rootfs) as chroot:
-            progress("  apt-get install " + " ".join(packages["apt"]))
-            chroot.run(
-                ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages["apt"]]
-            )
-            chroot.run(["apt-get", "clean"])
-            progress("  guest venv: " + ", ".join(GUEST_WHEELS))
-            shutil.copytree(wheels, rootfs / "tmp" / "wheels")
-            chroot.run(["python3", "-m", "venv", GUEST_VENV])
-            chroot.run(
-                [
-                    GUEST_PYTHON,
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--no-index",
-                    "--find-links",
-                    "/tmp/wheels",
-                    *GUEST_WHEELS,
-                ]
-            )
-            shutil.rmtree(rootfs / "tmp" / "wheels")
+        progress("  apt-get install " + " ".join(packages["apt"]))
+        _chroot(
+            rootfs, ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages["apt"]]
+        )
+        _chroot(rootfs, ["apt-get", "clean"])
+        progress("  guest venv: " + ", ".join(GUEST_WHEELS))
+        shutil.copytree(wheels, rootfs / "tmp" / "wheels")
+        _chroot(rootfs, ["python3", "-m", "venv", GUEST_VENV])
+        _chroot(
+            rootfs,
+            [
+                GUEST_PYTHON,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--find-links",
+                "/tmp/wheels",
+                *GUEST_WHEELS,
+            ],
+        )
+        shutil.rmtree(rootfs / "tmp" / "wheels")
         (rootfs / "etc/resolv.conf").write_text("")
         progress(f"  Cassandra {dist.version} at {dist.root}")
         shutil.copytree(
@@ -328,13 +394,7 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         staging.rename(target)
     finally:
         _remove_build_dir(work)
-    publish(image_root(), key)
-    image = load()
-    progress(
-        f"VM image: {image.root} (base.qcow2 {image.disk.stat().st_size >> 20} MB) "
-        f"built in {build_s:.0f} s"
-    )
-    return image
+    return build_s
 
 
 def _configure(rootfs: Path) -> None:
@@ -386,6 +446,28 @@ def _step(argv: list[str], *, timeout: float, env: dict[str, str] | None = None)
         raise CommandError(argv, proc.returncode, out[-4000:], "")
 
 
+@contextlib.contextmanager
+def _build_lock(progress) -> Iterator[None]:
+    """Hold the image cache's build lock (one build at a time; waits for a running one).
+    The kernel releases it when the holder dies, even by kill -9."""
+    with open(image_root() / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("another VM image build is running; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_stale_builds(progress) -> None:
+    """Delete the build directories of killed builds (called holding the build lock, so
+    none of them belongs to a live build)."""
+    for stale in sorted(image_root().glob(".build-*")):
+        if stale.is_dir() and not stale.is_symlink():
+            progress(f"  removing {stale} (left by a build that was killed)")
+            _remove_build_dir(stale)
+
+
 def _mounts_under(path: Path) -> list[str]:
     prefix = str(path.resolve()) + "/"
     with open("/proc/mounts") as f:
@@ -394,8 +476,9 @@ def _mounts_under(path: Path) -> list[str]:
 
 
 def _remove_build_dir(work: Path) -> None:
-    """Unmount whatever a build left mounted inside ``work`` (a bind of /dev above all),
-    then delete it. Never deletes through a mount point."""
+    """Unmount whatever is mounted inside ``work`` on the host (nothing, since the build
+    mounts only inside its namespaces; kept as a guard, e.g. for a build root an older
+    builder left), then delete it. Never deletes through a mount point."""
     for point in _mounts_under(work):
         subprocess.run(["umount", "-l", point], capture_output=True)
     left = _mounts_under(work)

@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from experiments.store import Store
+from testbed.errors import ConfigError
 
 from .conftest import assert_no_residue, rtt_tolerance_ms
 
@@ -68,21 +69,16 @@ def small_grid(tmp_path_factory):
 
 
 def requests_of(store, run_id):
-    rows = store.db.execute(
-        "SELECT c.rf, c.latency_ms, r.coordinator, r.replicas, r.coordinator_is_replica, "
-        "r.rtt_ns, r.error FROM requests r JOIN cells c USING (run_id, cell_id) "
-        "WHERE r.run_id=?",
-        (run_id,),
-    ).fetchall()
     by = defaultdict(list)
-    for rf, lat, coord, replicas, cir, rtt, err in rows:
-        by[(rf, lat)].append(
+    for values in store.iter_request_rows(run_id):  # each cell's requests in send order
+        r = dict(zip(Store.EXPORT_COLUMNS, values, strict=True))
+        by[(r["rf"], r["latency_ms"])].append(
             {
-                "coordinator": coord,
-                "replicas": replicas.split(","),
-                "cir": cir,
-                "rtt_ms": rtt / 1e6,
-                "error": err,
+                "coordinator": r["coordinator"],
+                "replicas": r["replicas"].split(","),
+                "cir": r["coordinator_is_replica"],
+                "rtt_ms": r["rtt_ns"] / 1e6,
+                "error": r["error"],
             }
         )
     return by
@@ -239,9 +235,12 @@ def test_kill_9_mid_cell_then_resume(tmp_path):
     try:
         while time.monotonic() < deadline:  # one cell stored, the next one under way
             if db.exists():
-                with sqlite3.connect(db) as con:
-                    if con.execute("SELECT COUNT(*) FROM cells").fetchone()[0] >= 1:
-                        break
+                try:
+                    with Store(tmp_path, read_only=True) as polled:
+                        if polled.cell_count() >= 1:
+                            break
+                except (ConfigError, sqlite3.OperationalError):
+                    pass  # the sweep is still creating the store
             assert proc.poll() is None, "the sweep ended before it could be killed"
             time.sleep(0.2)
         time.sleep(1.5)
@@ -266,7 +265,6 @@ def test_kill_9_mid_cell_then_resume(tmp_path):
     assert len(cells) == 3
     for cell_id, started in first.items():  # completed cells kept as they were
         assert cells[cell_id] == started
-    (count,) = store.db.execute("SELECT COUNT(*) FROM requests").fetchone()
-    assert count == 3 * 60  # the cut-off cell redone once, nothing duplicated
+    assert store.request_count() == 3 * 60  # the cut-off cell redone once, nothing duplicated
     assert store.testbeds_up() == []
     store.close()

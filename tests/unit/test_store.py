@@ -1,13 +1,17 @@
-"""Results store: atomic cells, resume bookkeeping, export (SQLite in a temp dir)."""
+"""Results store: atomic cells, resume bookkeeping, concurrent readers, a full store,
+export (SQLite in a temp dir)."""
 
 import csv
 import json
 import sqlite3
+import threading
+import time
 
 import pytest
 
 from experiments.export import export
-from experiments.store import Store
+from experiments.store import DB_NAME, Store
+from testbed.errors import StoreFullError
 
 
 def cell(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", **extra):
@@ -65,7 +69,7 @@ def test_cell_is_committed_whole_or_not_at_all(store):
     with pytest.raises(sqlite3.IntegrityError):
         store.commit_cell(cell(), bad)
     assert store.done_cells("run1") == set()
-    assert store.db.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 0
+    assert store.request_count() == 0
     store.commit_cell(cell(), requests())
     assert store.done_cells("run1") == {"n3-rf1-l0-p0.5-r1"}
     with pytest.raises(sqlite3.IntegrityError):  # a cell cannot be stored twice
@@ -91,6 +95,80 @@ def test_manifest_merges_and_testbeds_are_tracked(store):
     assert store.testbeds_up() == ["tbA"]
     store.testbed_down("tbA")
     assert store.testbeds_up() == []
+
+
+def test_a_reader_never_blocks_a_commit_nor_sees_half_a_cell(store, tmp_path):
+    store.commit_cell(cell(), requests())
+    reader = Store(tmp_path / "res", read_only=True, busy_timeout_s=0.5)
+    rows = reader.iter_request_rows()
+    next(rows)  # the reader is now inside a read transaction
+    writer = Store(tmp_path / "res", busy_timeout_s=0.5)
+    t0 = time.monotonic()
+    # With a rollback journal this commit waits for the reader, then fails after 0.5 s
+    # with "database is locked": a long analysis query would break a running sweep.
+    writer.commit_cell(cell("n3-rf1-l20-p0.5-r1"), requests("n3-rf1-l20-p0.5-r1"))
+    assert time.monotonic() - t0 < 0.4
+    writer.close()
+    assert len(list(rows)) == 1  # its snapshot: the two requests there when it began
+    assert reader.request_count() == 4  # a new read sees the commit
+    reader.close()
+
+
+def test_a_writer_inside_a_cell_transaction_does_not_break_a_reader(store, tmp_path):
+    store.commit_cell(cell(), requests())
+    inside, release, failures = threading.Event(), threading.Event(), []
+
+    class SlowRequests:  # the cell's transaction stays open until `release`
+        def __iter__(self):
+            reqs = requests("n3-rf1-l20-p0.5-r1", n=4)
+            yield from reqs[:2]
+            inside.set()
+            release.wait(10)
+            yield from reqs[2:]
+
+    def write() -> None:
+        try:
+            with Store(tmp_path / "res", busy_timeout_s=0.5) as writer:
+                writer.commit_cell(cell("n3-rf1-l20-p0.5-r1"), SlowRequests())
+        except Exception as exc:  # reported below, in the test's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        assert inside.wait(10)
+        with Store(tmp_path / "res", read_only=True, busy_timeout_s=0.5) as reader:
+            t0 = time.monotonic()
+            assert {c["cell_id"] for c in reader.cells()} == {"n3-rf1-l0-p0.5-r1"}
+            assert reader.request_count() == 2  # nothing of the open transaction
+            assert time.monotonic() - t0 < 0.4
+    finally:
+        release.set()
+        thread.join(10)
+    assert not failures
+    assert store.request_count() == 6 and len(store.done_cells("run1")) == 2
+
+
+def test_a_full_store_is_a_clear_error_and_the_run_resumes(tmp_path):
+    directory = tmp_path / "res"
+    with Store(directory) as s:
+        s.begin_run("run1", "fp", "test", {"writes": 2}, {})
+    pages = (directory / DB_NAME).stat().st_size // 4096  # WAL checkpointed on close
+    big = "n3-rf1-l20-p0.5-r1"
+    # SQLite's own size cap raises SQLITE_FULL exactly as a full disk does.
+    with Store(directory, max_pages=pages + 2) as s:
+        s.commit_cell(cell(), requests())  # fits into the pages it has
+        with pytest.raises(StoreFullError) as info:
+            s.commit_cell(cell(big, writes=3000), requests(big, n=3000))
+        message = str(info.value)
+        assert str(directory) in message and "rerun" in message and "\n" not in message
+        assert s.done_cells("run1") == {"n3-rf1-l0-p0.5-r1"}  # no half cell
+        assert s.request_count() == 2
+        s.set_status("run1", "failed")  # the connection is still usable
+    with Store(directory) as s:  # space freed: the rerun stores the cell
+        assert s.resumable_run("fp").run_id == "run1"
+        s.commit_cell(cell(big, writes=3000), requests(big, n=3000))
+        assert s.request_count() == 3002 and s.cell_count("run1") == 2
 
 
 def test_export_csv_has_one_row_per_request(store, tmp_path):
@@ -130,6 +208,37 @@ def test_export_parquet(store, tmp_path):
     assert table.num_rows == 2
     assert table.column("rtt_ns").to_pylist() == [1_000_000, 2_000_000]
     assert table.column("error").to_pylist() == ["WriteTimeout", None]
+
+
+def test_parquet_types_come_from_the_schema_not_from_the_first_chunk(store, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    ok = requests("n3-rf1-l0-p0.5-r1", n=4)
+    for r in ok:
+        r["error"] = None
+        r["coordinator_is_replica"] = None  # no coordinator answered: NULL, as stored
+    store.commit_cell(cell(), ok)
+    later = cell("n3-rf1-l20-p0.5-r1", latency_ms=20.0, started=3.0, finished=4.0)
+    store.commit_cell(later, requests("n3-rf1-l20-p0.5-r1"))
+    # 2 rows per chunk: the first two chunks have no error at all, the third has one.
+    written = export(tmp_path / "res", "parquet", chunk_rows=2)
+    parquet = pq.ParquetFile(written["requests"])
+    assert parquet.metadata.num_row_groups == 3
+    table = parquet.read()
+    assert str(table.schema.field("error").type) == "string"
+    assert str(table.schema.field("coordinator_is_replica").type) == "int64"
+    assert table.column("error").to_pylist() == [None] * 4 + ["WriteTimeout", None]
+    assert table.column("latency_ms").to_pylist() == [0.0] * 4 + [20.0] * 2
+    cells = pq.read_table(written["cells"])
+    assert str(cells.schema.field("finished").type) == "double"
+
+
+def test_export_of_an_empty_store_is_typed_too(store, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    written = export(tmp_path / "res", "parquet")
+    table = pq.read_table(written["requests"])
+    assert table.num_rows == 0
+    assert str(table.schema.field("rtt_ns").type) == "int64"
+    assert str(table.schema.field("error").type) == "string"
 
 
 def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
