@@ -37,7 +37,7 @@ from testbed.clean import clean
 from testbed.errors import ConfigError
 
 from . import estimate
-from .config import Cell, SweepConfig, load_toml, parse_list, preset
+from .config import Cell, SweepConfig, load_toml, parse_list, parse_rf, preset
 from .progress import Progress
 from .store import Store
 from .workloads import WriteWorker
@@ -140,14 +140,11 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         raw = getattr(args, dest)
         if raw is None:
             continue
-        if kind == "rf":  # integers or k (the node count)
-            values[name] = tuple(
-                x if x.strip().lower() == "k" else parse_list(name, x, int)[0]
-                for x in raw.split(",")
-                if x.strip()
-            )
+        flag = "--" + dest.replace("_", "-")
+        if kind == "rf":  # integers, ranges or k (the node count)
+            values[name] = parse_rf(flag, raw)
         else:
-            values[name] = parse_list(name, raw, kind) if kind else raw
+            values[name] = parse_list(flag, raw, kind) if kind else raw
     if args.links:
         values["links_file"] = str(Path(args.links).resolve())
     return SweepConfig.from_dict(values)
