@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.store import check_writable_dir  # noqa: E402
 from testbed.errors import TestbedError  # noqa: E402
 
 from . import phi as phi_mod  # noqa: E402
@@ -205,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         results = load(args.results, args.run)
-        if not results.cells:
-            raise TestbedError(f"{args.results} holds no measured cells yet")
+        check_writable_dir(results.output_dir, "analysis directory")
         made = make_all(results)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from experiments.store import check_writable_dir
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
@@ -164,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", help="only this run id")
     args = p.parse_args(argv)
     try:
-        print(write_report(load(args.results, args.run)))
+        results = load(args.results, args.run)
+        check_writable_dir(results.directory)
+        print(write_report(results))
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.store import DB_NAME
+from experiments.store import DB_NAME, check_store_file
 from testbed.errors import ConfigError
 
 
@@ -34,11 +34,14 @@ def load(directory: str | Path, run_id: str | None = None) -> Results:
     """Every stored cell (of one run, or of all runs) with its requests as arrays."""
     directory = Path(directory)
     path = directory / DB_NAME
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(
             f"no results in {directory} (expected {DB_NAME}; run "
             f"`python -m experiments.sweep --out {directory}` first)"
         )
+    check_store_file(path)  # StateFileError for a file that is not a store
+    if path.stat().st_size == 0:
+        raise ConfigError(f"{path} holds no results yet")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         where, args = ("WHERE run_id=?", (run_id,)) if run_id else ("", ())
@@ -94,6 +97,10 @@ def load(directory: str | Path, run_id: str | None = None) -> Results:
                 errors[key][err] += 1
     finally:
         con.close()
+    if not cells:
+        raise ConfigError(
+            f"{path} holds no measured cells yet" + (f" for run {run_id}" if run_id else "")
+        )
     out = []
     for key, cell in cells.items():
         cell["rtt_ms"] = np.asarray(rtts[key], dtype=float) / 1e6

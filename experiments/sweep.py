@@ -39,7 +39,7 @@ from testbed.errors import ConfigError
 from . import estimate
 from .config import Cell, SweepConfig, load_toml, parse_list, parse_rf, preset
 from .progress import Progress
-from .store import Store
+from .store import DB_NAME, Store, check_store_file, check_writable_dir
 from .workloads import WriteWorker
 
 
@@ -531,6 +531,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
         config = config_from_args(args)
+        check_writable_dir(config.out, "--out")
+        if (Path(config.out) / DB_NAME).exists():
+            check_store_file(Path(config.out) / DB_NAME)
         if args.dry_run:
             print(dry_run(config))
             return 0

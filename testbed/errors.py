@@ -46,3 +46,9 @@ class PortInUseError(TestbedError):
 
 class StateError(TestbedError):
     """The on-disk run state is missing, stale or inconsistent."""
+
+
+class StateFileError(StateError, ConfigError):
+    """A file of state this tool reads (a run's state.json, a results store) that is not
+    what it writes: edited by hand, damaged, or of another version. Bad input, so the
+    CLIs answer it with exit code 2; names the file."""
