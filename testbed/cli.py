@@ -11,8 +11,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import argtypes
+from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from .cassandra import dist as dist_mod
-from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, CassandraSettings
+from .cassandra.config import (
+    DEFAULT_HEAP_MB,
+    JVM_PROFILES,
+    MIN_HEAP_MB,
+    CassandraSettings,
+    check_override,
+)
 from .cassandra.readiness import Deadlines
 from .errors import ConfigError, StateError, TestbedError
 from .state import active_run
@@ -21,12 +29,24 @@ from .topology import DEFAULT_SUBNET, MAX_EDGE_NODES, Topology
 
 
 def _yaml_override(text: str) -> tuple[str, object]:
+    """KEY=VALUE: a cassandra.yaml key a user may set and a YAML value."""
     import yaml
 
     key, sep, value = text.partition("=")
+    key = key.strip()
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), yaml.safe_load(value)
+    try:
+        check_override(key)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = str(getattr(exc, "problem", None) or "invalid YAML")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the value is not valid YAML ({problem})"
+        ) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring a testbed up and leave it running")
     up.add_argument(
         "--nodes",
-        type=int,
+        type=argtypes.integer(1, MAX_EDGE_NODES),
         default=3,
         help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)",
     )
@@ -53,17 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--inventory", metavar="FILE", help="Ansible inventory of the hosts (--backend hosts)"
     )
-    up.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
+    up.add_argument(
+        "--vm-vcpus",
+        type=argtypes.integer(1, MAX_VCPUS),
+        help="vCPUs per edge VM (libvirt; default 2)",
+    )
     up.add_argument(
         "--vm-memory",
-        type=int,
+        type=argtypes.integer(MIN_MEMORY_MB, MAX_MEMORY_MB, "MB"),
         metavar="MB",
         help="memory per edge VM in MB (libvirt; default 2048)",
     )
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet ({DEFAULT_SUBNET})")
     up.add_argument(
         "--heap-mb",
-        type=int,
+        type=argtypes.integer(MIN_HEAP_MB, unit="MB"),
         default=DEFAULT_HEAP_MB,
         help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})",
     )
@@ -86,31 +110,43 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--java", help="java binary (default: $JAVA_HOME/bin/java, then PATH)")
     up.add_argument(
         "--cql-timeout",
-        type=float,
+        type=argtypes.number(1, 86400, "s"),
         default=Deadlines.cql_s,
         help="seconds allowed for nodes to start listening for CQL",
     )
 
     st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
-    st_.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    st_.add_argument(
+        "--run", type=argtypes.run_id, help="run id (default: the newest testbed that is up)"
+    )
     st_.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     ex = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD...")
-    ex.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    ex.add_argument(
+        "--run", type=argtypes.run_id, help="run id (default: the newest testbed that is up)"
+    )
     ex.add_argument("host")
     ex.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     dn = sub.add_parser("down", help="stop Cassandra and remove the testbed")
-    dn.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    dn.add_argument(
+        "--run", type=argtypes.run_id, help="run id (default: the newest testbed that is up)"
+    )
 
     cl = sub.add_parser("clean", help="remove every leftover of any earlier run")
-    cl.add_argument("--run", help="only the leftovers of this run (default: of every run)")
+    cl.add_argument(
+        "--run",
+        type=argtypes.run_id,
+        help="only the leftovers of this run (default: of every run)",
+    )
 
     iv = sub.add_parser(
         "inventory",
         help="a run's hosts as an Ansible inventory (JSON; for ansible, or for --backend hosts)",
     )
-    iv.add_argument("--run", help="run id (default: the newest testbed that is up)")
+    iv.add_argument(
+        "--run", type=argtypes.run_id, help="run id (default: the newest testbed that is up)"
+    )
 
     ds = sub.add_parser("dist", help="the Cassandra distribution")
     ds_sub = ds.add_subparsers(dest="dist_command", required=True)
@@ -140,7 +176,13 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     topology = Topology(edge_nodes=args.nodes, subnet=args.subnet)
+    options = backend_options(args)
     settings = None
+    if args.no_cassandra and args.yaml:
+        raise ConfigError(
+            f"--yaml {'='.join(map(str, args.yaml[0]))} sets cassandra.yaml, but "
+            f"--no-cassandra starts no Cassandra"
+        )
     if not args.no_cassandra:
         settings = CassandraSettings(
             cluster_name=args.cluster_name,
@@ -163,7 +205,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         java=args.java,
         deadlines=Deadlines(cql_s=args.cql_timeout),
         progress=print,
-        backend_options=backend_options(args),
+        backend_options=options,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()
@@ -192,8 +234,8 @@ def backend_options(args: argparse.Namespace) -> dict:
         from .backends.libvirt import EDGE_SIZE
 
         opts["edge_size"] = {
-            "vcpus": args.vm_vcpus or EDGE_SIZE.vcpus,
-            "memory_mb": args.vm_memory or EDGE_SIZE.memory_mb,
+            "vcpus": EDGE_SIZE.vcpus if args.vm_vcpus is None else args.vm_vcpus,
+            "memory_mb": EDGE_SIZE.memory_mb if args.vm_memory is None else args.vm_memory,
         }
     return opts
 

@@ -85,19 +85,24 @@ class Testbed:
         self.nodes: dict[str, CassandraNode] = {}
         self.timings: dict[str, float] = {}
         self.backend_options = dict(backend_options or {})
-        # Validate everything before anything on the system changes.
+        # Validate everything before anything on the system changes: first the input alone
+        # (so bad input is named even without root), then what needs the machine.
+        cls = backend_class(backend)
+        check_options = getattr(cls, "check_options", None)
+        if check_options is not None:
+            check_options(topology, self.backend_options)
+        if cassandra is not None:
+            cassandra.check_hosts(topology)
         if os.geteuid() != 0:
             raise ConfigError(
                 f"the {backend} backend needs root (namespaces, libvirt, SSH keys of the run)"
             )
-        cls = backend_class(backend)
         validate = getattr(cls, "validate", None)
         if validate is not None:
             validate(topology, self.backend_options)
         self.java: Java | None = None
         self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
-            cassandra.check_hosts(topology)
             self.java = find_java(java)
             self.dist = dist_mod.install(progress=self.progress)
 

@@ -14,6 +14,8 @@ removes the shaping and the run's directory on every host.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -28,8 +30,10 @@ SSH_TIMEOUT_S = 60.0
 def read_inventory(path: str | Path) -> dict[str, dict]:
     """host name -> its variables, from any inventory Ansible reads (INI, YAML, JSON)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"inventory not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"inventory {path} is not a file (an INI, YAML or JSON inventory)")
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
@@ -52,12 +56,15 @@ def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, Re
     problems = []
     for h in topology.hosts:
         v = inventory[h.name]
-        ssh_address = str(v.get("ansible_host", h.name))
+        ssh_address = _ssh_host(h.name, v.get("ansible_host", h.name))
         address = str(v.get("edgetb_address", ssh_address))
         if address != h.address:
             problems.append(f"{h.name} is {address}, the topology needs {h.address}")
         found[h.name] = RemoteHost(
-            h.name, ssh_address, str(v.get("ansible_user", "root")), int(v.get("ansible_port", 22))
+            h.name,
+            ssh_address,
+            _ssh_user(h.name, v.get("ansible_user", "root")),
+            _ssh_port(h.name, v.get("ansible_port", 22)),
         )
     if problems:
         raise ConfigError(
@@ -65,6 +72,45 @@ def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, Re
             "or --subnet): " + "; ".join(problems)
         )
     return found
+
+
+# What ssh and Ansible take as a host, user and port; anything else (a value starting with
+# "-" would be read by ssh as an option) is refused.
+_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+
+
+def _ssh_host(name: str, value: object) -> str:
+    text = str(value)
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if not _HOST_RE.match(text):
+        raise ConfigError(
+            f"inventory host {name}: ansible_host {text!r} is not a host name or IP address"
+        )
+    return text
+
+
+def _ssh_user(name: str, value: object) -> str:
+    text = str(value)
+    if not _USER_RE.match(text):
+        raise ConfigError(
+            f"inventory host {name}: ansible_user {text!r} is not a user name (letters, "
+            f"digits, '_', '.', '-'; not starting with '-')"
+        )
+    return text
+
+
+def _ssh_port(name: str, value: object) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ConfigError(
+            f"inventory host {name}: ansible_port {value!r} is not a port (an integer "
+            f"from 1 to 65535)"
+        )
+    return int(text)
 
 
 def inventory_key(inventory: dict[str, dict]) -> Path | None:
@@ -104,7 +150,8 @@ class HostsBackend(remote.RemoteBackend):
         self.ssh = SSH(state.run_id, state.run_dir / "ssh", key)
 
     @staticmethod
-    def validate(topology: Topology, options: dict) -> None:
+    def check_options(topology: Topology, options: dict) -> None:
+        """The inventory and its key, read and checked (no system change, no root)."""
         _, _, key = load(topology, options)
         if not key.is_file():
             raise ConfigError(f"SSH key of the inventory not found: {key}")

@@ -158,23 +158,61 @@ def test_hosts_inventory_must_match_the_topology(tmp_path):
         "e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key)},
         "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)},
     }
-    hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, good))})
+    hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, good))})
     missing = {"e0": good["e0"]}
     with pytest.raises(ConfigError, match="no host for ep"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, missing))})
+        hosts.HostsBackend.check_options(
+            topo, {"inventory": str(_write_inventory(tmp_path, missing))}
+        )
     wrong = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20"}}
     with pytest.raises(ConfigError, match="e0 is 192.168.1.20, the topology needs 10.77.0.11"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, wrong))})
+        hosts.HostsBackend.check_options(
+            topo, {"inventory": str(_write_inventory(tmp_path, wrong))}
+        )
     # a board reached by another address, numbered like the topology inside the testbed
     board = {
         **good,
         "e0": {**good["e0"], "ansible_host": "192.168.1.20", "edgetb_address": "10.77.0.11"},
     }
-    hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, board))})
+    hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, board))})
     with pytest.raises(ConfigError, match="inventory not found"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(tmp_path / "nope")})
+        hosts.HostsBackend.check_options(topo, {"inventory": str(tmp_path / "nope")})
     with pytest.raises(ConfigError, match="needs --inventory"):
-        hosts.HostsBackend.validate(topo, {})
+        hosts.HostsBackend.check_options(topo, {})
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"ansible_port": "abc"}, "ansible_port 'abc' is not a port"),
+        ({"ansible_port": 0}, "ansible_port 0 is not a port"),
+        ({"ansible_port": 70000}, "ansible_port 70000 is not a port"),
+        ({"ansible_user": "-oProxyCommand=x"}, "ansible_user '-oProxyCommand=x' is not a user"),
+        ({"ansible_user": "a b"}, "ansible_user 'a b' is not a user"),
+        ({"ansible_host": "-oProxyCommand=x"}, "ansible_host '-oProxyCommand=x' is not a host"),
+        ({"ansible_host": "root@evil"}, "ansible_host 'root@evil' is not a host"),
+    ],
+)
+def test_inventory_values_ssh_would_misread_are_refused(tmp_path, extra, message):
+    topo = Topology(edge_nodes=1)
+    key = tmp_path / "key"
+    key.write_text("x")
+    inv = {
+        "e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key), **extra},
+        "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)},
+    }
+    with pytest.raises(ConfigError, match=f"inventory host e0: {message}"):
+        hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, inv))})
+
+
+def test_inventory_ports_and_users_that_are_fine(tmp_path):
+    inv = {
+        "e0": {"ansible_host": "10.77.0.11", "ansible_port": "2222", "ansible_user": "pi"},
+        "ep": {"ansible_host": "10.77.0.10", "ansible_port": 22},
+    }
+    found = hosts.remote_hosts(Topology(edge_nodes=1), inv)
+    assert (found["e0"].port, found["e0"].user) == (2222, "pi")
+    assert (found["ep"].port, found["ep"].user) == (22, "root")
 
 
 def test_cli_rejects_backend_options_that_do_not_apply():
