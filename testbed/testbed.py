@@ -28,7 +28,14 @@ from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
 from .cassandra.node import CassandraNode, stop_nodes
 from .cassandra.readiness import Deadlines, wait_for_nodes
-from .errors import CommandError, ConfigError, NodeError, StateError, TestbedError
+from .errors import (
+    CommandError,
+    ConfigError,
+    NodeError,
+    StateError,
+    StateFileError,
+    TestbedError,
+)
 from .runner import run
 from .topology import Topology
 
@@ -443,8 +450,12 @@ class Testbed:
     def attach(cls, run_id: str | None = None, *, base: Path | None = None) -> Testbed:
         """The running testbed ``run_id`` (default: the newest one that is up), from disk."""
         state = st.active_run(run_id, base)
-        topology = Topology.from_dict(state.topology)
-        settings = CassandraSettings.from_dict(state.cassandra) if state.cassandra else None
+        try:
+            topology = Topology.from_dict(state.topology)
+            settings = CassandraSettings.from_dict(state.cassandra) if state.cassandra else None
+            backend_class(state.backend)
+        except (ConfigError, TypeError) as exc:
+            raise StateFileError(f"corrupt run state {state.path}: {exc}") from None
         tb = cls.__new__(cls)
         tb.topology = topology
         tb.backend_name = state.backend
