@@ -27,6 +27,7 @@ POLICIES = ("round-robin", "token-aware")
 SHAPERS = ("auto", "gateway", "direct")
 JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
+MAX_CELLS = 100_000
 STRING_FIELDS = (
     "profile",
     "links_file",
@@ -143,7 +144,14 @@ class SweepConfig:
             raise ConfigError(
                 f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
             )
-        backend_class(self.backend)
+        if self.backend == "hosts":
+            raise ConfigError(
+                "the sweep has no --inventory for the hosts backend: use netns or libvirt"
+            )
+        if backend_class(self.backend).remote and self.shaper == "gateway":
+            raise ConfigError(
+                f"the {self.backend} backend shapes inside its hosts: use shaper direct or auto"
+            )
         for name, low in (
             ("writes", 1),
             ("warmup", 0),
@@ -168,6 +176,12 @@ class SweepConfig:
         if not str(self.out).strip():
             raise ConfigError("out must name a results directory")
         pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
+        count = len(pairs) * self.repetitions * len(self.latency_ms) * len(self.loss_pct)
+        if count > MAX_CELLS:
+            raise ConfigError(
+                f"the grid has {count} cells, more than {MAX_CELLS} (at 1000 writes of ~10 ms, "
+                f"{MAX_CELLS} cells take about 12 days); check --repetitions and the lists"
+            )
         short = sorted({r for _, r in pairs if required_acks(self.cl, r) > r})
         if short:
             raise ConfigError(
