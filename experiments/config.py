@@ -163,7 +163,9 @@ class SweepConfig:
         ):
             _int(name, getattr(self, name), low)
         if 0 < self.verify_probes < 20:
-            raise ConfigError("verify_probes must be 0 (no check) or at least 20")
+            raise ConfigError(
+                f"verify_probes must be 0 (no check) or at least 20, got {self.verify_probes}"
+            )
         _int("seed", self.seed, 0)
         if (
             isinstance(self.request_timeout_s, bool)

@@ -208,7 +208,9 @@ class CassandraSettings:
             or not self.cluster_name
             or not self.cluster_name.replace("-", "").replace("_", "").isalnum()
         ):
-            raise ConfigError(f"invalid cluster_name {self.cluster_name!r}")
+            raise ConfigError(
+                f"invalid cluster_name {self.cluster_name!r} (letters, digits, '-' and '_')"
+            )
         if not isinstance(self.overrides, Mapping) or not isinstance(self.node_overrides, Mapping):
             raise ConfigError("overrides and node_overrides must be mappings of settings")
         for key in self.overrides:
