@@ -5,6 +5,7 @@ boot real ones)."""
 import base64
 import json
 import shlex
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 from testbed import Topology, images
 from testbed.backends import hosts, remote
 from testbed.backends import libvirt as lv
+from testbed.cassandra import dist as dist_mod
 from testbed.errors import ConfigError
+from testbed.keyed_cache import input_key
 
 
 def domain(**kw):
@@ -101,10 +104,35 @@ def test_names_carry_the_run_for_clean():
     assert lv._owner("default") is None and lv._owner("virbr0") is None
 
 
-def test_image_definition_reads_and_is_keyed_on_its_files():
+def test_image_definition_reads_and_is_keyed_on_its_files(tmp_path, monkeypatch):
     groups = images.read_packages()
     assert "openssh-server" in groups["debootstrap"] and "python3" in groups["debootstrap"]
     assert {"openjdk-17-jre-headless", "linux-image-amd64"} <= set(groups["apt"])
+
+    versions = {"linux-image-amd64": "6.1.1", "openjdk-17-jre-headless": "17.0.1"}
+    monkeypatch.setattr(images, "_candidate", lambda package: versions[package])
+    definition = tmp_path / "node"
+    shutil.copytree(images.DEFINITION, definition)
+    cassandra = dist_mod.CassandraDist("5.0.6", tmp_path / "c", "maven", {"a.jar": "aa"})
+
+    def key(dist=cassandra):
+        return input_key(images.inputs(dist, definition))
+
+    first = key()
+    assert key() == first  # the same inputs name the same image
+    seen = {first}
+    for path in sorted(definition.iterdir()):  # every definition file is an input
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# changed\n")
+        seen.add(key())
+        path.write_bytes(original)
+        assert key() == first
+    assert len(seen) == 1 + len(list(definition.iterdir()))
+    versions["openjdk-17-jre-headless"] = "17.0.2"  # a new JRE in the mirror rebuilds
+    seen.add(key())
+    versions["openjdk-17-jre-headless"] = "17.0.1"
+    seen.add(key(dist_mod.CassandraDist("5.0.6", tmp_path / "c", "maven", {"a.jar": "bb"})))
+    assert len(seen) == 3 + len(list(definition.iterdir()))
 
 
 def test_guest_wheels_are_the_hosts_pins():
