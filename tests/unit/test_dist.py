@@ -26,6 +26,10 @@ def test_the_apache_binary_tarball_of_our_version_is_accepted(tmp_path):
         "apache-cassandra-5.0.6/lib/guava-32.jar",
     )
     dist.check_tarball(good, "5.0.6")
+    installed = dist.install(tarball=good, root=tmp_path / "cache", progress=lambda _m: None)
+    assert installed.version == "5.0.6" and installed.source == f"tarball:{good}"
+    assert sorted(installed.jars) == ["apache-cassandra-5.0.6.jar", "guava-32.jar"]
+    assert (installed.lib_dir / "guava-32.jar").read_bytes() == b"jar"
 
 
 @pytest.mark.parametrize(
