@@ -293,12 +293,12 @@ def cmd_dist(args: argparse.Namespace) -> int:
         dist.verify(full=True)
         print(f"Cassandra {dist.version}: {len(dist.jars)} jars match their sha256")
         return 0
-    dist = dist_mod.install(tarball=args.tarball, force=args.force)
-    if args.no_cds:
-        return 0
     from .cassandra.java import find_java
 
-    java = find_java(args.java)
+    java = None if args.no_cds else find_java(args.java)  # before anything is installed
+    dist = dist_mod.install(tarball=args.tarball, force=args.force)
+    if java is None:
+        return 0
     archive = dist.cds_archive(java.version)
     if archive.is_file() and not args.force:
         print(f"class-data-sharing archive present: {archive}")

@@ -98,8 +98,11 @@ class Testbed:
         check_options = getattr(cls, "check_options", None)
         if check_options is not None:
             check_options(topology, self.backend_options)
+        self.java: Java | None = None
+        self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
             cassandra.check_hosts(topology)
+            self.java = find_java(java)  # only runs `java -version`
         if os.geteuid() != 0:
             raise ConfigError(
                 f"the {backend} backend needs root (namespaces, libvirt, SSH keys of the run)"
@@ -107,10 +110,7 @@ class Testbed:
         validate = getattr(cls, "validate", None)
         if validate is not None:
             validate(topology, self.backend_options)
-        self.java: Java | None = None
-        self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
-            self.java = find_java(java)
             self.dist = dist_mod.install(progress=self.progress)
 
     # -- lifecycle -------------------------------------------------------------------------

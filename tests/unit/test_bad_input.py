@@ -85,6 +85,9 @@ CASES = [
     case("dist-not-a-tarball", "testbed", "dist install --tarball {files}/junk.tgz", "junk.tgz"),
     case("dist-other-version", "testbed", "dist install --tarball {files}/c41.tgz", "4.1.3"),
     case("dist-directory", "testbed", "dist install --tarball {files}", "files"),
+    case("dist-java-missing", "testbed", "dist install --java /no/java", "/no/java"),
+    case("up-java-missing", "testbed", "up --java /no/java", "/no/java"),
+    case("up-java-not-java", "testbed", "up --java {files}/afile", "afile"),
     # -- python -m emulation -----------------------------------------------------------------
     case("set-latency-nan", "emulation", "set --latency nan", "'nan'"),
     case("set-latency-negative", "emulation", "set --latency -1", "'-1'"),
