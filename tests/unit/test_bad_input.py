@@ -88,6 +88,12 @@ CASES = [
     case("dist-java-missing", "testbed", "dist install --java /no/java", "/no/java"),
     case("up-java-missing", "testbed", "up --java /no/java", "/no/java"),
     case("up-java-not-java", "testbed", "up --java {files}/afile", "afile"),
+    # -- python -m testbed.client / testbed.cql (run on the endpoint) -------------------------
+    case("client-timeout-nan", "testbed.client", "--timeout nan probe --expect 3", "'nan'"),
+    case("client-expect-zero", "testbed.client", "probe --expect 0", "'0'"),
+    case("client-rf-zero", "testbed.client", "write --rf 0", "'0'"),
+    case("cql-consistency", "testbed.cql", ["--consistency", "MOST", "SELECT 1"], "'MOST'"),
+    case("client-no-hosts", "testbed.client", "probe --expect 1", "--hosts"),
     # -- python -m emulation -----------------------------------------------------------------
     case("set-latency-nan", "emulation", "set --latency nan", "'nan'"),
     case("set-latency-negative", "emulation", "set --latency -1", "'-1'"),
