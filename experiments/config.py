@@ -337,12 +337,14 @@ def _expand(name: str, part: str, kind: type, low, high, step=1) -> list:
             f"{name}: {part!r} is a descending range; write it ascending, e.g. "
             f"{high:g}..{low:g}{'' if step == 1 else f'..{step:g}'}"
         )
-    count = math.floor((high - low) / step + 1e-9) + 1
-    if count > MAX_LIST_VALUES:
+    steps = (high - low) / step  # inf when the bounds are too far apart for a float
+    if not steps < MAX_LIST_VALUES:
+        shown = f"{math.floor(steps + 1e-9) + 1}" if math.isfinite(steps) else "too many"
         raise ConfigError(
-            f"{name}: {part!r} expands to {count} values, more than {MAX_LIST_VALUES} "
+            f"{name}: {part!r} expands to {shown} values, more than {MAX_LIST_VALUES} "
             f"({LIST_SYNTAX})"
         )
+    count = math.floor(steps + 1e-9) + 1
     # Multiplied, not accumulated: 0..1..0.1 gives 0.3, not 0.30000000000000004.
     return [kind(round(low + i * step, 9)) for i in range(count)]
 

@@ -119,6 +119,7 @@ CASES = [
     case("rf-descending", "experiments.sweep", "--rf 3..1", "'3..1'"),
     case("rf-range-bad", "experiments.sweep", "--rf 1..x", "'1..x'"),
     case("latency-to-inf", "experiments.sweep", "--latency 0..inf", "'0..inf'"),
+    case("latency-overflow", "experiments.sweep", ["--latency=-1e308..1e308"], "1e308"),
     case("latency-step-zero", "experiments.sweep", "--latency 0..100..0", "'0..100..0'"),
     case("latency-nan", "experiments.sweep", "--latency nan", "'nan'"),
     case("loss-negative", "experiments.sweep", "--loss -1", "-1"),

@@ -27,6 +27,8 @@ def from_flags(*argv):
         (["--latency", "0..100..0"], r"the step of '0\.\.100\.\.0' must be positive"),
         (["--latency", "0..100..-5"], r"the step of '0\.\.100\.\.-5' must be positive"),
         (["--latency", "0..1e9"], r"'0\.\.1e9' expands to 1000000001 values, more than 1000"),
+        (["--latency=-1e308..1e308"], "expands to too many values, more than 1000"),
+        (["--nodes", "1..1001"], "expands to 1001 values, more than 1000"),
         (["--loss", "1..2..3..4"], r"--loss: cannot read '1\.\.2\.\.3\.\.4'"),
         (["--rf", "1..x"], r"--rf: cannot read '1\.\.x' as integers"),
         (["--timeout", "nan"], "request_timeout_s must be between 1 and 600 s, got nan"),
