@@ -19,6 +19,7 @@ import sys
 from collections import defaultdict
 from typing import Any
 
+from experiments.store import check_writable_dir
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = load(args.results, run_ids(args.run))
         print(results.describe())
+        check_writable_dir(results.output_dir, "analysis directory")
         data = compare(results)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)

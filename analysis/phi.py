@@ -34,6 +34,7 @@ import sys
 from fractions import Fraction
 
 from experiments.consistency import check_level, required_acks
+from testbed import argtypes
 from testbed.errors import ConfigError
 
 PAPER_DECIMALS = 2
@@ -129,11 +130,20 @@ def format_table(nodes: list[int], level: str = "LOCAL_QUORUM", exact: bool = Fa
     return "\n".join(lines)
 
 
+MAX_TABLE_NODES = 100  # one row per RF: a larger table is a typo, not a question
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m analysis.phi", description="Print φ for node counts and RFs."
     )
-    p.add_argument("--nodes", type=int, nargs="+", default=[3, 4, 5])
+    p.add_argument(
+        "--nodes",
+        type=argtypes.integer(1, MAX_TABLE_NODES),
+        nargs="+",
+        default=[3, 4, 5],
+        help=f"node counts, 1..{MAX_TABLE_NODES} (default 3 4 5)",
+    )
     p.add_argument("--cl", default="LOCAL_QUORUM", help="consistency level")
     p.add_argument("--exact", action="store_true", help="fractions instead of decimals")
     args = p.parse_args(argv)

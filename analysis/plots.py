@@ -26,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.store import check_writable_dir  # noqa: E402
 from testbed.errors import TestbedError  # noqa: E402
 
 from . import phi as phi_mod  # noqa: E402
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             raise TestbedError(
                 f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
             )
+        check_writable_dir(results.output_dir, "analysis directory")
         made = make_all(results)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from experiments.store import check_writable_dir
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = load(args.results, run_ids(args.run))
         print(results.describe())
+        check_writable_dir(results.directory)
         print(write_report(results))
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)

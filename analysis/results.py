@@ -123,6 +123,11 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         chosen, selection = select_runs(all_runs, named, directory)
         ids = [r.run_id for r in chosen]
         cells = {(c["run_id"], c["cell_id"]): c for c in store.cells(ids)}
+        if not cells:
+            raise ConfigError(
+                f"{directory / 'results.sqlite'} holds no measured cells yet for run(s) "
+                f"{', '.join(ids)}"
+            )
         rtts: dict[tuple, list] = defaultdict(list)
         cirs: dict[tuple, list] = defaultdict(list)
         errors: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))

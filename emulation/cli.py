@@ -7,11 +7,14 @@ import json
 import sys
 from collections.abc import Sequence
 
+from testbed import argtypes
 from testbed.errors import ConfigError, RunInUseError, TestbedError
 from testbed.testbed import Testbed
 
 from . import api, links, shapers
 from .verify import verify
+
+MAX_PROBES = 100_000  # per pair: more would run for hours at 100 ms
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,32 +23,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    delay_ms = argtypes.number(0, links.MAX_DELAY_MS, "ms")
     s = sub.add_parser("set", help="apply a link profile (nothing is restarted)")
     s.add_argument("--profile", choices=links.PROFILES, default="uniform")
-    s.add_argument("--latency", type=float, default=0.0, help="one-way delay L in ms")
-    s.add_argument("--loss", type=float, default=0.0, help="loss p in percent")
-    s.add_argument("--jitter", type=float, default=0.0, help="delay jitter in ms")
+    s.add_argument("--latency", type=delay_ms, help="one-way delay L in ms (default 0)")
+    s.add_argument(
+        "--loss", type=argtypes.number(0, 100, "%"), help="loss p in percent (default 0)"
+    )
+    s.add_argument("--jitter", type=delay_ms, help="delay jitter in ms (default 0)")
     s.add_argument("--file", help="TOML link matrix (profile file)")
     s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto")
-    s.add_argument("--run", help="run id (default: the one detached testbed that is up)")
+    s.add_argument(
+        "--run", type=argtypes.run_id, help="run id (default: the one detached testbed that is up)"
+    )
 
     sh = sub.add_parser("show", help="the configured matrix and the shaper's tc state")
-    sh.add_argument("--run")
+    sh.add_argument("--run", type=argtypes.run_id)
     sh.add_argument("--json", action="store_true")
 
     c = sub.add_parser("clear", help="every link back to unshaped")
-    c.add_argument("--run")
+    c.add_argument("--run", type=argtypes.run_id)
     c.add_argument(
         "--remove", action="store_true", help="also remove the shaper (stop the gateway VM)"
     )
 
     v = sub.add_parser("verify", help="measure RTT and loss per host pair vs configured")
-    v.add_argument("--run")
-    v.add_argument("--sample", type=int, help="check a seeded sample of N host pairs")
-    v.add_argument("--probes", type=int, default=100, help="RTT probes per pair (>= 100)")
+    v.add_argument("--run", type=argtypes.run_id)
+    v.add_argument(
+        "--sample", type=argtypes.integer(1), help="check a seeded sample of N host pairs"
+    )
+    v.add_argument(
+        "--probes",
+        type=argtypes.integer(100, MAX_PROBES),
+        default=100,
+        help="RTT probes per pair (>= 100)",
+    )
     v.add_argument(
         "--loss-probes",
-        type=int,
+        type=argtypes.integer(1000, MAX_PROBES),
         default=1000,
         help="probes per pair when loss is configured (>= 1000)",
     )
@@ -77,14 +92,34 @@ def attach_to_change(run_id: str | None) -> Testbed:
     return tb
 
 
+def check_set_args(args: argparse.Namespace) -> None:
+    """What `set` can check without a testbed (ConfigError): the flags that go with the
+    profile, the link they make, the link file's shape and values."""
+    numbers = [f"--{n}" for n in ("latency", "loss", "jitter") if getattr(args, n) is not None]
+    if args.profile == "file":
+        if not args.file:
+            raise ConfigError("--profile file needs --file FILE (a TOML link matrix)")
+        if numbers:
+            raise ConfigError(
+                f"--profile file takes delays and losses from --file {args.file}, "
+                f"not from {', '.join(numbers)}"
+            )
+        links.check_file(args.file)
+        return
+    if args.file:
+        raise ConfigError(f"--file is only read with --profile file, not {args.profile}")
+    links.Link(args.latency or 0.0, args.jitter or 0.0, args.loss or 0.0)  # e.g. jitter > delay
+
+
 def cmd_set(args: argparse.Namespace) -> int:
+    check_set_args(args)
     tb = attach_to_change(args.run)
     matrix = links.build(
         args.profile,
         tb.topology,
-        delay_ms=args.latency,
-        loss_pct=args.loss,
-        jitter_ms=args.jitter,
+        delay_ms=args.latency or 0.0,
+        loss_pct=args.loss or 0.0,
+        jitter_ms=args.jitter or 0.0,
         path=args.file,
     )
     result = api.set_links(tb, matrix, args.shaper)
@@ -94,8 +129,9 @@ def cmd_set(args: argparse.Namespace) -> int:
         setup = f", set-up {result['setup_s']:.1f} s"
         if gateway:
             setup += f" incl. gateway VM boot {gateway['boot_s']:.1f} s ({gateway['accel']})"
+    given = "" if args.profile == "file" else f" L={args.latency or 0:g} ms, p={args.loss or 0:g} %"
     print(
-        f"{matrix.profile}: L={args.latency:g} ms, p={args.loss:g} % on "
+        f"{matrix.profile}:{given} on "
         f"{len(list(matrix.shaped()))} directed links via {result['shaper']} "
         f"(change {result['change_s'] * 1000:.0f} ms{setup})"
     )
@@ -129,8 +165,6 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if args.probes < 100 or args.loss_probes < 1000:
-        raise ConfigError("verify needs >= 100 RTT probes and >= 1000 loss probes per pair")
     tb = Testbed.attach(args.run)
     state = shapers.emulation_state(tb)
     result = verify(

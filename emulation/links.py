@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import ConfigError
-from testbed.topology import Topology
+from testbed.topology import MAX_EDGE_NODES, Topology
 
 MAX_DELAY_MS = 10_000.0
 PAPER_ENDPOINT_DELAY_MS = 10.0
@@ -154,39 +154,66 @@ def paper(
 
 
 def read_toml(path: Path | str, what: str) -> dict:
-    """A TOML file's contents; ConfigError naming ``what`` when missing or invalid."""
+    """A TOML file's contents; ConfigError naming ``what`` and the path when it is missing,
+    not a regular file, unreadable, not UTF-8 text or not valid TOML."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{what} not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} is not a regular file (a TOML file is expected)")
     try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{what} not found: {path}") from exc
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (a TOML file is expected)") from exc
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        raise ConfigError(f"{what} {path}: invalid TOML: {exc}") from exc
+
+
+LINK_FIELDS = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit")
 
 
 def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
     """A matrix from TOML: optional ``[default]`` for every pair, then ``[[link]]`` tables
     with ``src``, ``dst`` and any of delay_ms, jitter_ms, loss_pct, rate_mbit (``src`` or
-    ``dst`` may be ``"*"``). Later entries win. Raises ConfigError naming the problem."""
+    ``dst`` may be ``"*"``). Later entries win. Raises ConfigError naming the file, the
+    entry and the problem."""
     data = read_toml(path, "link file")
     unknown = set(data) - {"default", "link"}
     if unknown:
         raise ConfigError(f"{path}: unknown tables {sorted(unknown)} (use [default], [[link]])")
     names = [h.name for h in topology.hosts]
     links: dict[tuple[str, str], Link] = {}
-    fields = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit")
 
-    def make(entry: Mapping, where: str) -> dict:
-        extra = set(entry) - set(fields) - {"src", "dst"}
+    def values(entry: object, where: str) -> dict:
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: {where} must be a table, got {entry!r}")
+        extra = set(entry) - set(LINK_FIELDS) - {"src", "dst"}
         if extra:
-            raise ConfigError(f"{path}: {where}: unknown keys {sorted(extra)}")
-        return {k: entry[k] for k in fields if k in entry}
+            raise ConfigError(
+                f"{path}: {where}: unknown keys {sorted(extra)} "
+                f"(allowed: src, dst, {', '.join(LINK_FIELDS)})"
+            )
+        return {k: entry[k] for k in LINK_FIELDS if k in entry}
+
+    def make(fields: dict, where: str) -> Link:
+        try:
+            return Link(**fields)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {where}: {exc}") from None
 
     if "default" in data:
-        base = make(data["default"], "[default]")
-        link = Link(**base)
+        link = make(values(data["default"], "[default]"), "[default]")
         links = {(s, d): link for s in names for d in names if s != d}
-    for i, entry in enumerate(data.get("link", [])):
+    entries = data.get("link", [])
+    if not isinstance(entries, list):
+        raise ConfigError(
+            f"{path}: link must be an array of tables ([[link]] entries), got {entries!r}"
+        )
+    for i, entry in enumerate(entries):
         where = f"[[link]] #{i + 1}"
+        given = values(entry, where)
         if "src" not in entry or "dst" not in entry:
             raise ConfigError(f"{path}: {where}: needs src and dst")
         srcs = names if entry["src"] == "*" else [entry["src"]]
@@ -194,15 +221,21 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
         for name in (*srcs, *dsts):
             if name not in names:
                 raise ConfigError(
-                    f"{path}: {where}: unknown host {name!r} (hosts: {', '.join(names)})"
+                    f"{path}: {where}: unknown host {name!r} (hosts: {', '.join(names)}, or *)"
                 )
-        values = make(entry, where)
         for s in srcs:
             for d in dsts:
                 if s != d:
                     current = links.get((s, d), UNSHAPED)
-                    links[(s, d)] = Link(**{**current.__dict__, **values})
+                    links[(s, d)] = make({**current.__dict__, **given}, where)
     return LinkMatrix(topology, links, profile="file")
+
+
+def check_file(path: Path | str) -> None:
+    """Check a link file's shape and values without a testbed (ConfigError naming the
+    file and the entry); host names are checked against the largest topology here and
+    against the testbed's own when it is applied."""
+    from_toml(Topology(edge_nodes=MAX_EDGE_NODES), path)
 
 
 def build(

@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from emulation import links
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from testbed.backends import backend_class
 from testbed.errors import ConfigError
-from testbed.topology import MAX_EDGE_NODES
+from testbed.topology import MAX_EDGE_NODES, Topology
 
 from .consistency import check_level, required_acks
 
@@ -26,6 +27,18 @@ POLICIES = ("round-robin", "token-aware")
 SHAPERS = ("auto", "gateway", "direct")
 JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
+MAX_CELLS = 100_000
+STRING_FIELDS = (
+    "profile",
+    "links_file",
+    "cl",
+    "policy",
+    "backend",
+    "shaper",
+    "out",
+    "jvm_profile",
+    "name",
+)
 
 
 @dataclass(frozen=True)
@@ -84,9 +97,19 @@ class SweepConfig:
 
     def _validate(self) -> None:
         set_ = object.__setattr__
+        for name in STRING_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, str) and not (name == "links_file" and value is None):
+                raise ConfigError(f"{name} must be a string, got {value!r}")
         set_(self, "nodes", _ints("nodes", self.nodes, 1, MAX_EDGE_NODES))
         if self.rf is not None:
             set_(self, "rf", _rf_values(self.rf))
+            if not any(self.rfs(n) for n in self.nodes):
+                raise ConfigError(
+                    f"the grid is empty: no replication factor of "
+                    f"{', '.join(map(str, self.rf))} fits any node count "
+                    f"({', '.join(map(str, self.nodes))})"
+                )
             too_big = [r for r in self.rf if r != "k" and r > max(self.nodes)]
             if too_big:
                 raise ConfigError(
@@ -103,8 +126,8 @@ class SweepConfig:
         if self.profile == "file":
             if not self.links_file:
                 raise ConfigError("profile 'file' needs links_file (--links FILE)")
-            if not Path(self.links_file).is_file():
-                raise ConfigError(f"links file not found: {self.links_file}")
+            for n in self.nodes:  # the whole file, for every topology, before anything starts
+                links.from_toml(Topology(edge_nodes=n), self.links_file)
             if len(self.latency_ms) != 1 or len(self.loss_pct) != 1:
                 raise ConfigError(
                     "profile 'file' takes its delays and losses from the links "
@@ -121,7 +144,14 @@ class SweepConfig:
             raise ConfigError(
                 f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
             )
-        backend_class(self.backend)
+        if self.backend == "hosts":
+            raise ConfigError(
+                "the sweep has no --inventory for the hosts backend: use netns or libvirt"
+            )
+        if backend_class(self.backend).remote and self.shaper == "gateway":
+            raise ConfigError(
+                f"the {self.backend} backend shapes inside its hosts: use shaper direct or auto"
+            )
         for name, low in (
             ("writes", 1),
             ("warmup", 0),
@@ -133,7 +163,9 @@ class SweepConfig:
         ):
             _int(name, getattr(self, name), low)
         if 0 < self.verify_probes < 20:
-            raise ConfigError("verify_probes must be 0 (no check) or at least 20")
+            raise ConfigError(
+                f"verify_probes must be 0 (no check) or at least 20, got {self.verify_probes}"
+            )
         _int("seed", self.seed, 0)
         if (
             isinstance(self.request_timeout_s, bool)
@@ -146,8 +178,12 @@ class SweepConfig:
         if not str(self.out).strip():
             raise ConfigError("out must name a results directory")
         pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
-        if not pairs:
-            raise ConfigError("the grid is empty: no replication factor fits any node count")
+        count = len(pairs) * self.repetitions * len(self.latency_ms) * len(self.loss_pct)
+        if count > MAX_CELLS:
+            raise ConfigError(
+                f"the grid has {count} cells, more than {MAX_CELLS} (at 1000 writes of ~10 ms, "
+                f"{MAX_CELLS} cells take about 12 days); check --repetitions and the lists"
+            )
         short = sorted({r for _, r in pairs if required_acks(self.cl, r) > r})
         if short:
             raise ConfigError(
@@ -225,9 +261,15 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: unknown tables {sorted(set(data) - {'sweep'})} (settings go in [sweep])"
         )
-    table = dict(data.get("sweep", {}))
-    if table.get("links_file"):  # relative to the config file, like an include
-        table["links_file"] = str((path.parent / table["links_file"]).resolve())
+    table = data.get("sweep", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: sweep must be a table ([sweep] with settings), got {table!r}")
+    table = dict(table)
+    links_file = table.get("links_file")
+    if links_file is not None and not isinstance(links_file, str):
+        raise ConfigError(f"{path}: links_file must be a string (a path), got {links_file!r}")
+    if links_file:  # relative to the config file, like an include
+        table["links_file"] = str((path.parent / links_file).resolve())
     return table
 
 
@@ -243,30 +285,79 @@ def preset(name: str) -> dict[str, Any]:
 # -- parsing helpers -------------------------------------------------------------------------
 
 
+MAX_LIST_VALUES = 1000  # values one list flag may expand to (a grid larger is a typo)
+LIST_SYNTAX = "use e.g. 0,20,40 or an ascending range 0..100..10"
+
+
 def parse_list(name: str, text: str, kind: type) -> tuple:
-    """'0,20,40' -> (0, 20, 40); 'a..b' or 'a..b..step' ranges for numbers."""
+    """'0,20,40' -> (0, 20, 40); 'a..b' (step 1) or 'a..b..step' ascending ranges.
+
+    Raises ConfigError naming ``name`` and the part for anything else: a part that is not
+    a finite ``kind``, a range that is empty or descending, a step that is not positive,
+    or more than MAX_LIST_VALUES values in all.
+    """
     items: list = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             continue
-        try:
-            if ".." in part:
-                bounds = [kind(x) for x in part.split("..")]
-                step = bounds[2] if len(bounds) == 3 else kind(1)
-                if len(bounds) not in (2, 3) or step <= 0:
-                    raise ValueError
-                value = bounds[0]
-                while value <= bounds[1] + 1e-9:
-                    items.append(kind(value))
-                    value += step
-            else:
-                items.append(kind(part))
-        except ValueError as exc:
+        bounds = [_number(name, part, x, kind) for x in part.split("..")]
+        if len(bounds) == 1:
+            items.append(bounds[0])
+        elif len(bounds) in (2, 3):
+            items.extend(_expand(name, part, kind, *bounds))
+        else:
+            raise ConfigError(f"{name}: cannot read {part!r} ({LIST_SYNTAX})")
+        if len(items) > MAX_LIST_VALUES:
             raise ConfigError(
-                f"{name}: cannot read {part!r} as {kind.__name__} (use e.g. 0,20,40 or 0..100..10)"
-            ) from exc
+                f"{name}: {text!r} expands to more than {MAX_LIST_VALUES} values ({LIST_SYNTAX})"
+            )
     return tuple(items)
+
+
+def _number(name: str, part: str, text: str, kind: type) -> int | float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(
+            f"{name}: cannot read {part!r} as {'integers' if kind is int else 'numbers'} "
+            f"({LIST_SYNTAX})"
+        ) from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}: {part!r} is not a finite number ({LIST_SYNTAX})")
+    return value
+
+
+def _expand(name: str, part: str, kind: type, low, high, step=1) -> list:
+    """The values of the range low..high..step (both ends included)."""
+    if step <= 0:
+        raise ConfigError(f"{name}: the step of {part!r} must be positive ({LIST_SYNTAX})")
+    if high < low:
+        raise ConfigError(
+            f"{name}: {part!r} is a descending range; write it ascending, e.g. "
+            f"{high:g}..{low:g}{'' if step == 1 else f'..{step:g}'}"
+        )
+    steps = (high - low) / step  # inf when the bounds are too far apart for a float
+    if not steps < MAX_LIST_VALUES:
+        shown = f"{math.floor(steps + 1e-9) + 1}" if math.isfinite(steps) else "too many"
+        raise ConfigError(
+            f"{name}: {part!r} expands to {shown} values, more than {MAX_LIST_VALUES} "
+            f"({LIST_SYNTAX})"
+        )
+    count = math.floor(steps + 1e-9) + 1
+    # Multiplied, not accumulated: 0..1..0.1 gives 0.3, not 0.30000000000000004.
+    return [kind(round(low + i * step, 9)) for i in range(count)]
+
+
+def parse_rf(name: str, text: str) -> tuple[int | str, ...]:
+    """Replication factors: integers, ranges of them (parse_list) and "k" (the node count)."""
+    values: list[int | str] = []
+    for part in str(text).split(","):
+        if part.strip().lower() == "k":
+            values.append("k")
+        else:
+            values.extend(parse_list(name, part, int))
+    return tuple(values)
 
 
 def _rf_values(values: Any) -> tuple[int | str, ...]:

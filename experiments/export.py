@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from testbed.errors import ConfigError, TestbedError
 
-from .store import CELL_COLUMNS, COLUMN_TYPES, Store
+from .store import CELL_COLUMNS, COLUMN_TYPES, Store, check_writable_dir
 
 FORMATS = ("csv", "parquet")
 CHUNK_ROWS = 100_000  # rows per Parquet row group (bounds the memory an export needs)
@@ -32,19 +32,26 @@ def export(
 ) -> dict[str, Path]:
     """Export the store in ``directory``; returns the files written."""
     if fmt not in FORMATS:
-        raise TestbedError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+        raise ConfigError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     store = Store(directory, read_only=True)
     try:
         if run_id is not None:
             store.run(run_id)  # raises for an unknown run
+        cells = store.cells(run_id)
+        if not cells:
+            raise ConfigError(
+                f"{store.path} holds no measured cells yet"
+                + (f" for run {run_id}" if run_id else "")
+                + ": nothing to export"
+            )
         target = Path(out) if out else Path(directory) / "export"
+        check_writable_dir(target, "export directory")
         target.mkdir(parents=True, exist_ok=True)
         written = {}
         rows = store.iter_request_rows(run_id)
         written["requests"] = _write(
             target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
         )
-        cells = store.cells(run_id)
         cell_rows = (
             [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
         )

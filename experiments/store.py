@@ -14,6 +14,7 @@ the sweep's commits and are never blocked by them. Every SQL statement lives her
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ConfigError, StateError, StoreFullError
+from testbed.errors import ConfigError, StateError, StateFileError, StoreFullError
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 1
@@ -161,8 +162,63 @@ class RunInfo:
     finished: float | None
 
 
+def check_writable_dir(directory: str | Path, what: str = "results directory") -> Path:
+    """``directory`` if it is, or can be created as, a directory this process may write
+    in; ConfigError naming it otherwise. Creates nothing."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {path} is not a directory")
+    existing = path
+    while not existing.exists():  # the nearest ancestor that exists must take a new entry
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{what} {path} cannot be created: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{what} {path} is not writable"
+            + ("" if existing == path else f" (cannot create it in {existing})")
+        )
+    return path
+
+
+def check_store_file(path: Path) -> None:
+    """Raise StateFileError unless ``path`` is a results store of this tool (read-only
+    check: a file that is not a store is never changed). An empty file is a store whose
+    creation a kill interrupted, and passes."""
+    if not path.is_file():
+        raise StateFileError(f"{path} is not a file (expected a results store, {DB_NAME})")
+    if path.stat().st_size == 0:
+        return
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StateFileError(f"{path} cannot be opened as a results store: {exc}") from None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = {"meta", "runs", "cells", "requests", "testbeds"} - tables
+        if missing:
+            raise StateFileError(
+                f"{path} is not a results store of this tool (no table "
+                f"{', '.join(sorted(missing))})"
+            )
+        row = con.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+    except sqlite3.Error as exc:  # not SQLite at all, or damaged
+        raise StateFileError(f"{path} is not a readable results store: {exc}") from None
+    finally:
+        con.close()
+    if row is None or row[0] != str(SCHEMA_VERSION):
+        raise StateFileError(
+            f"{path} has results schema {row[0] if row else 'none'}, this tool reads "
+            f"schema {SCHEMA_VERSION}"
+        )
+
+
 class Store:
-    """A results directory's SQLite store. Safe against kill -9 (SQLite transactions)."""
+    """A results directory's SQLite store. Safe against kill -9 (SQLite transactions).
+
+    Raises ConfigError when ``directory`` holds no store and ``create`` is false, and
+    StateFileError when its results.sqlite is not a store of this tool (nothing is
+    written to it then)."""
 
     def __init__(
         self,
@@ -183,12 +239,17 @@ class Store:
         """
         self.dir = Path(directory)
         self.path = self.dir / DB_NAME
-        if not self.path.is_file():
-            if read_only or not create:
-                raise ConfigError(
-                    f"no results in {self.dir} (expected {DB_NAME}; run "
-                    f"`python -m experiments.sweep --out {self.dir}` first)"
-                )
+        if self.path.exists():
+            check_store_file(self.path)  # StateFileError for a file that is not a store
+            if read_only and self.path.stat().st_size == 0:
+                raise ConfigError(f"{self.path} holds no results yet")
+        elif read_only or not create:
+            raise ConfigError(
+                f"no results in {self.dir} (expected {DB_NAME}; run "
+                f"`python -m experiments.sweep --out {self.dir}` first)"
+            )
+        else:
+            check_writable_dir(self.dir)
             self.dir.mkdir(parents=True, exist_ok=True)
         if read_only:
             self.db = sqlite3.connect(
@@ -209,7 +270,9 @@ class Store:
         version = self._schema_version()
         if version != SCHEMA_VERSION:
             self.db.close()
-            raise StateError(f"{self.path} has schema {version}, this tool writes {SCHEMA_VERSION}")
+            raise StateFileError(
+                f"{self.path} has schema {version}, this tool writes {SCHEMA_VERSION}"
+            )
 
     def _schema_version(self) -> int | None:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()

@@ -38,9 +38,9 @@ from testbed.errors import ConfigError, RunInUseError
 from testbed.state import OwnerLock, describe_holder
 
 from . import estimate
-from .config import Cell, SweepConfig, load_toml, parse_list, preset
+from .config import Cell, SweepConfig, load_toml, parse_list, parse_rf, preset
 from .progress import Progress
-from .store import Store
+from .store import DB_NAME, Store, check_store_file, check_writable_dir
 from .workloads import WriteWorker
 
 LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
@@ -143,14 +143,11 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         raw = getattr(args, dest)
         if raw is None:
             continue
-        if kind == "rf":  # integers or k (the node count)
-            values[name] = tuple(
-                x if x.strip().lower() == "k" else parse_list(name, x, int)[0]
-                for x in raw.split(",")
-                if x.strip()
-            )
+        flag = "--" + dest.replace("_", "-")
+        if kind == "rf":  # integers, ranges or k (the node count)
+            values[name] = parse_rf(flag, raw)
         else:
-            values[name] = parse_list(name, raw, kind) if kind else raw
+            values[name] = parse_list(flag, raw, kind) if kind else raw
     if args.links:
         values["links_file"] = str(Path(args.links).resolve())
     return SweepConfig.from_dict(values)
@@ -619,6 +616,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
         config = config_from_args(args)
+        check_writable_dir(config.out, "--out")
+        if (Path(config.out) / DB_NAME).exists():
+            check_store_file(Path(config.out) / DB_NAME)
         if args.dry_run:
             print(dry_run(config))
             return 0

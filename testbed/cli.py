@@ -11,8 +11,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import argtypes
+from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from .cassandra import dist as dist_mod
-from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, CassandraSettings
+from .cassandra.config import (
+    DEFAULT_HEAP_MB,
+    JVM_PROFILES,
+    MIN_HEAP_MB,
+    CassandraSettings,
+    check_override,
+)
 from .cassandra.readiness import Deadlines
 from .errors import ConfigError, TestbedError
 from .testbed import Testbed
@@ -20,12 +28,24 @@ from .topology import DEFAULT_SUBNET, MAX_EDGE_NODES, Topology
 
 
 def _yaml_override(text: str) -> tuple[str, object]:
+    """KEY=VALUE: a cassandra.yaml key a user may set and a YAML value."""
     import yaml
 
     key, sep, value = text.partition("=")
+    key = key.strip()
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), yaml.safe_load(value)
+    try:
+        check_override(key)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = str(getattr(exc, "problem", None) or "invalid YAML")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the value is not valid YAML ({problem})"
+        ) from None
 
 
 RUN_HELP = "run id (default: the one detached testbed that is up)"
@@ -42,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring a testbed up and leave it running")
     up.add_argument(
         "--nodes",
-        type=int,
+        type=argtypes.integer(1, MAX_EDGE_NODES),
         default=3,
         help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)",
     )
@@ -55,17 +75,21 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--inventory", metavar="FILE", help="Ansible inventory of the hosts (--backend hosts)"
     )
-    up.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
+    up.add_argument(
+        "--vm-vcpus",
+        type=argtypes.integer(1, MAX_VCPUS),
+        help="vCPUs per edge VM (libvirt; default 2)",
+    )
     up.add_argument(
         "--vm-memory",
-        type=int,
+        type=argtypes.integer(MIN_MEMORY_MB, MAX_MEMORY_MB, "MB"),
         metavar="MB",
         help="memory per edge VM in MB (libvirt; default 2048)",
     )
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet ({DEFAULT_SUBNET})")
     up.add_argument(
         "--heap-mb",
-        type=int,
+        type=argtypes.integer(MIN_HEAP_MB, unit="MB"),
         default=DEFAULT_HEAP_MB,
         help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})",
     )
@@ -88,29 +112,31 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--java", help="java binary (default: $JAVA_HOME/bin/java, then PATH)")
     up.add_argument(
         "--cql-timeout",
-        type=float,
+        type=argtypes.number(1, 86400, "s"),
         default=Deadlines.cql_s,
         help="seconds allowed for nodes to start listening for CQL",
     )
 
     st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
-    st_.add_argument("--run", help=RUN_HELP)
+    st_.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
     st_.add_argument("--json", action="store_true", help="print JSON for scripts")
 
     ex = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD...")
-    ex.add_argument("--run", help=RUN_HELP)
+    ex.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
     ex.add_argument("host")
     ex.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
     dn = sub.add_parser("down", help="stop Cassandra and remove the testbed")
-    dn.add_argument("--run", help=RUN_HELP)
+    dn.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
 
     cl = sub.add_parser(
         "clean",
         help="remove what crashed runs left (never a run in use, nor a healthy detached "
         "testbed unless named)",
     )
-    cl.add_argument("--run", help="only this run (also a healthy detached testbed)")
+    cl.add_argument(
+        "--run", type=argtypes.run_id, help="only this run (also a healthy detached testbed)"
+    )
     cl.add_argument(
         "--all", action="store_true", help="also every detached testbed (not runs in use)"
     )
@@ -119,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inventory",
         help="a run's hosts as an Ansible inventory (JSON; for ansible, or for --backend hosts)",
     )
-    iv.add_argument("--run", help=RUN_HELP)
+    iv.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
 
     ds = sub.add_parser("dist", help="the Cassandra distribution")
     ds_sub = ds.add_subparsers(dest="dist_command", required=True)
@@ -153,7 +179,13 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     topology = Topology(edge_nodes=args.nodes, subnet=args.subnet)
+    options = backend_options(args)
     settings = None
+    if args.no_cassandra and args.yaml:
+        raise ConfigError(
+            f"--yaml {'='.join(map(str, args.yaml[0]))} sets cassandra.yaml, but "
+            f"--no-cassandra starts no Cassandra"
+        )
     if not args.no_cassandra:
         settings = CassandraSettings(
             cluster_name=args.cluster_name,
@@ -168,7 +200,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         java=args.java,
         deadlines=Deadlines(cql_s=args.cql_timeout),
         progress=print,
-        backend_options=backend_options(args),
+        backend_options=options,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()
@@ -198,8 +230,8 @@ def backend_options(args: argparse.Namespace) -> dict:
         from .backends.libvirt import EDGE_SIZE
 
         opts["edge_size"] = {
-            "vcpus": args.vm_vcpus or EDGE_SIZE.vcpus,
-            "memory_mb": args.vm_memory or EDGE_SIZE.memory_mb,
+            "vcpus": EDGE_SIZE.vcpus if args.vm_vcpus is None else args.vm_vcpus,
+            "memory_mb": EDGE_SIZE.memory_mb if args.vm_memory is None else args.vm_memory,
         }
     return opts
 
@@ -257,12 +289,12 @@ def cmd_dist(args: argparse.Namespace) -> int:
         dist.verify(full=True)
         print(f"Cassandra {dist.version}: {len(dist.jars)} jars match their sha256")
         return 0
-    dist = dist_mod.install(tarball=args.tarball, force=args.force)
-    if args.no_cds:
-        return 0
     from .cassandra.java import find_java
 
-    java = find_java(args.java)
+    java = None if args.no_cds else find_java(args.java)  # before anything is installed
+    dist = dist_mod.install(tarball=args.tarball, force=args.force)
+    if java is None:
+        return 0
     archive = dist.cds_archive(java.version)
     if archive.is_file() and not args.force:
         print(f"class-data-sharing archive present: {archive}")

@@ -16,15 +16,34 @@ import os
 import sys
 import time
 
+from . import argtypes
+from .topology import MAX_EDGE_NODES
+
 PROTOCOL_VERSION = 5
 
 
 def contact_points(hosts: str | None) -> list[str]:
     raw = hosts or os.environ.get("EDGETB_EDGE_ADDRESSES", "")
-    points = [h for h in raw.split(",") if h]
+    points = [h.strip() for h in raw.split(",") if h.strip()]
     if not points:
-        raise SystemExit("no contact points: pass --hosts or run via `python -m testbed exec`")
+        raise ValueError("no contact points: pass --hosts or run via `python -m testbed exec`")
+    for point in points:
+        if point.startswith("-") or any(c.isspace() for c in point):
+            raise ValueError(f"contact point {point!r} is not a host name or address")
     return points
+
+
+def consistency_level(text: str) -> str:
+    """argparse type: a consistency level the driver knows, upper-case."""
+    from cassandra import ConsistencyLevel
+
+    name = text.upper()
+    if name not in ConsistencyLevel.name_to_value:
+        raise argparse.ArgumentTypeError(
+            f"unknown consistency level {text!r} (choose from "
+            f"{', '.join(ConsistencyLevel.name_to_value)})"
+        )
+    return name
 
 
 def credentials(path: str | None = None):
@@ -237,24 +256,28 @@ def run_cql(points: list[str], statements: list[str], consistency: str, timeout_
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.client")
     parser.add_argument("--hosts", help="comma-separated contact points")
-    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--timeout", type=argtypes.number(0.1, 86400, "s"), default=30.0)
     parser.add_argument(
         "--credentials", metavar="FILE", help="login file (default: $EDGETB_CREDENTIALS)"
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("probe", help="wait until the driver sees every node up")
-    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--expect", type=argtypes.integer(1, MAX_EDGE_NODES), required=True)
     w = sub.add_parser("write", help="time one write into a probe keyspace")
-    w.add_argument("--rf", type=int, default=1)
-    w.add_argument("--consistency", default="LOCAL_QUORUM")
+    w.add_argument("--rf", type=argtypes.integer(1, MAX_EDGE_NODES), default=1)
+    w.add_argument("--consistency", type=consistency_level, default="LOCAL_QUORUM")
     c = sub.add_parser("cql", help="run CQL statements")
     c.add_argument("statements", nargs="+")
-    c.add_argument("--consistency", default="LOCAL_QUORUM")
+    c.add_argument("--consistency", type=consistency_level, default="LOCAL_QUORUM")
     sub.add_parser(
         "auth-setup", help="replace the default superuser by the role of the credentials file"
     )
     args = parser.parse_args(argv)
-    points = contact_points(args.hosts)
+    try:
+        points = contact_points(args.hosts)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.credentials:  # the CLI edge: every command below reads the same variable
         from .cassandra.auth import ENV
 
@@ -268,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "probe":
             print(json.dumps(probe(points, args.expect, args.timeout)))
         elif args.cmd == "write":
-            print(json.dumps(write_probe(points, args.rf, args.consistency.upper(), args.timeout)))
+            print(json.dumps(write_probe(points, args.rf, args.consistency, args.timeout)))
         else:
-            return run_cql(points, args.statements, args.consistency.upper(), args.timeout)
+            return run_cql(points, args.statements, args.consistency, args.timeout)
     except Exception as exc:  # noqa: BLE001 - the CLI edge: one line, not a traceback
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

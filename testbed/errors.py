@@ -66,3 +66,9 @@ class StoreFullError(TestbedError):
             f"no space left for results in {directory} ({detail}): free space there and "
             f"rerun the same command to resume; nothing half-written was kept"
         )
+
+
+class StateFileError(StateError, ConfigError):
+    """A file of state this tool reads (a run's state.json, a results store) that is not
+    what it writes: edited by hand, damaged, or of another version. Bad input, so the
+    CLIs answer it with exit code 2; names the file."""

@@ -17,11 +17,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import RunSelectionError, StateError
+from .errors import RunSelectionError, StateError, StateFileError
 
 PREFIX = "tb"
 STATE_FILE = "state.json"
@@ -86,14 +86,75 @@ class RunState:
 
     @classmethod
     def load(cls, run_dir: Path) -> RunState:
+        """The state in ``run_dir``: StateError when there is none, StateFileError naming
+        the file when it is not what ``save`` writes (edited by hand, damaged)."""
         path = run_dir / STATE_FILE
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError as exc:
             raise StateError(f"no run state at {path}") from exc
-        except json.JSONDecodeError as exc:
-            raise StateError(f"corrupt run state {path}: {exc}") from exc
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StateFileError(f"corrupt run state {path}: {exc}") from exc
+        _check_fields(path, data)
         return cls(**data, run_dir=run_dir)
+
+
+# The type each saved field must have (a field not listed here is not checked).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,),
+    "backend": (str,),
+    "topology": (dict,),
+    "cassandra": (dict, type(None)),
+    "status": (str,),
+    "detached": (bool,),
+    "created": (int, float),
+    "java": (str, type(None)),
+    "namespaces": (list,),
+    "processes": (dict,),
+    "extra": (dict,),
+}
+
+
+def _check_fields(path: Path, data: object) -> None:
+    """StateFileError naming ``path`` unless ``data`` has the fields of a RunState, each of
+    its type, and no others."""
+    if not isinstance(data, dict):
+        raise StateFileError(f"corrupt run state {path}: expected a JSON object")
+    names = {f.name for f in fields(RunState) if f.name != "run_dir"}
+    required = {
+        f.name
+        for f in fields(RunState)
+        if f.name != "run_dir" and f.default is MISSING and f.default_factory is MISSING
+    }
+    unknown = sorted(set(data) - names)
+    missing = sorted(required - set(data))
+    if unknown or missing:
+        problem = "; ".join(
+            ([f"unknown keys {unknown}"] if unknown else [])
+            + ([f"missing keys {missing}"] if missing else [])
+        )
+        raise StateFileError(f"corrupt run state {path}: {problem}")
+    for key, value in data.items():
+        types = _FIELD_TYPES.get(key)
+        bool_where_number = isinstance(value, bool) and bool not in types
+        if types and (bool_where_number or not isinstance(value, types)):
+            raise StateFileError(
+                f"corrupt run state {path}: {key} is {value!r}, expected "
+                f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}"
+            )
+    if not all(isinstance(n, str) for n in data.get("namespaces", [])):
+        raise StateFileError(f"corrupt run state {path}: namespaces must be names")
+    for host, proc in data.get("processes", {}).items():
+        pid = proc.get("pid") if isinstance(proc, dict) else None
+        marker = proc.get("marker") if isinstance(proc, dict) else None
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
+            raise StateFileError(
+                f"corrupt run state {path}: processes.{host} needs a pid >= 1, got {proc!r}"
+            )
+        if not isinstance(marker, str):
+            raise StateFileError(
+                f"corrupt run state {path}: processes.{host} needs a marker string, got {proc!r}"
+            )
 
 
 def create_run(state: RunState, base: Path | None = None) -> RunLock:

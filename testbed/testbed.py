@@ -35,6 +35,7 @@ from .errors import (
     NodeError,
     RunInUseError,
     StateError,
+    StateFileError,
     TestbedError,
 )
 from .runner import run
@@ -94,15 +95,12 @@ class Testbed:
         self.timings: dict[str, float] = {}
         self.backend_options = dict(backend_options or {})
         self._owner: st.RunLock | None = None
-        # Validate everything before anything on the system changes.
-        if os.geteuid() != 0:
-            raise ConfigError(
-                f"the {backend} backend needs root (namespaces, libvirt, SSH keys of the run)"
-            )
+        # Validate everything before anything on the system changes: first the input alone
+        # (so bad input is named even without root), then what needs the machine.
         cls = backend_class(backend)
-        validate = getattr(cls, "validate", None)
-        if validate is not None:
-            validate(topology, self.backend_options)
+        check_options = getattr(cls, "check_options", None)
+        if check_options is not None:
+            check_options(topology, self.backend_options)
         self.java: Java | None = None
         self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
@@ -110,7 +108,15 @@ class Testbed:
             if self.auth:
                 node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
                 auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)
-            self.java = find_java(java)
+            self.java = find_java(java)  # only runs `java -version`
+        if os.geteuid() != 0:
+            raise ConfigError(
+                f"the {backend} backend needs root (namespaces, libvirt, SSH keys of the run)"
+            )
+        validate = getattr(cls, "validate", None)
+        if validate is not None:
+            validate(topology, self.backend_options)
+        if cassandra is not None:
             self.dist = dist_mod.install(progress=self.progress)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -540,8 +546,12 @@ class Testbed:
         RunInUseError when a live process (a sweep, a test) owns it.
         """
         state = st.select_run(run_id, base)
-        topology = Topology.from_dict(state.topology)
-        settings = CassandraSettings.from_dict(state.cassandra) if state.cassandra else None
+        try:
+            topology = Topology.from_dict(state.topology)
+            settings = CassandraSettings.from_dict(state.cassandra) if state.cassandra else None
+            backend_class(state.backend)
+        except (ConfigError, TypeError) as exc:
+            raise StateFileError(f"corrupt run state {state.path}: {exc}") from None
         tb = cls.__new__(cls)
         tb.topology = topology
         tb.backend_name = state.backend

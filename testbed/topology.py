@@ -132,6 +132,12 @@ class Topology:
 
     @classmethod
     def from_dict(cls, data: dict) -> Topology:
+        """The inverse of ``to_dict``; ConfigError for a dict of another shape."""
+        keys = {"edge_nodes", "subnet", "edge_names", "endpoint_name"}
+        if not isinstance(data, dict) or set(data) != keys:
+            raise ConfigError(f"a topology has exactly the keys {sorted(keys)}, got {data!r}")
+        if not isinstance(data["edge_names"], (list, tuple)):
+            raise ConfigError(f"edge_names must be a list, got {data['edge_names']!r}")
         return cls(
             edge_nodes=data["edge_nodes"],
             subnet=data["subnet"],

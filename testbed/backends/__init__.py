@@ -16,6 +16,11 @@ class Backend(Protocol):
 
     ``remote`` backends (libvirt, hosts) run commands over SSH, start Cassandra through
     an Ansible playbook and name the interpreter (``python``) and ``java`` on their hosts.
+
+    A backend class may also have two static checks the Testbed calls before anything is
+    created: ``check_options(topology, options)`` looks at the input alone (no root, no
+    system access) and runs first; ``validate(topology, options)`` may probe the machine
+    (an image present, libvirt reachable) and runs after the root check.
     """
 
     name: str

@@ -45,8 +45,10 @@ class TeardownError(TestbedError):
 def read_inventory(path: str | Path) -> dict[str, dict]:
     """host name -> its variables, from any inventory Ansible reads (INI, YAML, JSON)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"inventory not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"inventory {path} is not a file (an INI, YAML or JSON inventory)")
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
@@ -138,12 +140,15 @@ def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, Re
     problems = []
     for h in topology.hosts:
         v = inventory[h.name]
-        ssh_address = str(v.get("ansible_host", h.name))
+        ssh_address = str(v.get("ansible_host", h.name))  # checked by validate_inventory
         address = str(v.get("edgetb_address", ssh_address))
         if address != h.address:
             problems.append(f"{h.name} is {address}, the topology needs {h.address}")
         found[h.name] = RemoteHost(
-            h.name, ssh_address, str(v.get("ansible_user", "root")), int(v.get("ansible_port", 22))
+            h.name,
+            ssh_address,
+            str(v.get("ansible_user", "root")),
+            int(str(v.get("ansible_port", 22)).strip()),
         )
     if problems:
         raise ConfigError(
@@ -226,7 +231,8 @@ class HostsBackend(remote.RemoteBackend):
         self.ssh = SSH(state.run_id, state.run_dir / "ssh", self.inv.key, strict=True)
 
     @staticmethod
-    def validate(topology: Topology, options: dict) -> None:
+    def check_options(topology: Topology, options: dict) -> None:
+        """The inventory, read and validated (no system change, no root)."""
         load(topology, options)
 
     def trust_host_keys(self) -> dict[str, dict]:

@@ -37,6 +37,11 @@ KVM_TRIAL_TIMEOUT_S = 90.0
 METADATA_NS = "https://github.com/edgetb/edgetb/libvirt/1"
 
 
+MAX_VCPUS = 64
+MIN_MEMORY_MB = 256
+MAX_MEMORY_MB = 65536
+
+
 @dataclass(frozen=True)
 class VMSize:
     """vCPUs and memory of one VM."""
@@ -45,10 +50,19 @@ class VMSize:
     memory_mb: int
 
     def check(self, what: str) -> None:
-        if not 1 <= self.vcpus <= 64:
-            raise ConfigError(f"{what}: vcpus must be between 1 and 64, got {self.vcpus}")
-        if not 256 <= self.memory_mb <= 65536:
-            raise ConfigError(f"{what}: memory must be 256..65536 MB, got {self.memory_mb}")
+        if not _int_in(self.vcpus, 1, MAX_VCPUS):
+            raise ConfigError(
+                f"{what}: vcpus must be an integer from 1 to {MAX_VCPUS}, got {self.vcpus!r}"
+            )
+        if not _int_in(self.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB):
+            raise ConfigError(
+                f"{what}: memory must be an integer from {MIN_MEMORY_MB} to {MAX_MEMORY_MB} "
+                f"MB, got {self.memory_mb!r}"
+            )
+
+
+def _int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 # Sized like a small edge device (a 2-core, 2 GB board); the endpoint only runs a client.
@@ -269,11 +283,21 @@ class LibvirtBackend(remote.RemoteBackend):
         self.hosts = {h.name: RemoteHost(h.name, h.address) for h in topology.hosts}
 
     @staticmethod
-    def validate(topology: Topology, options: dict) -> None:
-        """Checks that need no system change (called before anything is created)."""
+    def check_options(topology: Topology, options: dict) -> None:
+        """Checks of the options alone (no system access, no root needed)."""
+        unknown = set(options) - {"edge_size", "endpoint_size"}
+        if unknown:
+            raise ConfigError(f"unknown libvirt backend options {sorted(unknown)}")
         for key in ("edge_size", "endpoint_size"):
             if key in options:
-                VMSize(**options[key]).check(key)
+                size = options[key]
+                if not isinstance(size, dict) or set(size) != {"vcpus", "memory_mb"}:
+                    raise ConfigError(f"{key} needs vcpus and memory_mb, got {size!r}")
+                VMSize(**size).check(key)
+
+    @staticmethod
+    def validate(topology: Topology, options: dict) -> None:
+        """Checks that need no system change (called before anything is created)."""
         images.load()  # StateError telling how to build it
         conn = connect()
         try:

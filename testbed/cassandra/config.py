@@ -7,6 +7,7 @@ by the caller (``node.py``).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,68 @@ BASE_SETTINGS: dict[str, Any] = {
 }
 
 
+# What the testbed itself sets for every node and relies on: a settings layer from the
+# user may not replace them (cluster_name has its own setting).
+PROTECTED_SETTINGS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "listen_address",
+            "listen_interface",
+            "listen_interface_prefer_ipv6",
+            "listen_on_broadcast_address",
+            "broadcast_address",
+            "rpc_address",
+            "rpc_interface",
+            "rpc_interface_prefer_ipv6",
+            "broadcast_rpc_address",
+        ),
+        "each node binds only its own address on the testbed's subnet",
+    ),
+    "seed_provider": "every node of the topology is a seed",
+    **dict.fromkeys(
+        ("storage_port", "ssl_storage_port", "native_transport_port", "native_transport_port_ssl"),
+        "the readiness checks, clients and shaping use the testbed's ports",
+    ),
+    **dict.fromkeys(
+        (
+            "num_tokens",
+            "initial_token",
+            "partitioner",
+            "allocate_tokens_for_keyspace",
+            "allocate_tokens_for_local_replication_factor",
+        ),
+        "each node owns one evenly spaced Murmur3 token",
+    ),
+    **dict.fromkeys(
+        (
+            "data_file_directories",
+            "local_system_data_file_directory",
+            "commitlog_directory",
+            "hints_directory",
+            "saved_caches_directory",
+            "cdc_raw_directory",
+        ),
+        "a node's files live in its run directory, which `down` removes",
+    ),
+    "cluster_name": "set it with cluster_name (--cluster-name)",
+}
+_SETTING_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def check_override(key: object) -> None:
+    """ConfigError unless ``key`` is a cassandra.yaml key a user may set."""
+    if not isinstance(key, str) or not _SETTING_KEY_RE.match(key):
+        raise ConfigError(
+            f"{key!r} is not a cassandra.yaml key (lowercase letters, digits and _, "
+            f"e.g. concurrent_writes)"
+        )
+    if key in PROTECTED_SETTINGS:
+        raise ConfigError(
+            f"cassandra.yaml setting {key} is the testbed's own and cannot be overridden "
+            f"({PROTECTED_SETTINGS[key]})"
+        )
+
+
 def initial_token(index: int, count: int) -> int:
     """Evenly spaced Murmur3 token for node ``index`` of ``count``: -2^63 + i*2^64/n."""
     if not 0 <= index < count:
@@ -131,17 +194,33 @@ class CassandraSettings:
     node_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.heap_mb, int) or self.heap_mb < MIN_HEAP_MB:
+        if (
+            isinstance(self.heap_mb, bool)
+            or not isinstance(self.heap_mb, int)
+            or self.heap_mb < MIN_HEAP_MB
+        ):
             raise ConfigError(f"heap_mb must be an integer >= {MIN_HEAP_MB}, got {self.heap_mb!r}")
         if self.jvm_profile not in JVM_PROFILES:
             raise ConfigError(
                 f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
             )
         if (
-            not self.cluster_name
+            not isinstance(self.cluster_name, str)
+            or not self.cluster_name
             or not self.cluster_name.replace("-", "").replace("_", "").isalnum()
         ):
-            raise ConfigError(f"invalid cluster_name {self.cluster_name!r}")
+            raise ConfigError(
+                f"invalid cluster_name {self.cluster_name!r} (letters, digits, '-' and '_')"
+            )
+        if not isinstance(self.overrides, Mapping) or not isinstance(self.node_overrides, Mapping):
+            raise ConfigError("overrides and node_overrides must be mappings of settings")
+        for key in self.overrides:
+            check_override(key)
+        for host, layer in self.node_overrides.items():
+            if not isinstance(layer, Mapping):
+                raise ConfigError(f"node_overrides for {host!r} must be a mapping of settings")
+            for key in layer:
+                check_override(key)
 
     def check_hosts(self, topology: Topology) -> None:
         """Raise ConfigError if node_overrides names a host that is not an edge node."""

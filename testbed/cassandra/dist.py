@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import lzma
 import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -110,13 +112,13 @@ def install(
     tarball. An existing, intact installation is reused unless ``force``.
     """
     directory = dist_dir(version, root)
+    if tarball is not None:
+        check_tarball(Path(tarball), version)
     if not force:
         try:
             return load(version, root)
         except StateError:
             pass
-    if tarball is not None and not Path(tarball).is_file():
-        raise ConfigError(f"tarball not found: {tarball}")
     directory.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".install-") as tmp:
         staging = Path(tmp) / "dist"
@@ -180,19 +182,52 @@ def _maven_copy(version: str, workdir: Path, lib: Path) -> None:
     )
 
 
+def _lib_jar(member: tarfile.TarInfo) -> str | None:
+    """The jar's file name if ``member`` is TOP/lib/NAME.jar of a binary tarball."""
+    parts = Path(member.name).parts
+    if member.isfile() and len(parts) == 3 and parts[1] == "lib" and parts[2].endswith(".jar"):
+        return parts[2]
+    return None
+
+
+def check_tarball(tarball: Path, version: str = CASSANDRA_VERSION) -> None:
+    """ConfigError naming ``tarball`` unless it is Apache Cassandra ``version``'s binary
+    tarball (a tar archive with TOP/lib/apache-cassandra-VERSION.jar). Reads only."""
+    if not tarball.exists():
+        raise ConfigError(f"tarball not found: {tarball}")
+    if not tarball.is_file():
+        raise ConfigError(f"tarball {tarball} is not a file")
+    wanted = f"apache-cassandra-{version}.jar"
+    try:
+        with tarfile.open(tarball) as tar:
+            jars = [name for m in tar if (name := _lib_jar(m))]
+    except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError):
+        raise ConfigError(
+            f"{tarball} is not a readable tar archive; expected the binary tarball "
+            f"apache-cassandra-{version}-bin.tar.gz"
+        ) from None
+    if wanted in jars:
+        return
+    others = sorted(j for j in jars if j.startswith("apache-cassandra-") and j[17:18].isdigit())
+    if others:
+        raise ConfigError(
+            f"{tarball} holds {others[0].removesuffix('.jar')}; this testbed runs Cassandra "
+            f"{version} (use apache-cassandra-{version}-bin.tar.gz)"
+        )
+    raise ConfigError(
+        f"{tarball} is not an Apache Cassandra binary tarball (no lib/{wanted}); expected "
+        f"apache-cassandra-{version}-bin.tar.gz"
+    )
+
+
 def _extract_tarball(tarball: Path, lib: Path) -> None:
     with tarfile.open(tarball) as tar:
         for member in tar.getmembers():
-            parts = Path(member.name).parts
-            if (
-                member.isfile()
-                and len(parts) == 3
-                and parts[1] == "lib"
-                and parts[2].endswith(".jar")
-            ):
+            name = _lib_jar(member)
+            if name:
                 source = tar.extractfile(member)
                 assert source is not None
-                with source, open(lib / parts[2], "wb") as out:
+                with source, open(lib / name, "wb") as out:
                     shutil.copyfileobj(source, out)
 
 

@@ -20,10 +20,10 @@ from .conftest import assert_no_residue, run_cli, run_id_in
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--nodes", "0"], "between 1 and 9"),
-        (["--nodes", "10"], "between 1 and 9"),
+        (["--nodes", "0"], "from 1 to 9, got '0'"),
+        (["--nodes", "10"], "from 1 to 9, got '10'"),
         (["--subnet", "8.8.8.0/24"], "not a private"),
-        (["--heap-mb", "16"], "heap_mb"),
+        (["--heap-mb", "16"], "--heap-mb: expected an integer >= 128 MB, got '16'"),
         (["--java", "/nonexistent/bin/java"], "Java not found"),
     ],
 )

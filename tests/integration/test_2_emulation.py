@@ -16,9 +16,9 @@ def _edge_pids(tb):
 def test_invalid_settings_are_rejected_without_touching_the_network(cluster):
     before = api.show(cluster)
     for args, message in [
-        (["--latency", "-5"], "delay_ms must be between 0 and 10000"),
-        (["--latency", "20000"], "delay_ms must be between 0 and 10000"),
-        (["--loss", "150"], "loss_pct must be between 0 and 100"),
+        (["--latency", "-5"], "--latency: expected a number from 0 to 10000 ms, got '-5'"),
+        (["--latency", "20000"], "--latency: expected a number from 0 to 10000 ms, got '20000'"),
+        (["--loss", "150"], "--loss: expected a number from 0 to 100 %, got '150'"),
         (["--profile", "file", "--file", "/nonexistent.toml"], "link file not found"),
         (["--latency", "5", "--jitter", "9"], "cannot exceed"),
     ]:

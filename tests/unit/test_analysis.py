@@ -237,3 +237,16 @@ def test_compare_says_so_when_the_ordering_is_reversed(tmp_path):
 def test_analysis_of_a_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="no results in"):
         load(tmp_path / "none")
+
+
+def test_analysis_of_an_empty_or_foreign_store_is_a_clear_error(tmp_path):
+    from experiments.store import Store
+    from testbed.errors import StateFileError
+
+    Store(tmp_path / "empty").close()
+    with pytest.raises(ConfigError, match="no runs in .*empty yet"):
+        load(tmp_path / "empty")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.sqlite").write_bytes(b"not sqlite at all" * 64)
+    with pytest.raises(StateFileError, match="is not a readable results store"):
+        load(tmp_path / "bad")

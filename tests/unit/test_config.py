@@ -41,7 +41,7 @@ def test_token_index_out_of_range():
 def test_node_settings_layers(tmp_path: Path):
     topo = Topology(edge_nodes=3)
     settings = CassandraSettings(
-        overrides={"concurrent_compactors": 2, "num_tokens": 1},
+        overrides={"concurrent_compactors": 2, "concurrent_writes": 8},
         node_overrides={"e1": {"concurrent_compactors": 4}},
     )
     e1 = topo.host("e1")
@@ -54,7 +54,22 @@ def test_node_settings_layers(tmp_path: Path):
     assert seeds == "10.77.0.11:7000,10.77.0.12:7000,10.77.0.13:7000"
     assert values["data_file_directories"] == [str(tmp_path / "e1" / "data")]
     e0 = config.node_settings(settings, topo, topo.host("e0"), tmp_path / "e0")
-    assert e0["concurrent_compactors"] == 2
+    assert e0["concurrent_compactors"] == 2 and e0["concurrent_writes"] == 8
+
+
+@pytest.mark.parametrize(
+    "key", ["listen_address", "seed_provider", "native_transport_port", "commitlog_directory"]
+)
+def test_overrides_cannot_replace_the_testbeds_own_settings(key):
+    with pytest.raises(ConfigError, match=f"setting {key} is the testbed's own"):
+        CassandraSettings(overrides={key: "x"})
+    with pytest.raises(ConfigError, match=f"setting {key} is the testbed's own"):
+        CassandraSettings(node_overrides={"e0": {key: "x"}})
+
+
+def test_override_keys_must_be_yaml_keys():
+    with pytest.raises(ConfigError, match="'Bad-Key' is not a cassandra.yaml key"):
+        CassandraSettings(overrides={"Bad-Key": 1})
 
 
 def test_render_yaml_roundtrips(tmp_path: Path):

@@ -1,4 +1,3 @@
-import gzip
 import lzma
 from pathlib import Path
 
@@ -31,6 +30,8 @@ def test_qemu_argv_ports_offloads_channel_and_tag():
         for i, h in enumerate(["e0", "e1", "ep"])
     ]
     devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    # one NIC per port, each with every offload off (netem must see real packet sizes)
+    assert [d.split(",")[1] for d in devices] == ["netdev=n0", "netdev=n1", "netdev=n2"]
     assert all("csum=off" in d and "guest_tso4=off" in d and "host_ufo=off" in d for d in devices)
 
 
@@ -49,12 +50,36 @@ def test_accel_override(monkeypatch, value):
     assert vm.known_accel() == value
 
 
+def _read_newc(data: bytes) -> list[tuple[str, int, bytes]]:
+    """(name, mode, content) of each entry, read as the kernel's unpacker reads newc:
+    a 110-byte header of hex fields, the name padded to 4 bytes, the data padded to 4."""
+    entries, pos = [], 0
+    while True:
+        assert data[pos : pos + 6] == b"070701", pos
+        fields = [int(data[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = fields[1], fields[6], fields[11]
+        name_end = pos + 110 + namesize
+        name = data[pos + 110 : name_end - 1].decode()
+        assert data[name_end - 1] == 0
+        start = name_end + (-(110 + namesize) % 4)
+        content = data[start : start + size]
+        pos = start + size + (-size % 4)
+        if name == "TRAILER!!!":
+            assert data[pos:] == b""
+            return entries
+        entries.append((name, mode, content))
+
+
 def test_cpio_newc_layout():
-    data = image.cpio_newc({"init": (0o100755, b"#!/bin/sh\n"), "bin": (0o40755, b"")})
-    assert data.startswith(b"070701")
-    assert b"init\0" in data and data.rstrip(b"\0").endswith(b"TRAILER!!!")
+    data = image.cpio_newc(
+        {"init": (0o100755, b"#!/bin/sh\n"), "bin": (0o40755, b""), "a/b": (0o100644, b"12345")}
+    )
     assert len(data) % 4 == 0
-    gzip.compress(data)  # what the build writes
+    assert _read_newc(data) == [
+        ("a/b", 0o100644, b"12345"),
+        ("bin", 0o40755, b""),
+        ("init", 0o100755, b"#!/bin/sh\n"),
+    ]
 
 
 def test_extract_vmlinux_from_an_xz_payload():

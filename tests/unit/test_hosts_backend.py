@@ -90,7 +90,7 @@ def test_load_validates_before_matching_the_topology(tmp_path, key):
     path = tmp_path / "inv.json"
     path.write_text(json.dumps({"all": {"hosts": inv}}))
     with pytest.raises(ConfigError, match="ep: ansible_user '-l' starts with '-'"):
-        hosts.HostsBackend.validate(Topology(edge_nodes=1), {"inventory": str(path)})
+        hosts.HostsBackend.check_options(Topology(edge_nodes=1), {"inventory": str(path)})
     inv["ep"]["ansible_user"] = "pi"
     inv["e0"]["edgetb_known_hosts"] = str(key)
     path.write_text(json.dumps({"all": {"hosts": inv}}))

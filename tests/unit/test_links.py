@@ -95,6 +95,10 @@ jitter_ms = 2
         ("[links]\n", "unknown tables"),
         ("[default]\nloss_pct=200", "loss_pct"),
         ("not toml [", "invalid TOML"),
+        ("default = 3", r"\[default\] must be a table, got 3"),
+        ("link = [1]", r"\[\[link\]\] #1 must be a table, got 1"),
+        ("link = {src = 'e0', dst = 'e1'}", "link must be an array of tables"),
+        ("[default]\ndelay_ms = 'x'", r"bad.toml: \[default\]: delay_ms must be a number"),
     ],
 )
 def test_from_toml_errors(tmp_path, text, message):

@@ -1,3 +1,4 @@
+import json
 import os
 import shutil
 from pathlib import Path
@@ -8,7 +9,7 @@ from testbed import StateError, Topology
 from testbed.backends import make_backend
 from testbed.backends.netns import build_commands, planned_namespaces
 from testbed.clean import tag_of
-from testbed.errors import ConfigError, RunSelectionError
+from testbed.errors import ConfigError, RunSelectionError, StateFileError
 from testbed.state import (
     RunLock,
     RunState,
@@ -128,6 +129,44 @@ def test_create_run_holds_the_owner_lock_and_registers(tmp_path: Path, registry:
     assert RunLock(run_dir).holder() is None
     unregister("c00001", run_dir)
     assert set(registered_runs()) == {"c00002"}
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.update(owner_pidd=5), r"unknown keys \['owner_pidd'\]"),
+        (lambda d: d.pop("topology"), r"missing keys \['topology'\]"),
+        (lambda d: d.update(namespaces="tb-x"), "namespaces is 'tb-x', expected list"),
+        (lambda d: d.update(cassandra=[]), r"cassandra is \[\], expected dict or null"),
+        (lambda d: d.update(created=True), "created is True, expected int or float"),
+        (lambda d: d.update(processes={"e0": {"pid": "9"}}), "processes.e0 needs a pid"),
+        (lambda d: d.update(processes={"e0": {"pid": 9}}), "processes.e0 needs a marker"),
+        (lambda d: d.update(namespaces=[1]), "namespaces must be names"),
+    ],
+)
+def test_hand_edited_state_is_an_error_naming_the_file(tmp_path: Path, edit, message):
+    state = RunState("d00001", "netns", Topology().to_dict(), None)
+    create_run(state, tmp_path).release()
+    data = json.loads(state.path.read_text())
+    edit(data)
+    state.path.write_text(json.dumps(data))
+    with pytest.raises(StateFileError, match=f"corrupt run state {state.path}: {message}"):
+        RunState.load(state.run_dir)
+    state.path.write_text("[1, 2]")
+    with pytest.raises(StateFileError, match="expected a JSON object"):
+        RunState.load(state.run_dir)
+
+
+def test_a_state_whose_topology_is_edited_is_refused_on_attach(tmp_path: Path):
+    from testbed.testbed import Testbed
+
+    topo = Topology().to_dict()
+    topo["edge_nodes"] = 0
+    state = RunState("d00002", "netns", topo, None, status="up")
+    create_run(state, tmp_path).release()
+    with pytest.raises(StateFileError, match="edge_nodes must be between 1 and 9, got 0"):
+        Testbed.attach("d00002", base=tmp_path)
+    assert state.path.is_file()  # read, not removed
 
 
 def test_run_lock_is_exclusive(tmp_path: Path):

@@ -232,13 +232,12 @@ def test_parquet_types_come_from_the_schema_not_from_the_first_chunk(store, tmp_
     assert str(cells.schema.field("finished").type) == "double"
 
 
-def test_export_of_an_empty_store_is_typed_too(store, tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
-    written = export(tmp_path / "res", "parquet")
-    table = pq.read_table(written["requests"])
-    assert table.num_rows == 0
-    assert str(table.schema.field("rtt_ns").type) == "int64"
-    assert str(table.schema.field("error").type) == "string"
+def test_export_of_a_store_without_cells_is_a_clear_error(store, tmp_path):
+    from testbed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="holds no measured cells yet: nothing to export"):
+        export(tmp_path / "res", "parquet")
+    assert not (tmp_path / "res" / "export").exists()
 
 
 def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
@@ -246,3 +245,50 @@ def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
 
     with pytest.raises(ConfigError, match="no results in"):
         export(tmp_path / "nothing")
+
+
+def test_a_file_that_is_not_a_store_is_refused_and_left_unchanged(tmp_path):
+    from testbed.errors import StateFileError
+
+    other = tmp_path / "other"
+    other.mkdir()
+    con = sqlite3.connect(other / "results.sqlite")  # someone else's SQLite database
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    before = (other / "results.sqlite").read_bytes()
+    with pytest.raises(StateFileError, match="is not a results store of this tool"):
+        Store(other)
+    with pytest.raises(StateFileError, match="is not a results store of this tool"):
+        export(other)
+    assert (other / "results.sqlite").read_bytes() == before
+    (other / "results.sqlite").write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(StateFileError, match="file is not a database"):
+        Store(other)
+
+
+def test_an_empty_store_file_left_by_a_kill_is_reused(tmp_path):
+    (tmp_path / "results.sqlite").write_bytes(b"")
+    with Store(tmp_path) as s:
+        assert s.runs() == []
+
+
+def test_results_directory_must_be_a_writable_directory(tmp_path):
+    from experiments.store import check_writable_dir
+    from testbed.errors import ConfigError
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="file is not a directory"):
+        check_writable_dir(tmp_path / "file", "--out")
+    with pytest.raises(ConfigError, match="cannot be created: .*file is not a directory"):
+        check_writable_dir(tmp_path / "file" / "sub")
+    assert check_writable_dir(tmp_path / "new" / "sub") == tmp_path / "new" / "sub"
+    assert not (tmp_path / "new").exists()  # checked, not created
+
+
+def test_export_of_a_store_without_cells_writes_nothing(store, tmp_path):
+    from testbed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="holds no measured cells yet: nothing to export"):
+        export(tmp_path / "res")
+    assert not (tmp_path / "res" / "export").exists()

@@ -16,7 +16,28 @@ def from_flags(*argv):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--nodes", "3", "--rf", "4"], "rf 4 exceeds every node count"),
+        (["--nodes", "3", "--rf", "4"], r"the grid is empty: no replication factor of 4 fits"),
+        (["--nodes", "3,4", "--rf", "2,5"], r"rf 5 exceeds every node count \(3, 4\)"),
+        (
+            ["--rf", "3..1"],
+            r"--rf: '3\.\.1' is a descending range; write it ascending, e\.g\. 1\.\.3",
+        ),
+        (["--latency", "0..inf"], r"--latency: '0\.\.inf' is not a finite number"),
+        (["--latency", "nan"], r"--latency: 'nan' is not a finite number"),
+        (["--latency", "0..100..0"], r"the step of '0\.\.100\.\.0' must be positive"),
+        (["--latency", "0..100..-5"], r"the step of '0\.\.100\.\.-5' must be positive"),
+        (["--latency", "0..1e9"], r"'0\.\.1e9' expands to 1000000001 values, more than 1000"),
+        (["--latency=-1e308..1e308"], "expands to too many values, more than 1000"),
+        (["--nodes", "1..1001"], "expands to 1001 values, more than 1000"),
+        (["--loss", "1..2..3..4"], r"--loss: cannot read '1\.\.2\.\.3\.\.4'"),
+        (["--rf", "1..x"], r"--rf: cannot read '1\.\.x' as integers"),
+        (["--timeout", "nan"], "request_timeout_s must be between 1 and 600 s, got nan"),
+        (["--timeout", "inf"], "request_timeout_s must be between 1 and 600 s, got inf"),
+        (["--seed", "-1"], "seed must be an integer >= 0, got -1"),
+        (["--heap-mb", "0"], "heap_mb must be an integer >= 128, got 0"),
+        (["--repetitions", "1000000000"], "the grid has 396000000000 cells, more than 100000"),
+        (["--backend", "hosts"], "the sweep has no --inventory for the hosts backend"),
+        (["--backend", "libvirt", "--shaper", "gateway"], "libvirt backend shapes inside"),
         (["--latency", "-5"], "latency_ms values must be between 0"),
         (["--loss", "100"], "loss_pct values must be between 0"),
         (["--cl", "FIVE"], "unknown consistency level"),
@@ -45,8 +66,17 @@ def test_bad_input_is_a_clear_error(flags, message):
 
 
 def test_empty_grid_when_no_rf_fits():
-    with pytest.raises(ConfigError, match="exceeds every node count"):
-        SweepConfig(nodes=(3,), rf=(5,))
+    with pytest.raises(ConfigError) as err:
+        SweepConfig(nodes=(3, 4), rf=(5, 6))
+    assert str(err.value) == (
+        "the grid is empty: no replication factor of 5, 6 fits any node count (3, 4)"
+    )
+
+
+def test_an_rf_no_node_count_holds_is_an_error_even_when_others_fit():
+    with pytest.raises(ConfigError) as err:
+        SweepConfig(nodes=(3,), rf=(2, 5))
+    assert str(err.value).startswith("rf 5 exceeds every node count (3)")
 
 
 def test_defaults_are_the_papers_grid():
@@ -124,6 +154,47 @@ def test_fingerprint_ignores_output_dir_but_not_the_grid():
 def test_parse_list_ranges():
     assert parse_list("x", "0..100..25", float) == (0, 25, 50, 75, 100)
     assert parse_list("x", "1..3", int) == (1, 2, 3)
+    assert parse_list("x", "5..5", int) == (5,)
+    assert parse_list("x", "0..10..4", int) == (0, 4, 8)  # the end need not be on a step
+    # values are multiplied out, not accumulated: exactly what the user would type
+    assert parse_list("x", "0..1..0.1", float)[3] == 0.3
+    assert len(parse_list("x", "0..1..0.1", float)) == 11
+
+
+def test_rf_ranges_measure_every_rf_of_the_range():
+    c = from_flags("--nodes", "3,5", "--rf", "1..3,k", "--latency", "0", "--loss", "1")
+    assert c.rfs(3) == (1, 2, 3) and c.rfs(5) == (1, 2, 3, 5)
+
+
+def test_config_file_of_the_wrong_shape(tmp_path):
+    f = tmp_path / "s.toml"
+    for text, message in [
+        ("sweep = 3\n", "sweep must be a table"),
+        ('[sweep]\nnodes = "x"\n', "nodes values must be integers from 1 to 9, got 'x'"),
+        ("[sweep]\nlinks_file = 3\n", "links_file must be a string"),
+        ('[sweep]\nbackend = ["netns"]\n', r"backend must be a string, got \['netns'\]"),
+        ("[sweep]\nlatency_ms = [nan]\n", "latency_ms values must be numbers, got nan"),
+        ("[sweep]\nlatency_ms = [inf]\n", "latency_ms values must be between 0 and 10000"),
+        ("[sweep\n", "invalid TOML"),
+    ]:
+        f.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            from_flags("--config", str(f))
+    f.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        from_flags("--config", str(f))
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        from_flags("--config", str(tmp_path))
+
+
+def test_link_file_is_read_whole_before_anything_starts(tmp_path):
+    f = tmp_path / "links.toml"
+    f.write_text('[[link]]\nsrc = "e0"\ndst = "e4"\ndelay_ms = 5\n')
+    flags = ("--profile", "file", "--links", str(f), "--latency", "0", "--loss", "0")
+    assert from_flags(*flags, "--nodes", "5").links_file == str(f)
+    # e4 does not exist with 3 nodes: an error now, not after the cluster is up
+    with pytest.raises(ConfigError, match="unknown host 'e4'"):
+        from_flags(*flags, "--nodes", "3,5")
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ boot real ones)."""
 import base64
 import json
 import shlex
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 from testbed import Topology, images
 from testbed.backends import hosts, provision, remote
 from testbed.backends import libvirt as lv
+from testbed.cassandra import dist as dist_mod
 from testbed.errors import ConfigError
+from testbed.keyed_cache import input_key
 
 
 def domain(**kw):
@@ -139,10 +142,35 @@ def test_names_carry_the_run_for_clean():
     assert lv._owner(FakeObject("default"), "networks") is None
 
 
-def test_image_definition_reads_and_is_keyed_on_its_files():
+def test_image_definition_reads_and_is_keyed_on_its_files(tmp_path, monkeypatch):
     groups = images.read_packages()
     assert "openssh-server" in groups["debootstrap"] and "python3" in groups["debootstrap"]
     assert {"openjdk-17-jre-headless", "linux-image-amd64"} <= set(groups["apt"])
+
+    versions = {"linux-image-amd64": "6.1.1", "openjdk-17-jre-headless": "17.0.1"}
+    monkeypatch.setattr(images, "_candidate", lambda package: versions[package])
+    definition = tmp_path / "node"
+    shutil.copytree(images.DEFINITION, definition)
+    cassandra = dist_mod.CassandraDist("5.0.6", tmp_path / "c", "maven", {"a.jar": "aa"})
+
+    def key(dist=cassandra):
+        return input_key(images.inputs(dist, definition))
+
+    first = key()
+    assert key() == first  # the same inputs name the same image
+    seen = {first}
+    for path in sorted(definition.iterdir()):  # every definition file is an input
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# changed\n")
+        seen.add(key())
+        path.write_bytes(original)
+        assert key() == first
+    assert len(seen) == 1 + len(list(definition.iterdir()))
+    versions["openjdk-17-jre-headless"] = "17.0.2"  # a new JRE in the mirror rebuilds
+    seen.add(key())
+    versions["openjdk-17-jre-headless"] = "17.0.1"
+    seen.add(key(dist_mod.CassandraDist("5.0.6", tmp_path / "c", "maven", {"a.jar": "bb"})))
+    assert len(seen) == 3 + len(list(definition.iterdir()))
 
 
 def test_guest_wheels_are_the_hosts_pins():
@@ -196,23 +224,61 @@ def test_hosts_inventory_must_match_the_topology(tmp_path):
         "e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key)},
         "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)},
     }
-    hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, good))})
+    hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, good))})
     missing = {"e0": good["e0"]}
     with pytest.raises(ConfigError, match="no host for ep"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, missing))})
+        hosts.HostsBackend.check_options(
+            topo, {"inventory": str(_write_inventory(tmp_path, missing))}
+        )
     wrong = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20"}}
     with pytest.raises(ConfigError, match="e0 is 192.168.1.20, the topology needs 10.77.0.11"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, wrong))})
+        hosts.HostsBackend.check_options(
+            topo, {"inventory": str(_write_inventory(tmp_path, wrong))}
+        )
     # a board reached by another address, numbered like the topology inside the testbed
     board = {
         **good,
         "e0": {**good["e0"], "ansible_host": "192.168.1.20", "edgetb_address": "10.77.0.11"},
     }
-    hosts.HostsBackend.validate(topo, {"inventory": str(_write_inventory(tmp_path, board))})
+    hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, board))})
     with pytest.raises(ConfigError, match="inventory not found"):
-        hosts.HostsBackend.validate(topo, {"inventory": str(tmp_path / "nope")})
+        hosts.HostsBackend.check_options(topo, {"inventory": str(tmp_path / "nope")})
     with pytest.raises(ConfigError, match="needs --inventory"):
-        hosts.HostsBackend.validate(topo, {})
+        hosts.HostsBackend.check_options(topo, {})
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"ansible_port": "abc"}, "ansible_port 'abc' is not a port"),
+        ({"ansible_port": 0}, "ansible_port '0' is not a port"),
+        ({"ansible_port": 70000}, "ansible_port '70000' is not a port"),
+        ({"ansible_user": "-oProxyCommand=x"}, "ansible_user '-oProxyCommand=x' starts with '-'"),
+        ({"ansible_user": "a b"}, "ansible_user 'a b' contains whitespace"),
+        ({"ansible_host": "-oProxyCommand=x"}, "ansible_host '-oProxyCommand=x' is not an IPv4"),
+        ({"ansible_host": "root@evil"}, "ansible_host 'root@evil' is not an IPv4"),
+    ],
+)
+def test_inventory_values_ssh_would_misread_are_refused(tmp_path, extra, message):
+    topo = Topology(edge_nodes=1)
+    key = tmp_path / "key"
+    key.write_text("x")
+    inv = {
+        "e0": {"ansible_host": "10.77.0.11", "ansible_ssh_private_key_file": str(key), **extra},
+        "ep": {"ansible_host": "10.77.0.10", "ansible_ssh_private_key_file": str(key)},
+    }
+    with pytest.raises(ConfigError, match=f"inv.json: e0: {message}"):
+        hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, inv))})
+
+
+def test_inventory_ports_and_users_that_are_fine(tmp_path):
+    inv = {
+        "e0": {"ansible_host": "10.77.0.11", "ansible_port": "2222", "ansible_user": "pi"},
+        "ep": {"ansible_host": "10.77.0.10", "ansible_port": 22},
+    }
+    found = hosts.remote_hosts(Topology(edge_nodes=1), inv)
+    assert (found["e0"].port, found["e0"].user) == (2222, "pi")
+    assert (found["ep"].port, found["ep"].user) == (22, "root")
 
 
 def test_cli_rejects_backend_options_that_do_not_apply():

@@ -1,0 +1,64 @@
+"""argparse ``type=`` functions for the command lines: a bad value is a one-line usage
+error (exit code 2) that names the value and what is allowed, before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _range_text(low: float | None, high: float | None, unit: str) -> str:
+    unit = f" {unit}" if unit else ""
+    if high is None:
+        return f">= {low:g}{unit}"
+    return f"from {low:g} to {high:g}{unit}"
+
+
+def integer(low: int, high: int | None = None, unit: str = "") -> Callable[[str], int]:
+    """An integer in low..high (``high`` None: no upper bound)."""
+
+    def parse(text: str) -> int:
+        allowed = _range_text(low, high, unit)
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer {allowed}, got {text!r}"
+            ) from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected an integer {allowed}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """A finite number in low..high (never NaN or infinite)."""
+
+    def parse(text: str) -> float:
+        allowed = _range_text(low, high, unit)
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number {allowed}, got {text!r}") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number {allowed}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def run_id(text: str) -> str:
+    """A run id: names a directory under the runs directory, so no path separators."""
+    if not _RUN_ID_RE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"expected a run id (letters, digits, '.', '_', '-'; as `python -m testbed "
+            f"status` shows it), got {text!r}"
+        )
+    return text
