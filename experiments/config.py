@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from testbed.backends import backend_class
@@ -55,7 +55,7 @@ class SweepConfig:
     """Everything that defines a sweep. ``rf`` None means 1..k for each node count k."""
 
     nodes: tuple[int, ...] = (3, 4, 5)
-    rf: tuple[int | str, ...] | None = None
+    rf: tuple[int | Literal["k"], ...] | None = None
     latency_ms: tuple[float, ...] = DEFAULT_LATENCIES
     loss_pct: tuple[float, ...] = (0.5, 2.5, 7.5)
     profile: str = "paper"
@@ -269,12 +269,12 @@ def parse_list(name: str, text: str, kind: type) -> tuple:
     return tuple(items)
 
 
-def _rf_values(values: Any) -> tuple[int | str, ...]:
+def _rf_values(values: Any) -> tuple[int | Literal["k"], ...]:
     """RFs: integers 1..MAX, or "k" for "the node count" (RF = every node)."""
     values = _as_tuple("rf", values)
     if not values:
         raise ConfigError("rf is empty: the grid needs at least one value")
-    out: list[int | str] = []
+    out: list[int | Literal["k"]] = []
     for v in values:
         if isinstance(v, str) and v.strip().lower() == "k":
             out.append("k")
