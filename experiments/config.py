@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from testbed.backends import backend_class
+from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
 
@@ -71,7 +72,7 @@ class SweepConfig:
     out: str = "results"
     verify_probes: int = 200
     heap_mb: int = 256
-    jvm_profile: str = "fast"
+    jvm_profile: JvmProfile = "fast"
     request_timeout_s: float = 12.0
     baseline_writes: int = 200
     cluster_warmup: int = 500

@@ -68,14 +68,14 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows) -> Path:
     tmp = path.with_suffix(path.suffix + ".tmp")
     if fmt == "csv":
         with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
+            csv_writer = csv.writer(f)
+            csv_writer.writerow(columns)
+            csv_writer.writerows(rows)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        writer = None
+        writer: pq.ParquetWriter | None = None
         batch: list[tuple] = []
 
         def flush() -> None:
@@ -92,6 +92,7 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows) -> Path:
                 flush()
         if batch or writer is None:
             flush()
+        assert writer is not None  # the last flush() made it
         writer.close()
     tmp.replace(path)
     return path
