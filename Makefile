@@ -34,10 +34,12 @@ gateway: python
 image: cassandra
 	$(PY) -m testbed image build
 
-# Lint and format check of the whole tree (configured in pyproject.toml); CI runs it first.
+# Lint, format and type check of the whole tree (configured in pyproject.toml); CI runs
+# it first.
 lint: python
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # The whole suite: unit tests, then integration tests on real namespaces and Cassandra.
 test: install

@@ -32,6 +32,7 @@ import argparse
 import math
 import sys
 from fractions import Fraction
+from typing import overload
 
 from experiments.consistency import check_level, required_acks
 from testbed import argtypes
@@ -57,6 +58,10 @@ def _check(nodes: int, rf: int, level: str) -> tuple[str, int]:
     return level, acks
 
 
+@overload
+def phi_given_pc(nodes: int, rf: int, p_c: Fraction, level: str = ...) -> Fraction: ...
+@overload
+def phi_given_pc(nodes: int, rf: int, p_c: float, level: str = ...) -> float: ...
 def phi_given_pc(
     nodes: int, rf: int, p_c: Fraction | float, level: str = "LOCAL_QUORUM"
 ) -> Fraction | float:

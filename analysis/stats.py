@@ -14,6 +14,7 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 # Two-sided 95 % Student t quantiles for 1..30 degrees of freedom; normal beyond.
 _T95 = (
@@ -56,7 +57,7 @@ def t95(dof: int) -> float:
     return _T95[dof - 1] if dof <= len(_T95) else NormalDist().inv_cdf(0.975)
 
 
-def cell_stats(rtt_ms: Sequence[float], errors: int = 0) -> dict[str, float]:
+def cell_stats(rtt_ms: npt.ArrayLike, errors: int = 0) -> dict[str, float]:
     """mean, median, p95, p99, std (sample), 95 % CI of the mean, n, errors."""
     a = np.asarray(rtt_ms, dtype=float)
     n = int(a.size)
@@ -90,11 +91,11 @@ def cell_stats(rtt_ms: Sequence[float], errors: int = 0) -> dict[str, float]:
 
 def ls_slope(x: Sequence[float], y: Sequence[float]) -> float:
     """Least-squares slope of y on x (NaN with fewer than two distinct x)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if x.size < 2 or np.unique(x).size < 2:
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if xa.size < 2 or np.unique(xa).size < 2:
         return math.nan
-    xm = x.mean()
-    return float(((x - xm) * (y - y.mean())).sum() / ((x - xm) ** 2).sum())
+    xm = xa.mean()
+    return float(((xa - xm) * (ya - ya.mean())).sum() / ((xa - xm) ** 2).sum())
 
 
 def median_line_slope(x: Sequence[float], y: Sequence[float]) -> float:

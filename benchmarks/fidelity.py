@@ -33,6 +33,8 @@ def main() -> None:
             med, p99 = [], []
             for _ in range(args.runs):
                 r = measure_pair(tb, matrix, "e0", "e1", rtt_probes=200)
+                if r.median_rtt_ms is None or r.p99_rtt_ms is None:
+                    raise SystemExit(f"e0 -> e1 at {delay} ms: no echo replies at all")
                 med.append(r.median_rtt_ms - r.configured_rtt_ms)
                 p99.append(r.p99_rtt_ms - r.configured_rtt_ms)
             print(

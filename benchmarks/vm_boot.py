@@ -50,7 +50,11 @@ def main() -> int:
             print(up.stdout, up.stderr, file=sys.stderr)
             return 1
         ups.append(time.monotonic() - t0)
-        run_id = re.search(r"run (\w+) is up", up.stdout).group(1)
+        found = re.search(r"run (\w+) is up", up.stdout)
+        if found is None:
+            print("`up` did not report its run:", up.stdout, file=sys.stderr)
+            return 1
+        run_id = found.group(1)
         rec = RunState.load(home() / "runs" / run_id).extra["libvirt"]
         accel = rec["accel"]
         boots += rec["boot_to_ssh_s"].values()

@@ -19,6 +19,7 @@ def set_links(tb: Testbed, matrix: LinkMatrix, shaper: str = "auto") -> dict[str
     state["shaper"] = s.name
     state["loss_location"] = s.loss_location
     state["matrix"] = matrix.to_dict()
+    assert tb.state is not None  # for_testbed checked it
     tb.state.save()
     return {"shaper": s.name, "setup_s": setup_s, "change_s": change_s}
 
@@ -35,12 +36,17 @@ def clear(tb: Testbed, *, remove: bool = False) -> None:
     else:
         s.apply(LinkMatrix(tb.topology, {}, profile="none"))
         state["matrix"] = {"profile": "none", "links": []}
+    assert tb.state is not None  # emulation_state checked it
     tb.state.save()
 
 
 def show(tb: Testbed) -> dict[str, Any]:
     state = shapers.emulation_state(tb)
-    result = {"shaper": state.get("shaper"), "matrix": state.get("matrix"), "tc": []}
+    result: dict[str, Any] = {
+        "shaper": state.get("shaper"),
+        "matrix": state.get("matrix"),
+        "tc": [],
+    }
     if state.get("shaper"):
         result["tc"] = shapers.REGISTRY[state["shaper"]](tb).show()
     return result

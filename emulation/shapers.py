@@ -8,6 +8,7 @@ A shaper records what it built in the run's state file; ``for_testbed`` reattach
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -97,8 +98,15 @@ def resolve(name: str, backend: str = "netns") -> str:
 
 
 class Shaper(Protocol):
+    """What ``api`` needs from a shaper (direct, gateway); REGISTRY maps names to them."""
+
     name: str
     loss_location: str
+
+    def __init__(self, tb: Testbed) -> None: ...
+
+    def start(self) -> float:
+        """Build the shaping (unshaped links) unless it is up; returns the seconds taken."""
 
     def apply(self, matrix: LinkMatrix) -> float:
         """Give every ordered pair its link; returns the seconds the change took."""
@@ -108,6 +116,9 @@ class Shaper(Protocol):
 
     def problems(self, *, thorough: bool = False) -> list[str]:
         """What of the shaping is gone (empty when intact)."""
+
+    def show(self) -> list[str]:
+        """The qdiscs as tc shows them."""
 
 
 def emulation_state(tb: Testbed) -> dict[str, Any]:
@@ -166,6 +177,7 @@ class GatewayShaper:
         self.ports = ports_for(self.hosts)
         self.switch_ns = switch_namespace(tb.run_id)
         saved = emulation_state(tb).get("gateway")
+        assert tb.state is not None  # emulation_state checked it
         self.vm = GatewayVM(
             tb.state.run_dir, self.switch_ns, self.ports, pid=saved["pid"] if saved else None
         )
@@ -318,15 +330,15 @@ class DirectShaper:
             structures[host.name] = tcgen.generate(
                 direct_rules(self.tb.topology, host),
                 tcgen.run_tcset_via(
-                    lambda argv, h=host.name: self.tb.exec_argv(h, argv),
+                    functools.partial(self.tb.exec_argv, host.name),
                     str(Path(self.tb.python).parent / "tcset"),
                 ),
             )
         self.structures = structures
         emulation_state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
         _save(self.tb)
-        for host, structure in structures.items():
-            self._batch(host, structure.tc_lines)
+        for name, structure in structures.items():
+            self._batch(name, structure.tc_lines)
         return time.monotonic() - t0
 
     def _batch(self, host: str, lines: Sequence[str]) -> None:
@@ -404,10 +416,10 @@ class DirectShaper:
         self.structures = None
 
 
-REGISTRY = {"direct": DirectShaper, "gateway": GatewayShaper}
+REGISTRY: dict[str, type[Shaper]] = {"direct": DirectShaper, "gateway": GatewayShaper}
 
 
-def for_testbed(tb: Testbed, name: str = "auto") -> GatewayShaper | DirectShaper:
+def for_testbed(tb: Testbed, name: str = "auto") -> Shaper:
     """The shaper of a running testbed: the one it already uses, else ``name`` resolved."""
     if tb.state is None:
         raise StateError("testbed is not up")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -182,7 +182,7 @@ def netem_params(link: Link) -> str:
     return " ".join(parts)
 
 
-def change_lines(structure: Structure, links: dict[tuple[str, str], Link]) -> list[str]:
+def change_lines(structure: Structure, links: Mapping[tuple[str, str], Link]) -> list[str]:
     """tc batch lines that give every slot its link (unlisted pairs: unshaped)."""
     lines = []
     for key, slot in structure.slots.items():

@@ -12,11 +12,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from emulation import links
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from testbed.backends import backend_class
+from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES, Topology
 
@@ -68,7 +69,7 @@ class SweepConfig:
     """Everything that defines a sweep. ``rf`` None means 1..k for each node count k."""
 
     nodes: tuple[int, ...] = (3, 4, 5)
-    rf: tuple[int | str, ...] | None = None
+    rf: tuple[int | Literal["k"], ...] | None = None
     latency_ms: tuple[float, ...] = DEFAULT_LATENCIES
     loss_pct: tuple[float, ...] = (0.5, 2.5, 7.5)
     profile: str = "paper"
@@ -84,7 +85,7 @@ class SweepConfig:
     out: str = "results"
     verify_probes: int = 200
     heap_mb: int = 256
-    jvm_profile: str = "fast"
+    jvm_profile: JvmProfile = "fast"
     request_timeout_s: float = 12.0
     baseline_writes: int = 200
     cluster_warmup: int = 500
@@ -349,9 +350,9 @@ def _expand(name: str, part: str, kind: type, low, high, step=1) -> list:
     return [kind(round(low + i * step, 9)) for i in range(count)]
 
 
-def parse_rf(name: str, text: str) -> tuple[int | str, ...]:
+def parse_rf(name: str, text: str) -> tuple[int | Literal["k"], ...]:
     """Replication factors: integers, ranges of them (parse_list) and "k" (the node count)."""
-    values: list[int | str] = []
+    values: list[int | Literal["k"]] = []
     for part in str(text).split(","):
         if part.strip().lower() == "k":
             values.append("k")
@@ -360,12 +361,12 @@ def parse_rf(name: str, text: str) -> tuple[int | str, ...]:
     return tuple(values)
 
 
-def _rf_values(values: Any) -> tuple[int | str, ...]:
+def _rf_values(values: Any) -> tuple[int | Literal["k"], ...]:
     """RFs: integers 1..MAX, or "k" for "the node count" (RF = every node)."""
     values = _as_tuple("rf", values)
     if not values:
         raise ConfigError("rf is empty: the grid needs at least one value")
-    out: list[int | str] = []
+    out: list[int | Literal["k"]] = []
     for v in values:
         if isinstance(v, str) and v.strip().lower() == "k":
             out.append("k")

@@ -87,9 +87,9 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) 
     tmp = path.with_suffix(path.suffix + ".tmp")
     if fmt == "csv":
         with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
+            csv_writer = csv.writer(f)
+            csv_writer.writerow(columns)
+            csv_writer.writerows(rows)
     else:
         import pyarrow as pa
         import pyarrow.parquet as pq

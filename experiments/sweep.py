@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -108,7 +108,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-FLAG_FIELDS = {  # flag dest -> (config field, list element type or None for scalars)
+# flag dest -> (config field, list element type, "rf", or None for scalars)
+FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "nodes": ("nodes", int),
     "rf": ("rf", "rf"),
     "latency": ("latency_ms", float),
@@ -201,8 +202,8 @@ def dry_run(config: SweepConfig) -> str:
         f"{config.cl}, {config.policy}, {config.writes} writes (+{config.warmup} "
         f"warm-up) x {config.repetitions} repetition(s)"
     ]
-    for n, group in groupby(cells, key=lambda c: c.nodes):
-        group = list(group)
+    for n, grouped in groupby(cells, key=lambda c: c.nodes):
+        group = list(grouped)
         lines.append(
             f"  {n} nodes: RF {', '.join(map(str, config.rfs(n)))}; "
             f"{len(group)} cells, about "
@@ -392,7 +393,7 @@ class Sweep:
             key_seed=f"{cfg.seed}:baseline:n{nodes}",
             warmup_seed=f"{cfg.seed}:baseline-warmup:n{nodes}",
         )
-        s = stats_ms([r["rtt_ns"] for r in rows])
+        s: dict[str, Any] = stats_ms([r["rtt_ns"] for r in rows])
         s.update(rf=rf, cl=cfg.cl, errors=sum(r["error"] is not None for r in rows))
         self.store.update_manifest(self.run_id, baseline={str(nodes): s})
         self.progress.note(

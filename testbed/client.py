@@ -95,7 +95,9 @@ def auth_refused(exc: BaseException) -> bool:
     if isinstance(exc, AuthenticationFailed):
         return True
     errors = getattr(exc, "errors", None) if isinstance(exc, NoHostAvailable) else None
-    return bool(errors) and all(isinstance(e, AuthenticationFailed) for e in errors.values())
+    if not errors:
+        return False
+    return all(isinstance(e, AuthenticationFailed) for e in errors.values())
 
 
 def auth_setup(points: list[str], timeout_s: float, creds) -> dict:

@@ -20,6 +20,7 @@ compared like the rest. Everything but ``restore`` is pure.
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -141,18 +142,20 @@ def check_restorable(host: str, dev: str, recorded: str) -> None:
         raise ConfigError(f"{host}: {exc}; remove it before shaping this host") from None
 
 
-def restore(run: Callable[..., object], host: str, dev: str, recorded: str) -> bool:
+def restore(
+    run: Callable[..., subprocess.CompletedProcess[str]], host: str, dev: str, recorded: str
+) -> bool:
     """Give ``dev`` on ``host`` the qdiscs of ``recorded`` again and check that it has
     them; returns whether anything had to change. ``run(argv, check=...)`` runs a
     command on the host and returns a CompletedProcess. QdiscRestoreError (naming the
     host, the record and what it has now) when they differ afterwards."""
-    current = run(show_argv(dev), check=True).stdout  # type: ignore[attr-defined]
+    current = run(show_argv(dev), check=True).stdout
     if normalize(current) == normalize(recorded):
         return False
     for argv in restore_commands(dev, recorded):
         # `del root` of a default qdisc fails harmlessly; the comparison below decides
         run(argv, check=False)
-    after = run(show_argv(dev), check=True).stdout  # type: ignore[attr-defined]
+    after = run(show_argv(dev), check=True).stdout
     if normalize(after) != normalize(recorded):
         raise QdiscRestoreError(
             f"{host}: {dev} did not get its qdiscs back: recorded before the run "

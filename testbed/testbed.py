@@ -329,6 +329,7 @@ class Testbed:
         from .cassandra.node import _NO_MLOCK
 
         assert self.state and self.backend and self.settings and self.dist
+        assert isinstance(self.backend, remote.RemoteBackend)  # self.remote: libvirt or hosts
         state = self.state
         if self.auth:
             auth_mod.write(self.credentials_path, auth_mod.generate(state.run_id))
@@ -507,9 +508,14 @@ class Testbed:
 
     def nodetool(self, host: str, *command: str, timeout: float = 60) -> str:
         """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
+        from .backends.remote import RemoteBackend
+
         if self.java is None or self.dist is None:
             raise StateError("this testbed runs no Cassandra")
-        java = self.backend.java if self.remote else self.java.path  # type: ignore[union-attr]
+        if self.backend is None:
+            raise StateError("testbed is not up")  # as exec_argv would say
+        # the remote backends name their hosts' java; netns runs the controller's
+        java = self.backend.java if isinstance(self.backend, RemoteBackend) else self.java.path
         argv = [java, *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
         return run(self.exec_argv(host, argv), timeout=timeout).stdout
 
@@ -527,10 +533,10 @@ class Testbed:
         for host in self.topology.hosts:
             entry: dict[str, Any] = {"name": host.name, "role": host.role, "address": host.address}
             if host.is_edge:
-                node = self.nodes.get(host.name)
-                alive = bool(node and node.alive())
+                edge = self.nodes.get(host.name)
+                alive = bool(edge and edge.alive())
                 entry["cassandra"] = ring.get(host.address, "?") if alive else "stopped"
-                entry["pid"] = node.pid if node else None
+                entry["pid"] = edge.pid if edge else None
             hosts.append(entry)
         return hosts
 

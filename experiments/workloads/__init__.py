@@ -9,7 +9,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from testbed.errors import TestbedError
 from testbed.testbed import Testbed
@@ -60,9 +60,12 @@ class WriteWorker:
             stdout=subprocess.PIPE,
             stderr=self._log,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both PIPE
+        self._stdin: IO[bytes] = self.proc.stdin
+        self._stdout: IO[bytes] = self.proc.stdout
         self._buf = b""
         self._sel = selectors.DefaultSelector()
-        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self._sel.register(self._stdout, selectors.EVENT_READ)
         try:
             self.hello: dict[str, Any] = self._line(90)["hello"]
         except BaseException:
@@ -73,8 +76,8 @@ class WriteWorker:
 
     def _send(self, cmd: dict) -> None:
         try:
-            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
-            self.proc.stdin.flush()
+            self._stdin.write((json.dumps(cmd) + "\n").encode())
+            self._stdin.flush()
         except BrokenPipeError as exc:
             raise WorkerError(f"the workload process exited: {self._log_tail()}") from exc
 
@@ -86,7 +89,7 @@ class WriteWorker:
             if now > deadline:
                 raise WorkerError(f"the workload process sent nothing for {idle_s:.0f} s")
             if self._sel.select(timeout=min(WATCH_EVERY_S, deadline - now)):
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                chunk = os.read(self._stdout.fileno(), 1 << 16)
                 if not chunk:
                     self.proc.wait(timeout=10)
                     raise WorkerError(
@@ -164,7 +167,7 @@ class WriteWorker:
         if self.proc.poll() is None:
             try:
                 self._send({"op": "quit"})
-                self.proc.stdin.close()
+                self._stdin.close()
                 self.proc.wait(timeout=15)
             except (WorkerError, OSError, subprocess.TimeoutExpired):
                 self.proc.kill()

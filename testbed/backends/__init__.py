@@ -26,6 +26,8 @@ class Backend(Protocol):
     name: str
     remote: bool
 
+    def __init__(self, topology: Topology, state: RunState) -> None: ...
+
     def create(self) -> None:
         """Build every host and link of the topology; record each object in the state."""
 
@@ -39,13 +41,13 @@ class Backend(Protocol):
         """PIDs of processes running on ``host`` (for cleanup)."""
 
 
-def backend_class(name: str) -> type:
+def backend_class(name: str) -> type[Backend]:
     """The backend registered as ``name``; ConfigError naming the available ones."""
     from .hosts import HostsBackend
     from .libvirt import LibvirtBackend
     from .netns import NetnsBackend
 
-    registry: dict[str, type] = {
+    registry: dict[str, type[Backend]] = {
         "netns": NetnsBackend,
         "libvirt": LibvirtBackend,
         "hosts": HostsBackend,

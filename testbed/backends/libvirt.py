@@ -301,7 +301,7 @@ class LibvirtBackend(remote.RemoteBackend):
         images.load()  # StateError telling how to build it
         conn = connect()
         try:
-            taken = [n for n in conn.listNetworks() if run_of(n) and n == network_name(run_of(n))]
+            taken = [n for n in conn.listNetworks() if (r := run_of(n)) and n == network_name(r)]
         finally:
             conn.close()
         if taken:

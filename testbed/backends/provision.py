@@ -11,7 +11,7 @@ import shlex
 import sys
 import tarfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,10 @@ class ProvisionError(TestbedError):
 
 
 def inventory(
-    hosts: Sequence[RemoteHost], roles: dict[str, str], ssh: SSH, python: str = "/usr/bin/python3"
+    hosts: Sequence[RemoteHost],
+    roles: Mapping[str, str],
+    ssh: SSH,
+    python: str = "/usr/bin/python3",
 ) -> dict:
     """An Ansible inventory (as data) of the run's hosts, grouped by role."""
     groups: dict[str, dict] = {"edge": {"hosts": {}}, "endpoint": {"hosts": {}}}

@@ -21,6 +21,8 @@ from pathlib import Path
 from ..errors import TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
+from ..state import RunState
+from ..topology import Topology
 from .provision import inventory, one_line, playbook
 
 CASSANDRA_UNIT = "edgetb-cassandra"
@@ -281,8 +283,8 @@ class RemoteBackend:
     cassandra_auth = True  # PasswordAuthenticator; see testbed.cassandra.auth
     python = GUEST_PYTHON
     java = GUEST_JAVA
-    topology: object
-    state: object
+    topology: Topology
+    state: RunState
     ssh: SSH
     hosts: dict[str, RemoteHost]
 
@@ -301,12 +303,12 @@ class RemoteBackend:
 
     def inventory(self) -> dict:
         """The run's hosts as an Ansible inventory (as data)."""
-        roles = {h.name: h.role for h in self.topology.hosts}  # type: ignore[attr-defined]
+        roles = {h.name: h.role for h in self.topology.hosts}
         return inventory(list(self.hosts.values()), roles, self.ssh)
 
     @property
     def ansible_dir(self) -> Path:
-        return self.state.run_dir / "ansible"  # type: ignore[attr-defined]
+        return self.state.run_dir / "ansible"
 
     def start_cassandra(self, nodes: dict[str, dict], credentials: Path | None = None) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
@@ -339,7 +341,7 @@ class RemoteCassandraNode(CassandraNode):
     def __init__(self, host, node_dir: Path, run_id: str, exec_argv, pid: int | None = None):
         super().__init__(host, node_dir, run_id, pid)
         self.exec_argv = exec_argv
-        self.log = RemoteLog(exec_argv, host.name, self.system_log)  # type: ignore[assignment]
+        self.log = RemoteLog(exec_argv, host.name, self.system_log)
 
     def alive(self) -> bool:
         active, pid = unit_state(self.exec_argv, self.name)

@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from ..errors import NodeError, PortInUseError
 from ..topology import Host, Topology
@@ -19,6 +20,12 @@ from .java import Java
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
 _NO_MLOCK = ["setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock"]
+
+
+class LogLines(Protocol):
+    """A node's log read incrementally: here ``LogWatcher``, over SSH ``RemoteLog``."""
+
+    def new_lines(self) -> list[str]: ...
 
 
 class LogWatcher:
@@ -96,7 +103,7 @@ class CassandraNode:
         self.run_id = run_id
         self.pid = pid
         self.process: subprocess.Popen | None = None
-        self.log = LogWatcher(self.system_log)
+        self.log: LogLines = LogWatcher(self.system_log)
 
     @property
     def name(self) -> str:

@@ -382,6 +382,7 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
         stderr=subprocess.STDOUT,
         text=True,
     )
+    assert proc.stdout is not None  # PIPE
     run_id = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until both domains exist

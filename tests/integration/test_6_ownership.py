@@ -55,6 +55,7 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "experiments.sweep", *ARGS, "--out", str(out)]
     sweep = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert sweep.stdout is not None  # PIPE
     try:
         testbed_run = _wait_for_shaped_testbed(out, sweep)
 

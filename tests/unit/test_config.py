@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ from testbed.cassandra.config import DELETE, initial_token, merge
 
 def test_merge_recursive_later_wins_and_inputs_untouched():
     base = {"a": 1, "nested": {"x": 1, "y": [1, 2]}, "keep": True}
-    cluster = {"a": 2, "nested": {"y": [3]}}
+    cluster: dict[str, Any] = {"a": 2, "nested": {"y": [3]}}
     node = {"nested": {"z": "n"}, "keep": DELETE}
     merged = merge(base, cluster, node)
     assert merged == {"a": 2, "nested": {"x": 1, "y": [3], "z": "n"}}

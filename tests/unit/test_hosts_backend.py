@@ -104,6 +104,14 @@ DEFAULT = "qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024 quantum 1514\
 SHAPED = "qdisc htb 1a37: root refcnt 2 r2q 10 default 0x1\nqdisc netem 2007: parent 1a37:7\n"
 
 
+class FakeHostsBackend(hosts.HostsBackend):
+    """The hosts backend with what its fake hosts and ansible-runner hold."""
+
+    qdiscs: dict[str, str]  # address -> what `tc qdisc show` prints now
+    unreachable: set[str]  # addresses SSH cannot reach
+    playbooks: list[str]  # the playbooks run, in order
+
+
 @pytest.fixture
 def backend(tmp_path, key, monkeypatch):
     from testbed.state import RunState
@@ -120,8 +128,8 @@ def backend(tmp_path, key, monkeypatch):
     )
     state.run_dir.mkdir()
     monkeypatch.setattr(remote.SSH, "close", lambda self, hosts: None)
-    b = hosts.HostsBackend(Topology(edge_nodes=1), state)
-    b.qdiscs = {"10.77.0.11": SHAPED, "10.77.0.10": SHAPED}  # what each host has now
+    b = FakeHostsBackend(Topology(edge_nodes=1), state)
+    b.qdiscs = {"10.77.0.11": SHAPED, "10.77.0.10": SHAPED}
     b.unreachable = set()
     b.playbooks = []
 
@@ -141,7 +149,12 @@ def backend(tmp_path, key, monkeypatch):
         return subprocess.CompletedProcess(argv, 0, "", "")
 
     monkeypatch.setattr(hosts, "run", fake_run)
-    monkeypatch.setattr(provision, "playbook", lambda name, **kw: b.playbooks.append(name) or 0.1)
+
+    def fake_playbook(name, **kw):
+        b.playbooks.append(name)
+        return 0.1  # seconds
+
+    monkeypatch.setattr(provision, "playbook", fake_playbook)
     return b
 
 

@@ -194,12 +194,12 @@ def test_object_names_and_process_tags_follow_the_strict_pattern():
     assert tag_of(b"ssh: /root/.edgetb/runs/3fa2c1/ssh/edgetb.run=3fa2c1:10.77.0.11 [mux]") == (
         "3fa2c1"
     )
-    for other in (
+    for cmdline in (
         b"grep\0edgetb.run=\0",
         b"grep\0-Dedgetb.run=x:e0\0",
         b"vim\0edgetb.run=3fa2c1:e0\0",
     ):
-        assert tag_of(other) is None, other
+        assert tag_of(cmdline) is None, cmdline
 
 
 def test_parse_nodetool_status():

@@ -2,10 +2,11 @@
 commands, and restore() against a fake host whose kernel acts like Linux's."""
 
 import subprocess
+from typing import cast
 
 import pytest
 
-from testbed import qdisc
+from testbed import Testbed, qdisc
 from testbed.errors import CommandError, ConfigError
 
 FQ_CODEL = (
@@ -134,7 +135,8 @@ def test_restore_that_does_not_take_is_an_error_naming_the_host():
 
 
 class FakeTestbed:
-    """What DirectShaper uses of a Testbed: topology, run state, exec on a host."""
+    """What DirectShaper uses of a Testbed: topology, run state, exec on a host (passed as
+    one with cast: it has only those parts)."""
 
     def __init__(self, hosts: dict[str, FakeHost]):
         from types import SimpleNamespace
@@ -160,7 +162,7 @@ def test_direct_shaper_records_every_host_before_shaping_and_restores_them():
     from emulation.shapers import DirectShaper
 
     tb = FakeTestbed({"e0": FakeHost(MQ, MQ), "ep": FakeHost(FQ_CODEL, USER_FQ)})
-    shaper = DirectShaper(tb)
+    shaper = DirectShaper(cast(Testbed, tb))
     before = shaper.record()
     assert before == {"e0": {"eth0": MQ}, "ep": {"eth0": USER_FQ}}
     assert tb.state.extra["emulation"]["qdisc_before"] == before and tb.saved == 1
@@ -178,7 +180,7 @@ def test_direct_shaper_refuses_a_host_it_could_not_restore_before_touching_any()
 
     tb = FakeTestbed({"e0": FakeHost(FQ_CODEL, FQ_CODEL), "ep": FakeHost(FQ_CODEL, SHAPED)})
     with pytest.raises(ConfigError, match="^ep: eth0 has qdiscs the testbed could not restore"):
-        DirectShaper(tb).record()
+        DirectShaper(cast(Testbed, tb)).record()
     assert "qdisc_before" not in tb.state.extra.get("emulation", {})
     assert all(c[2] == "show" for h in tb.hosts.values() for c in h.commands)
 
@@ -192,6 +194,6 @@ def test_direct_shaper_stop_tries_every_host_and_keeps_the_record_on_failure():
     record = {"e0": {"eth0": FQ_CODEL}, "ep": {"eth0": FQ_CODEL}}
     tb.state.extra["emulation"] = {"direct": {}, "qdisc_before": record}
     with pytest.raises(qdisc.QdiscRestoreError, match="^e0: eth0 did not get its qdiscs back"):
-        DirectShaper(tb).stop()
+        DirectShaper(cast(Testbed, tb)).stop()
     assert qdisc.normalize(tb.hosts["ep"].current) == qdisc.normalize(FQ_CODEL)  # still done
     assert tb.state.extra["emulation"]["qdisc_before"] == record  # `clear --remove` again

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from testbed.keyed_cache import input_key
 
 
 def domain(**kw):
-    base = dict(
+    base: dict[str, Any] = dict(
         name="tb-abc123-e0",
         run_id="abc123",
         host="e0",
@@ -38,23 +39,30 @@ def domain(**kw):
     return lv.DomainDef(**base)
 
 
+def el(root: ET.Element, path: str) -> ET.Element:
+    """The element at ``path`` of ``root``; fails the test when there is none."""
+    found = root.find(path)
+    assert found is not None, f"no {path} element"
+    return found
+
+
 def test_domain_xml_is_what_the_data_says():
     root = ET.fromstring(domain().to_xml())
     assert root.get("type") == "qemu"
     assert root.findtext("name") == "tb-abc123-e0"
-    assert root.find("memory").get("unit") == "MiB" and root.findtext("memory") == "2048"
+    assert el(root, "memory").get("unit") == "MiB" and root.findtext("memory") == "2048"
     assert root.findtext("vcpu") == "2"
     assert root.findtext("os/kernel") == "/img/vmlinuz"
-    assert root.find("devices/disk/source").get("file") == "/run/e0.qcow2"
-    assert root.find("devices/disk/driver").get("type") == "qcow2"
-    assert root.find("devices/interface/source").get("network") == "tb-abc123-net"
-    assert root.find("devices/interface/mac").get("address") == "52:54:00:77:00:0b"
-    assert root.find("devices/interface/model").get("type") == "virtio"
+    assert el(root, "devices/disk/source").get("file") == "/run/e0.qcow2"
+    assert el(root, "devices/disk/driver").get("type") == "qcow2"
+    assert el(root, "devices/interface/source").get("network") == "tb-abc123-net"
+    assert el(root, "devices/interface/mac").get("address") == "52:54:00:77:00:0b"
+    assert el(root, "devices/interface/model").get("type") == "virtio"
     assert root.find("cpu") is None  # TCG: QEMU's default CPU model
-    meta = root.find("metadata")[0]
+    meta = el(root, "metadata")[0]
     assert meta.text == "abc123" and meta.get("host") == "e0"
     kvm = ET.fromstring(domain(domain_type="kvm").to_xml())
-    assert kvm.get("type") == "kvm" and kvm.find("cpu").get("mode") == "host-passthrough"
+    assert kvm.get("type") == "kvm" and el(kvm, "cpu").get("mode") == "host-passthrough"
 
 
 def test_hostile_values_stay_data_not_markup():
@@ -74,13 +82,13 @@ def test_kernel_cmdline_carries_name_address_and_key():
 
 def test_network_pool_and_overlay_definitions():
     net = ET.fromstring(lv.NetworkDef("tb-abc123-net", "tbabc123br", "10.77.0.1", 24).to_xml())
-    assert net.find("ip").get("netmask") == "255.255.255.0"
+    assert el(net, "ip").get("netmask") == "255.255.255.0"
     assert net.find("forward") is None  # isolated: nothing leaves the subnet
-    assert net.find("dns").get("enable") == "no" and net.find("ip/dhcp") is None
+    assert el(net, "dns").get("enable") == "no" and net.find("ip/dhcp") is None
     assert len(lv.bridge_name("abc123")) <= 15
     vol = ET.fromstring(lv.OverlayDef("e0.qcow2", 6 << 30, Path("/img/base.qcow2")).to_xml())
     assert vol.findtext("backingStore/path") == "/img/base.qcow2"
-    assert vol.find("target/format").get("type") == "qcow2"
+    assert el(vol, "target/format").get("type") == "qcow2"
     assert vol.findtext("capacity") == str(6 << 30)
 
 
@@ -130,7 +138,7 @@ def test_names_carry_the_run_for_clean():
         "52:54:00:00:00:0b",
         Path("/c"),
     )
-    meta = ET.fromstring(ours.to_xml()).find("metadata")[0]
+    meta = el(ET.fromstring(ours.to_xml()), "metadata")[0]
     assert meta.text == "abc123"  # what _owner reads back through virDomainGetMetadata
     assert lv._owner(FakeObject(lv.domain_name("abc123", "e0"), "abc123"), "domains") == "abc123"
     assert lv._owner(FakeObject(lv.network_name("abc123")), "networks") == "abc123"
