@@ -43,7 +43,7 @@ class Results:
 
     def describe(self) -> str:
         """Which runs this analysis uses and why, for the user (a few lines)."""
-        count = defaultdict(int)
+        count: defaultdict[str, int] = defaultdict(int)
         for c in self.cells:
             count[c["run_id"]] += 1
         lines = [f"runs used ({self.selection}):"]

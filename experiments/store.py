@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -389,8 +389,8 @@ class Store:
             r[0] for r in self.db.execute("SELECT cell_id FROM cells WHERE run_id=?", (run_id,))
         }
 
-    def commit_cell(self, cell: dict[str, Any], requests: Sequence[dict[str, Any]]) -> None:
-        """Store a cell and all its requests atomically."""
+    def commit_cell(self, cell: dict[str, Any], requests: Iterable[dict[str, Any]]) -> None:
+        """Store a cell and all its requests (iterated once) atomically."""
         with self._writing():
             self.db.execute(
                 f"INSERT INTO cells ({', '.join(CELL_COLUMNS)}) "

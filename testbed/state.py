@@ -136,8 +136,10 @@ def _check_fields(path: Path, data: object) -> None:
         raise StateFileError(f"corrupt run state {path}: {problem}")
     for key, value in data.items():
         types = _FIELD_TYPES.get(key)
+        if types is None:  # a field not listed in _FIELD_TYPES is not checked
+            continue
         bool_where_number = isinstance(value, bool) and bool not in types
-        if types and (bool_where_number or not isinstance(value, types)):
+        if bool_where_number or not isinstance(value, types):
             raise StateFileError(
                 f"corrupt run state {path}: {key} is {value!r}, expected "
                 f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}"
