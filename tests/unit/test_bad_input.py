@@ -269,8 +269,8 @@ class Outcome:
     argv: list[str]
     returncode: int
     stderr: str
-    before: dict[str, str]
-    after: dict[str, str]
+    before: dict[str, dict[str, str]]  # snapshot() of each watched tree, by name
+    after: dict[str, dict[str, str]]
 
 
 def run_case(c: Case, root: Path, files: Path, shim: Path) -> Outcome:
@@ -326,7 +326,7 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
             c.id: pool.submit(run_case, c, base / "cases" / c.id, files, shim) for c in CASES
         }
         results = {cid: f.result() for cid, f in futures.items()}
-    results["<files>"] = Outcome([], 0, "", files_before, snapshot(files))
+    results["<files>"] = Outcome([], 0, "", {"files": files_before}, {"files": snapshot(files)})
     return results
 
 

@@ -53,7 +53,8 @@ def test_accel_override(monkeypatch, value):
 def _read_newc(data: bytes) -> list[tuple[str, int, bytes]]:
     """(name, mode, content) of each entry, read as the kernel's unpacker reads newc:
     a 110-byte header of hex fields, the name padded to 4 bytes, the data padded to 4."""
-    entries, pos = [], 0
+    entries: list[tuple[str, int, bytes]] = []
+    pos = 0
     while True:
         assert data[pos : pos + 6] == b"070701", pos
         fields = [int(data[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]

@@ -166,7 +166,7 @@ def test_a_new_build_removes_what_killed_builds_left_and_nothing_else(tmp_path, 
     (root / ".build-killed1" / "rootfs" / "etc" / "hostname").write_text("edgetb\n")
     (root / "0123456789abcdef").mkdir()
     (root / "current").symlink_to("0123456789abcdef")
-    said = []
+    said: list[str] = []
     images._remove_stale_builds(said.append)
     assert sorted(p.name for p in root.iterdir()) == ["0123456789abcdef", "current"]
     assert len(said) == 1 and ".build-killed1" in said[0]
@@ -191,7 +191,7 @@ def test_builds_take_turns_on_one_cache(tmp_path, monkeypatch):
         while not ready.exists():
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        said = []
+        said: list[str] = []
         t0 = time.monotonic()
         with images._build_lock(said.append):
             waited = time.monotonic() - t0  # until the other build let go (it exited)

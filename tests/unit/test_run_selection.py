@@ -2,6 +2,8 @@
 of the same configuration), never runs of different configurations pooled; --run names
 runs, incomplete ones too; figures and comparisons of other runs never reach a report."""
 
+from functools import partial
+
 import pytest
 
 from analysis import compare, plots, report
@@ -62,12 +64,10 @@ def test_run_option_takes_repeats_and_comma_lists():
 def two_configs(tmp_path):
     """An old complete 5-node run, then a newer complete 3-node run of another
     configuration, then an unfinished run."""
-    grid = {"losses": (0.5, 7.5), "latencies": (0, 50), "writes": 20}
-    make_store(tmp_path, nodes=(5,), run_id="old5", fingerprint="five", **grid)
-    make_store(tmp_path, nodes=(3,), run_id="new3", fingerprint="three", **grid)
-    make_store(
-        tmp_path, nodes=(3,), run_id="cut", fingerprint="three", status="interrupted", **grid
-    )
+    grid = partial(make_store, tmp_path, losses=(0.5, 7.5), latencies=(0, 50), writes=20)
+    grid(nodes=(5,), run_id="old5", fingerprint="five")
+    grid(nodes=(3,), run_id="new3", fingerprint="three")
+    grid(nodes=(3,), run_id="cut", fingerprint="three", status="interrupted")
     return tmp_path
 
 

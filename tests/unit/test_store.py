@@ -6,6 +6,8 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -119,7 +121,7 @@ def test_a_writer_inside_a_cell_transaction_does_not_break_a_reader(store, tmp_p
     inside, release, failures = threading.Event(), threading.Event(), []
 
     class SlowRequests:  # the cell's transaction stays open until `release`
-        def __iter__(self):
+        def __iter__(self) -> Iterator[dict[str, Any]]:
             reqs = requests("n3-rf1-l20-p0.5-r1", n=4)
             yield from reqs[:2]
             inside.set()
@@ -166,7 +168,8 @@ def test_a_full_store_is_a_clear_error_and_the_run_resumes(tmp_path):
         assert s.request_count() == 2
         s.set_status("run1", "failed")  # the connection is still usable
     with Store(directory) as s:  # space freed: the rerun stores the cell
-        assert s.resumable_run("fp").run_id == "run1"
+        resumed = s.resumable_run("fp")
+        assert resumed is not None and resumed.run_id == "run1"
         s.commit_cell(cell(big, writes=3000), requests(big, n=3000))
         assert s.request_count() == 3002 and s.cell_count("run1") == 2
 

@@ -280,7 +280,7 @@ def test_inventory_values_ssh_would_misread_are_refused(tmp_path, extra, message
 
 
 def test_inventory_ports_and_users_that_are_fine(tmp_path):
-    inv = {
+    inv: dict[str, dict[str, str | int]] = {
         "e0": {"ansible_host": "10.77.0.11", "ansible_port": "2222", "ansible_user": "pi"},
         "ep": {"ansible_host": "10.77.0.10", "ansible_port": 22},
     }
