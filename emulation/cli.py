@@ -17,6 +17,9 @@ from .verify import verify
 MAX_PROBES = 100_000  # per pair: more would run for hours at 100 ms
 
 
+FORCE_HELP = "change the testbed named by --run even while another process uses it"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m emulation", description="Emulated edge links on a running testbed."
@@ -25,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     delay_ms = argtypes.number(0, links.MAX_DELAY_MS, "ms")
     s = sub.add_parser("set", help="apply a link profile (nothing is restarted)")
+    s.add_argument("--force", action="store_true", help=FORCE_HELP)
     s.add_argument("--profile", choices=links.PROFILES, default="uniform")
     s.add_argument("--latency", type=delay_ms, help="one-way delay L in ms (default 0)")
     s.add_argument(
@@ -42,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true")
 
     c = sub.add_parser("clear", help="every link back to unshaped")
+    c.add_argument("--force", action="store_true", help=FORCE_HELP)
     c.add_argument("--run", type=argtypes.run_id)
     c.add_argument(
         "--remove", action="store_true", help="also remove the shaper (stop the gateway VM)"
@@ -79,15 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def attach_to_change(run_id: str | None) -> Testbed:
+def attach_to_change(run_id: str | None, force: bool = False) -> Testbed:
     """The testbed to change, owned by this command while it changes it. Without --run,
-    only a detached testbed (never one a sweep or a test is using); a run named with
-    --run that a live process owns is changed without taking it over."""
+    only a detached testbed; a testbed a live process uses (a sweep, a test) is refused
+    (RunInUseError naming it) unless ``force``: then it is changed without taking it
+    over — a running sweep notices (its cell is voided and measured again)."""
     tb = Testbed.attach(run_id)
     try:
         tb.claim()
     except RunInUseError:
-        if run_id is None:
+        if run_id is None or not force:
             raise
     return tb
 
@@ -113,7 +119,7 @@ def check_set_args(args: argparse.Namespace) -> None:
 
 def cmd_set(args: argparse.Namespace) -> int:
     check_set_args(args)
-    tb = attach_to_change(args.run)
+    tb = attach_to_change(args.run, args.force)
     matrix = links.build(
         args.profile,
         tb.topology,
@@ -158,7 +164,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    tb = attach_to_change(args.run)
+    tb = attach_to_change(args.run, args.force)
     api.clear(tb, remove=args.remove)
     print("links unshaped" + (" and shaper removed" if args.remove else ""))
     return 0

@@ -337,8 +337,12 @@ class DirectShaper:
         self.structures = structures
         emulation_state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
         _save(self.tb)
-        for name, structure in structures.items():
-            self._batch(name, structure.tc_lines)
+        try:
+            for name, structure in structures.items():
+                self._batch(name, structure.tc_lines)
+        except BaseException:
+            self.stop()  # no half-shaped hosts, and no record of shaping that is not there
+            raise
         return time.monotonic() - t0
 
     def _batch(self, host: str, lines: Sequence[str]) -> None:

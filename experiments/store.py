@@ -190,7 +190,7 @@ def check_store_file(path: Path) -> None:
     if path.stat().st_size == 0:
         return
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise StateFileError(f"{path} cannot be opened as a results store: {exc}") from None
     try:

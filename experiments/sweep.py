@@ -34,8 +34,8 @@ from emulation.gateway import image as gateway_image
 from emulation.verify import measure_pair
 from testbed import CassandraSettings, Testbed, TestbedError, Topology
 from testbed.clean import clean
-from testbed.errors import ConfigError, RunInUseError
-from testbed.state import OwnerLock, describe_holder
+from testbed.errors import ConfigError, RunInUseError, StoreFullError
+from testbed.state import OwnerLock, RunState, describe_holder
 
 from . import estimate
 from .config import Cell, SweepConfig, load_toml, parse_list, parse_rf, preset
@@ -318,11 +318,14 @@ class Sweep:
             worker = None
         finally:
             self.cluster_up = None
-            if worker is not None:
-                worker.close()
+            if worker is not None:  # only after a failure: it may be mid-command
+                worker.abort()
             self.progress.note(f"tearing the {nodes}-node cluster down")
             tb.down()
-            self.store.testbed_down(testbed_run)
+            try:
+                self.store.testbed_down(testbed_run)
+            except StoreFullError as full:  # not instead of the error that got us here
+                self.progress.note(str(full))
 
     def start_worker(self, tb: Testbed, rfs: list[int]) -> WriteWorker:
         """The endpoint's write process for this cluster, with every RF's keyspace."""
@@ -343,11 +346,13 @@ class Sweep:
         return worker
 
     def recover(self, tb: Testbed, cell: Cell, exc: ComponentLost) -> None:
-        """After the gateway VM died: a new gateway (re-wired cleanly), the cell's network
-        setting applied again, the cluster whole again (the driver sees every node up).
-        The fault and how long recovery took are stored in the run's manifest."""
+        """After the emulation broke (the gateway VM died, shaping vanished or was changed
+        by another process): the shaper removed and built again (a new gateway, re-wired
+        cleanly), the cell's network setting applied, the cluster whole again (the driver
+        sees every node up). The fault and the recovery time go into the run's manifest."""
         t0 = time.monotonic()
         self.progress.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
+        emulation.clear(tb, remove=True)
         self.set_network(tb, cell)
         tb.driver_probe(timeout_s=180)
         took = round(time.monotonic() - t0, 1)
@@ -557,6 +562,13 @@ def check_components(tb: Testbed, *, thorough: bool = False) -> None:
             "was in is not stored (rerun the same command to resume)"
         )
     lost = emulation.problems(tb, thorough=thorough)
+    if thorough and tb.state is not None:
+        # Another process (`emulation set --force`) may have reshaped the testbed: what
+        # is on disk must still be what this sweep applied.
+        applied = tb.state.extra.get("emulation", {}).get("matrix")
+        on_disk = RunState.load(tb.state.run_dir).extra.get("emulation", {}).get("matrix")
+        if on_disk != applied:
+            lost.append("another process changed the link settings during the cell")
     if lost:
         raise ComponentLost(
             "the emulation broke during the cell (" + "; ".join(lost) + ")", recoverable=True
@@ -687,7 +699,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
         progress.close()
-        store.set_status(run_id, status)
+        try:
+            store.set_status(run_id, status)
+        except StoreFullError as full:
+            status, code, problem = "failed", 1, f"error: {full}\n"
     if problem:
         say(
             f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "

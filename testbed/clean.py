@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import state as st
-from .backends.libvirt import clean_leftovers
+from .backends.libvirt import clean_leftovers, leftovers
 from .backends.netns import delete_namespace, list_prefixed_namespaces
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
+from .errors import TestbedError
 
 # The tag as a whole argument: JVMs carry -Dedgetb.run=<run>:<host>, the gateway VM
 # `-name guest=edgetb.run=<run>:gateway`, SSH a ControlPath ending in it (and a connection
@@ -92,7 +93,10 @@ def _keep_reason(run_dir: Path, named: bool, all_detached: bool) -> str | None:
     if state.detached and state.status == "up" and not (named or all_detached):
         from .testbed import state_problems
 
-        problems = state_problems(state)
+        try:
+            problems = state_problems(state)
+        except TestbedError as exc:  # e.g. libvirtd not answering: health unknown, keep it
+            return f"a detached testbed whose health cannot be checked ({exc})"
         if not problems:
             return (
                 "a detached testbed that is up and healthy "
@@ -119,7 +123,11 @@ def clean(
             st.unregister(rid, run_dir)  # its objects, if any, go with the orphans below
             continue
         lock = st.RunLock(run_dir)
-        if not lock.acquire(blocking=False):
+        try:
+            got = lock.acquire(blocking=False)
+        except st.StateError:  # removed meanwhile by its owner (`down`) or another clean
+            continue
+        if not got:
             holder = lock.holder() or {}
             keep.add(rid)
             report.skipped.append(rid)
@@ -135,17 +143,26 @@ def clean(
             _remove_run(rid, run_dir, report)
         finally:
             lock.release()
-    # Objects of runs that have no directory anywhere (or were never recorded).
-    for ns in list_prefixed_namespaces(run_id):
+    # Objects of runs that have no directory anywhere (or were never recorded). Listed
+    # first, the runs read again after: a run is registered before it creates anything,
+    # so a run created while this command ran is in the second reading, and kept.
+    namespaces = list_prefixed_namespaces(run_id)
+    processes = tagged_processes()
+    vms = leftovers(run_id)
+    keep |= set(st.known_runs(base)) - set(report.runs)
+    for ns in namespaces:
         if st.run_of(ns) not in keep:
             delete_namespace(ns)
             report.namespaces.append(ns)
-    for pid, owner in tagged_processes().items():
+    for pid, owner in processes.items():
         if owner not in keep and run_id in (None, owner):
             _kill(pid, report)
-    report.libvirt += clean_leftovers(run_id, skip=sorted(keep))
+    orphans = {st.run_of(name) for names in vms.values() for name in names} - keep
+    for orphan in sorted(r for r in orphans if r is not None):
+        report.libvirt += clean_leftovers(orphan)
     if run_id is None:
         _remove_unfinished_dirs(base)
+        _remove_stray_registry_entries()
         if not report.skipped:  # a killed class-data-sharing training run left half a file
             for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
                 leftover.unlink(missing_ok=True)
@@ -179,19 +196,42 @@ def _remove_run(run_id: str, run_dir: Path, report: CleanReport) -> None:
     report.runs.append(run_id)
 
 
+UNFINISHED_AGE_S = 60.0  # a run's hidden directory lives for milliseconds while it is made
+
+
 def _remove_unfinished_dirs(base: Path | None) -> None:
-    """Hidden ``.<run>.*`` directories of runs whose creator died before renaming them."""
+    """Hidden ``.<run>.*`` directories of runs whose creator died before renaming them
+    (only old ones: a run being created has its directory before it holds the lock)."""
     root = st.runs_dir(base)
     if not root.is_dir():
         return
     for path in root.glob(".*"):
-        if path.is_dir() and st.RUN_ID_RE.fullmatch(path.name[1:7] or ""):
+        if not (path.is_dir() and st.RUN_ID_RE.fullmatch(path.name[1:7] or "")):
+            continue
+        try:
+            if time.time() - path.stat().st_mtime < UNFINISHED_AGE_S:
+                continue
             lock = st.RunLock(path)
             if lock.acquire(blocking=False):
                 try:
                     shutil.rmtree(path, ignore_errors=True)
                 finally:
                     lock.release()
+        except (OSError, st.StateError):
+            continue
+
+
+def _remove_stray_registry_entries() -> None:
+    """Temporary links (``.<run>.<pid>``) a registering process died before renaming."""
+    reg = st.registry_dir()
+    if not reg.is_dir():
+        return
+    for entry in reg.glob(".*"):
+        try:
+            if time.time() - entry.lstat().st_mtime >= UNFINISHED_AGE_S:
+                entry.unlink()
+        except OSError:
+            continue
 
 
 def _kill(pid: int, report: CleanReport) -> None:
@@ -210,8 +250,6 @@ def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, li
     """What is left on this machine of run ``run_id`` (or of any run): namespaces,
     tagged processes (JVMs, gateway VM), libvirt objects, run directories and registry
     entries. Empty lists = clean."""
-    from .backends.libvirt import leftovers
-
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
     registered = [rid for rid in st.registered_runs() if run_id in (None, rid)]

@@ -80,7 +80,9 @@ class RunState:
         """Write atomically (temp file + rename), so a crash never leaves half a state."""
         data = asdict(self)
         data.pop("run_dir")
-        tmp = self.path.with_suffix(".tmp")
+        # A temp file of this process's own: another process saving at the same moment
+        # (a command given --force on a run in use) must not rename ours away.
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
 
@@ -262,8 +264,15 @@ class OwnerLock:
         self._fd: int | None = None
 
     def acquire(self, *, blocking: bool = True, wait_s: float = 0.0) -> bool:
-        """Take the lock (``wait_s``: retry that long before giving up when not blocking)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Take the lock (``wait_s``: retry that long before giving up when not blocking).
+
+        Raises StateError when the lock's directory is gone, or was removed while this
+        process waited (the lock it got would be on a deleted file: the run is gone).
+        """
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            raise StateError(f"{self.path.parent} is gone") from None
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -277,6 +286,13 @@ class OwnerLock:
                     os.close(fd)
                     return False
                 time.sleep(0.05)
+        try:
+            current = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(fd).st_ino:
+            os.close(fd)
+            raise StateError(f"{self.path.parent} was removed")
         self._fd = fd
         info = json.dumps(
             {"pid": os.getpid(), "command": " ".join(sys.argv)[:200], "since": time.time()}

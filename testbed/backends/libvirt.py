@@ -312,16 +312,15 @@ class LibvirtBackend(remote.RemoteBackend):
 
     @staticmethod
     def problems(state: RunState) -> list[str]:
-        """Recorded domains that are not running."""
+        """Recorded domains that are not running (ConfigError when libvirt cannot tell)."""
         domains = state.extra.get("libvirt", {}).get("domains", [])
-        running = set(leftovers(state.run_id)["domains"])
-        active = set()
-        if running:
-            conn = connect()
-            try:
-                active = {d.name() for d in conn.listAllDomains() if d.isActive()}
-            finally:
-                conn.close()
+        if not domains:
+            return []
+        conn = connect()  # ConfigError when libvirtd cannot be asked: health unknown
+        try:
+            active = {d.name() for d in conn.listAllDomains() if d.isActive()}
+        finally:
+            conn.close()
         return [f"VM {name} is not running" for name in domains if name not in active]
 
     # -- Backend protocol ----------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Shaping a running cluster: measured RTT/loss match the configured links (real netem,
 in the gateway VM on kernels without it), nothing is restarted, clear restores baseline."""
 
+import os
+
 import pytest
 
 from emulation import api, links, shapers
@@ -53,18 +55,15 @@ def test_paper_profile_edge_links_and_fixed_endpoint_links(cluster):
 
 
 def test_cli_show_verify_and_clear_return_to_baseline(cluster):
+    # the shared cluster is in use by this test process: changing it needs --force
+    args = ["set", "--profile", "uniform", "--latency", "50", "--loss", "2.5"]
+    before = api.configured(type(cluster).attach(cluster.run_id)).to_dict()
+    refused = run_cli(*args, module="emulation", run=cluster.run_id)
+    assert refused.returncode == 2, refused.stderr
+    assert f"is in use by pid {os.getpid()}" in refused.stderr
+    assert api.configured(type(cluster).attach(cluster.run_id)).to_dict() == before
     # the issue's done-when sequence: uniform 50 ms, 2.5 % -> ~100 ms RTT, ~4.9 % loss
-    proc = run_cli(
-        "set",
-        "--profile",
-        "uniform",
-        "--latency",
-        "50",
-        "--loss",
-        "2.5",
-        module="emulation",
-        run=cluster.run_id,
-    )
+    proc = run_cli(*args, "--force", module="emulation", run=cluster.run_id)
     assert proc.returncode == 0, proc.stderr
     shown = run_cli("show", "--json", module="emulation", run=cluster.run_id)
     import json
@@ -88,7 +87,7 @@ def test_cli_show_verify_and_clear_return_to_baseline(cluster):
     assert pair["configured_loss_pct"] == pytest.approx(4.9375)
     assert pair["probes"] >= 1000 and pair["loss_ok"], pair
     assert json.loads(verified.stdout)["loss_location"]
-    cleared = run_cli("clear", module="emulation", run=cluster.run_id)
+    cleared = run_cli("clear", "--force", module="emulation", run=cluster.run_id)
     assert cleared.returncode == 0, cleared.stderr
     tb = type(cluster).attach(cluster.run_id)
     base = measure_pair(tb, api.configured(tb), "e0", "e2")

@@ -1,6 +1,8 @@
 import json
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,52 @@ UJ  10.77.0.13  ?          1       ?                 77aa       rack1
         "10.77.0.12": "DN",
         "10.77.0.13": "UJ",
     }
+
+
+def test_a_lock_on_a_removed_run_is_not_taken(tmp_path: Path):
+    run_dir = tmp_path / "runs" / "e00001"
+    run_dir.mkdir(parents=True)
+    lock = RunLock(run_dir)
+    assert lock.acquire(blocking=False)
+    waiter = RunLock(run_dir)
+    lock.release()
+    shutil.rmtree(run_dir)  # the owner's `down` removed the run meanwhile
+    with pytest.raises(StateError, match="is gone"):
+        waiter.acquire(blocking=False)
+    # a waiter blocked on the lock while the owner's `down` removed the run
+    run_dir.mkdir()
+    owner = RunLock(run_dir)
+    assert owner.acquire(blocking=False)
+    outcome: list[object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(RunLock(run_dir).acquire(blocking=False, wait_s=5.0))
+        except StateError as exc:
+            outcome.append(exc)
+
+    waiter_thread = threading.Thread(target=wait)
+    waiter_thread.start()
+    time.sleep(0.3)
+    shutil.rmtree(run_dir)
+    owner.release()
+    waiter_thread.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], StateError), outcome
+    assert "was removed" in str(outcome[0])
+
+
+def test_clean_leaves_young_unfinished_dirs_and_removes_old_ones(tmp_path: Path, registry):
+    from testbed import clean as clean_mod
+
+    young = tmp_path / "runs" / ".f00001.abcd"
+    old = tmp_path / "runs" / ".f00002.abcd"
+    for d in (young, old):
+        d.mkdir(parents=True)
+    os.utime(old, (1, 1))
+    registry.mkdir(parents=True)
+    stray = registry / ".f00003.123"
+    stray.symlink_to(tmp_path)
+    os.utime(stray, (1, 1), follow_symlinks=False)
+    clean_mod._remove_unfinished_dirs(tmp_path)
+    clean_mod._remove_stray_registry_entries()
+    assert young.is_dir() and not old.exists() and not stray.is_symlink()
