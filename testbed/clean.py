@@ -19,7 +19,6 @@ too. Nothing outside the pattern is ever touched.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import time
@@ -28,19 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import state as st
-from .backends.libvirt import clean_leftovers, leftovers
-from .backends.netns import delete_namespace, list_prefixed_namespaces
+from .backends import registry
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
 from .errors import TestbedError
-
-# The tag as a whole argument: JVMs carry -Dedgetb.run=<run>:<host>, the gateway VM
-# `-name guest=edgetb.run=<run>:gateway`, SSH a ControlPath ending in it (and a connection
-# master retitles itself "ssh: <control path> [mux]").
-TAG_RES = (
-    re.compile(rb"(?:-Dedgetb\.run=|guest=edgetb\.run=)([0-9a-f]{6}):[a-z][a-z0-9]{0,11}"),
-    re.compile(rb"(?:ControlPath=|ssh: )/\S*/edgetb\.run=([0-9a-f]{6}):\S+(?: \[mux\])?"),
-)
+from .tags import tagged_processes
 
 
 @dataclass
@@ -49,38 +40,14 @@ class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    libvirt: list[str] = field(default_factory=list)
+    libvirt: list[str] = field(default_factory=list)  # and any other backend's objects
+
+    def add(self, backend: str, names: list[str]) -> None:
+        (self.namespaces if backend == "netns" else self.libvirt).extend(names)
 
     @property
     def empty(self) -> bool:
         return not (self.runs or self.namespaces or self.processes or self.libvirt)
-
-
-def tag_of(cmdline: bytes) -> str | None:
-    """The run id a process's command line (NUL-separated) is tagged with, else None."""
-    for arg in cmdline.split(b"\0"):
-        for pattern in TAG_RES:
-            match = pattern.fullmatch(arg)
-            if match:
-                return match.group(1).decode()
-    return None
-
-
-def tagged_processes() -> dict[int, str]:
-    """PID -> run id of every live process carrying the testbed tag as an argument."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        run_id = tag_of(cmdline)
-        if run_id is not None and pid_alive(int(entry)):
-            found[int(entry)] = run_id
-    return found
 
 
 def _keep_reason(run_dir: Path, named: bool, all_detached: bool) -> str | None:
@@ -146,20 +113,17 @@ def clean(
     # Objects of runs that have no directory anywhere (or were never recorded). Listed
     # first, the runs read again after: a run is registered before it creates anything,
     # so a run created while this command ran is in the second reading, and kept.
-    namespaces = list_prefixed_namespaces(run_id)
+    backends = registry()
+    found = {name: cls.leftovers(run_id) for name, cls in backends.items()}
     processes = tagged_processes()
-    vms = leftovers(run_id)
     keep |= set(st.known_runs(base)) - set(report.runs)
-    for ns in namespaces:
-        if st.run_of(ns) not in keep:
-            delete_namespace(ns)
-            report.namespaces.append(ns)
     for pid, owner in processes.items():
         if owner not in keep and run_id in (None, owner):
             _kill(pid, report)
-    orphans = {st.run_of(name) for names in vms.values() for name in names} - keep
-    for orphan in sorted(r for r in orphans if r is not None):
-        report.libvirt += clean_leftovers(orphan)
+    for name, cls in backends.items():
+        orphans = {st.run_of(obj) for objs in found[name].values() for obj in objs} - keep
+        for orphan in sorted(r for r in orphans if r is not None):
+            report.add(name, cls.remove_leftovers(orphan))
     if run_id is None:
         _remove_unfinished_dirs(base)
         _remove_stray_registry_entries()
@@ -183,11 +147,9 @@ def _remove_run(run_id: str, run_dir: Path, report: CleanReport) -> None:
         pids = []
     for pid in pids:
         _kill(pid, report)
-    for ns in list_prefixed_namespaces(run_id):
-        delete_namespace(ns)
-        report.namespaces.append(ns)
-    # VMs before their overlays (in the run directory) go.
-    report.libvirt += clean_leftovers(run_id)
+    # Each backend's objects (VMs before their overlays in the run directory go).
+    for name, cls in registry().items():
+        report.add(name, cls.remove_leftovers(run_id))
     for pid, owner in tagged_processes().items():
         if owner == run_id:
             _kill(pid, report)
@@ -247,16 +209,13 @@ def _kill(pid: int, report: CleanReport) -> None:
 
 
 def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, list]:
-    """What is left on this machine of run ``run_id`` (or of any run): namespaces,
-    tagged processes (JVMs, gateway VM), libvirt objects, run directories and registry
-    entries. Empty lists = clean."""
+    """What is left on this machine of run ``run_id`` (or of any run): every backend's
+    objects (namespaces, libvirt domains, networks, pools), tagged processes (JVMs, the
+    gateway VM, SSH masters), run directories and registry entries. Empty lists = clean."""
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
     registered = [rid for rid in st.registered_runs() if run_id in (None, rid)]
-    return {
-        **{f"libvirt_{kind}": names for kind, names in leftovers(run_id).items()},
-        "namespaces": list_prefixed_namespaces(run_id),
-        "processes": procs,
-        "run_dirs": dirs,
-        "registered": registered,
-    }
+    objects: dict[str, list] = {}
+    for cls in registry().values():
+        objects.update(cls.leftovers(run_id))
+    return {**objects, "processes": procs, "run_dirs": dirs, "registered": registered}

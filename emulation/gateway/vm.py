@@ -11,8 +11,6 @@ run directory) feeding a persistent ``tc -batch``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import signal
 import socket
@@ -22,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.cassandra.dist import cache_root
+from testbed.accel import known_accel, record_accel
 from testbed.cassandra.node import pid_alive, tail
 from testbed.errors import CommandError, TestbedError
 from testbed.runner import run
@@ -46,36 +44,6 @@ class GatewayError(TestbedError):
 
 
 KVM_TRIAL_TIMEOUT_S = 15.0
-
-
-def _accel_verdict_path() -> Path:
-    qemu = run(["qemu-system-x86_64", "--version"]).stdout.split("\n")[0]
-    key = f"{os.uname().release}|{qemu}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_root() / "gateway" / f"accel-{digest}.json"
-
-
-def known_accel() -> str | None:
-    """ "kvm" or "tcg" when decided (by $EDGETB_GATEWAY_ACCEL, by the absence of /dev/kvm,
-    or by an earlier trial boot on this host kernel and QEMU), else None: try KVM once.
-
-    /dev/kvm is not proof: under a PVM hypervisor it exists, but a stock Debian kernel
-    never boots with it, so only a guest that really boots decides for KVM."""
-    forced = os.environ.get("EDGETB_GATEWAY_ACCEL")
-    if forced in ("kvm", "tcg"):
-        return forced
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "tcg"
-    path = _accel_verdict_path()
-    if path.is_file():
-        return json.loads(path.read_text())["accel"]
-    return None
-
-
-def record_accel(accel: str, detail: str) -> None:
-    path = _accel_verdict_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"accel": accel, "detail": detail}))
 
 
 @dataclass(frozen=True)

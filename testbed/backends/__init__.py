@@ -40,23 +40,36 @@ class Backend(Protocol):
     def pids(self, host: str) -> list[int]:
         """PIDs of processes running on ``host`` (for cleanup)."""
 
+    @staticmethod
+    def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
+        """Objects of this backend on this machine named by the strict pattern, of run
+        ``run_id`` (or of any run), by kind; `clean` and the tests' residue check use it."""
+        ...
 
-def backend_class(name: str) -> type[Backend]:
-    """The backend registered as ``name``; ConfigError naming the available ones."""
+    @staticmethod
+    def remove_leftovers(run_id: str) -> list[str]:
+        """Remove every object of run ``run_id`` that ``leftovers`` finds; their names."""
+        ...
+
+
+def registry() -> dict[str, type[Backend]]:
+    """Every backend by name (imported on first use: the VM backends pull in libvirt and
+    Ansible). `clean` loops over it; the CLIs turn strings into classes through it."""
     from .hosts import HostsBackend
     from .libvirt import LibvirtBackend
     from .netns import NetnsBackend
 
-    registry: dict[str, type[Backend]] = {
-        "netns": NetnsBackend,
-        "libvirt": LibvirtBackend,
-        "hosts": HostsBackend,
-    }
+    return {"netns": NetnsBackend, "libvirt": LibvirtBackend, "hosts": HostsBackend}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The backend registered as ``name``; ConfigError naming the available ones."""
+    backends = registry()
     try:
-        return registry[name]
+        return backends[name]
     except KeyError:
         raise ConfigError(
-            f"unknown backend {name!r} (available: {', '.join(sorted(registry))})"
+            f"unknown backend {name!r} (available: {', '.join(sorted(backends))})"
         ) from None
 
 

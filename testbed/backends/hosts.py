@@ -231,6 +231,15 @@ class HostsBackend(remote.RemoteBackend):
         self.ssh = SSH(state.run_id, state.run_dir / "ssh", self.inv.key, strict=True)
 
     @staticmethod
+    def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
+        """Nothing on this machine but SSH masters, which `clean` finds by their tag."""
+        return {}
+
+    @staticmethod
+    def remove_leftovers(run_id: str) -> list[str]:
+        return []
+
+    @staticmethod
     def check_options(topology: Topology, options: dict) -> None:
         """The inventory, read and validated (no system change, no root)."""
         load(topology, options)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import images
+from ..accel import known_accel, record_accel
 from ..errors import ConfigError, TestbedError
 from ..runner import run
 from ..state import PREFIX, RunState, run_of
@@ -260,8 +261,6 @@ def choose_domain_type() -> str | None:
     forced = os.environ.get("EDGETB_VM_ACCEL")
     if forced in ("kvm", "tcg"):
         return "kvm" if forced == "kvm" else "qemu"
-    from emulation.gateway.vm import known_accel
-
     accel = known_accel()
     return None if accel is None else ("kvm" if accel == "kvm" else "qemu")
 
@@ -309,6 +308,14 @@ class LibvirtBackend(remote.RemoteBackend):
                 f"another libvirt testbed is up ({', '.join(taken)}): its "
                 f"subnet would clash; `python -m testbed down` it first"
             )
+
+    @staticmethod
+    def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
+        return {f"libvirt_{kind}": names for kind, names in leftovers(run_id).items()}
+
+    @staticmethod
+    def remove_leftovers(run_id: str) -> list[str]:
+        return clean_leftovers(run_id)
 
     @staticmethod
     def problems(state: RunState) -> list[str]:
@@ -367,8 +374,6 @@ class LibvirtBackend(remote.RemoteBackend):
                 KVM_TRIAL_TIMEOUT_S if trial else BOOT_TIMEOUT_S,
             )
             if trial:
-                from emulation.gateway.vm import record_accel
-
                 if boot is None:
                     record_accel("tcg", "libvirt: a KVM guest did not reach SSH")
                     self._destroy_domains(conn)

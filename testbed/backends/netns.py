@@ -157,6 +157,20 @@ class NetnsBackend:
             delete_namespace(ns)
 
     @staticmethod
+    def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
+        return {"namespaces": list_prefixed_namespaces(run_id)}
+
+    @staticmethod
+    def remove_leftovers(run_id: str) -> list[str]:
+        """Every namespace of the run (its processes killed first), the switch last."""
+        names = list_prefixed_namespaces(run_id)
+        for ns in names:
+            kill_namespace_processes(ns)
+        for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
+            delete_namespace(ns)
+        return names
+
+    @staticmethod
     def problems(state: RunState) -> list[str]:
         """Recorded namespaces that are gone."""
         present = set(list_prefixed_namespaces(state.run_id))

@@ -22,6 +22,7 @@ from ..errors import TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
 from ..state import RunState
+from ..tags import tagged_processes
 from ..topology import Topology
 from .provision import inventory, one_line, playbook
 
@@ -183,8 +184,6 @@ class SSH:
 
 def kill_tagged_ssh(run_id: str) -> list[int]:
     """SIGTERM our ssh processes of run ``run_id`` (found by the tag in their ControlPath)."""
-    from ..clean import tagged_processes
-
     killed = []
     for pid, owner in tagged_processes().items():
         if owner != run_id:

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from testbed import PortInUseError, Testbed, Topology
-from testbed.clean import residue, tagged_processes
+from testbed.clean import residue
+from testbed.tags import tagged_processes
 
 from .conftest import assert_no_residue, run_cli, run_id_in
 

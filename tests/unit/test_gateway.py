@@ -5,7 +5,7 @@ import pytest
 
 from emulation.gateway import image, vm
 from emulation.gateway.image import GatewayImage
-from testbed import ConfigError
+from testbed import ConfigError, accel
 
 
 def test_qemu_argv_ports_offloads_channel_and_tag():
@@ -47,7 +47,7 @@ def test_wire_and_unwire_commands_stay_in_the_switch_namespace():
 @pytest.mark.parametrize("value", ["kvm", "tcg"])
 def test_accel_override(monkeypatch, value):
     monkeypatch.setenv("EDGETB_GATEWAY_ACCEL", value)
-    assert vm.known_accel() == value
+    assert accel.known_accel() == value
 
 
 def _read_newc(data: bytes) -> list[tuple[str, int, bytes]]:

@@ -10,7 +10,6 @@ import pytest
 from testbed import StateError, Topology
 from testbed.backends import make_backend
 from testbed.backends.netns import build_commands, planned_namespaces
-from testbed.clean import tag_of
 from testbed.errors import ConfigError, RunSelectionError, StateFileError
 from testbed.state import (
     RunLock,
@@ -22,6 +21,7 @@ from testbed.state import (
     select_run,
     unregister,
 )
+from testbed.tags import tag_of
 from testbed.testbed import parse_nodetool_status
 
 
