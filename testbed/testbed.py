@@ -27,8 +27,9 @@ from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
 from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
-from .cassandra.node import CassandraNode, stop_nodes
-from .cassandra.readiness import Deadlines, wait_for_nodes
+from .cassandra.launch import CassandraLaunch
+from .cassandra.node import CassandraNode
+from .cassandra.readiness import Deadlines
 from .errors import (
     CommandError,
     ConfigError,
@@ -169,10 +170,7 @@ class Testbed:
         if self.state is None or self.settings is None:
             raise StateError("create_hosts() first, with Cassandra settings")
         with self._undo_on_failure():
-            if self.remote:
-                self._start_remote_cassandra()
-            else:
-                self._start_cassandra()
+            self._start_cassandra()
             if self.auth:
                 self._setup_auth()
             self._driver_probe()
@@ -252,10 +250,10 @@ class Testbed:
         self.claim()
         saved = None
         try:
-            if self.nodes and not self.remote:  # remote backends stop their hosts' units
-                stop_nodes(list(self.nodes.values()))
-                self._keep_cds_archive()
             backend = self.backend or make_backend(state.backend, self.topology, state)
+            if self.nodes:
+                backend.stop_cassandra(list(self.nodes.values()))
+                self._keep_cds_archive()
             backend.destroy()
             if keep_logs:
                 saved = self._save_logs()
@@ -284,96 +282,31 @@ class Testbed:
     # -- Cassandra -------------------------------------------------------------------------
 
     def _start_cassandra(self) -> None:
-        assert self.state and self.backend and self.settings and self.java and self.dist
-        state = self.state
-        archive = self.dist.cds_archive(self.java.version)
-        use_archive = archive if archive.is_file() and not self.cds_training else None
-        for host in self.topology.edges:
-            node = CassandraNode(host, state.run_dir / "nodes" / host.name, state.run_id)
-            node.write_config(self.settings, self.topology)
-            node.check_ports(self.backend.exec_argv)
-            self.nodes[host.name] = node
-        t0 = time.monotonic()
-        self.progress(
-            f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
-            f"(heap {self.settings.heap_mb} MB, jvm profile {self.settings.jvm_profile}"
-            f"{', class-data sharing' if use_archive else ''})"
-        )
-        for i, node in enumerate(self.nodes.values()):
-            dump = None
-            if self.cds_training and i == 0:
-                dump = self._cds_tmp()
-                dump.parent.mkdir(parents=True, exist_ok=True)
-                dump.unlink(missing_ok=True)
-            pid = node.start(
-                java=self.java,
-                dist=self.dist,
-                settings=self.settings,
-                exec_argv=self.backend.exec_argv,
-                cds_archive=use_archive,
-                cds_dump_to=dump,
-            )
-            state.processes[node.name] = {"pid": pid, "marker": node.marker}
-        state.save()
-        self.timings.update(
-            wait_for_nodes(list(self.nodes.values()), self.deadlines, self.progress)
-        )
-        self.timings["cassandra"] = time.monotonic() - t0
-
-    def _start_remote_cassandra(self) -> None:
-        """Cassandra on VMs or inventory hosts: the same rendered files and JVM command line
-        (the image keeps the distribution at the same path), copied and started by the
-        `cassandra` playbook as a systemd unit, then the same readiness stages over SSH."""
-        from .backends import remote
-        from .cassandra import config as cfg
-        from .cassandra.node import _NO_MLOCK
-
+        """The backend starts the JVMs its way (processes in namespaces, or units on its
+        hosts through a playbook) and waits for the readiness stages."""
         assert self.state and self.backend and self.settings and self.dist
-        assert isinstance(self.backend, remote.RemoteBackend)  # self.remote: libvirt or hosts
-        state = self.state
-        if self.auth:
-            auth_mod.write(self.credentials_path, auth_mod.generate(state.run_id))
-        nodes_vars = {}
-        for host in self.topology.edges:
-            node = remote.RemoteCassandraNode(
-                host, state.run_dir / "nodes" / host.name, state.run_id, self.backend.exec_argv
-            )
-            node.write_config(self.settings, self.topology, auth=self.auth)
-            node.check_ports(self.backend.exec_argv)
-            self.nodes[host.name] = node
-            jvm = cfg.jvm_args(
-                settings=self.settings,
-                classpath=self.dist.classpath,
-                node_dir=node.node_dir,
-                run_id=state.run_id,
-                host=host.name,
-                cds_archive=None,
-                cds_dump_to=None,
-                system_auth_rf=self.topology.edge_nodes if self.auth else None,
-            )
-            nodes_vars[host.name] = {
-                "dir": str(node.node_dir),
-                "argv": remote.start_unit_argv(
-                    [*_NO_MLOCK, self.backend.java, *jvm], node.node_dir, node.marker
-                ),
-            }
+        archive = self.dist.cds_archive(self.java.version) if self.java else None
+        use_archive = archive if archive and archive.is_file() and not self.cds_training else None
+        dump = None
+        if self.cds_training:
+            dump = self._cds_tmp()
+            dump.parent.mkdir(parents=True, exist_ok=True)
+            dump.unlink(missing_ok=True)
+        launch = CassandraLaunch(
+            settings=self.settings,
+            dist=self.dist,
+            java=self.java,
+            deadlines=self.deadlines,
+            progress=self.progress,
+            cds_archive=use_archive,
+            cds_dump_to=dump,
+            credentials=self.credentials_path if self.auth else None,
+        )
         t0 = time.monotonic()
-        self.progress(
-            f"starting Cassandra {self.dist.version} on {', '.join(self.nodes)} "
-            f"({self.backend_name}, heap {self.settings.heap_mb} MB)"
-        )
-        self.timings["cassandra playbook"] = self.backend.start_cassandra(
-            nodes_vars, credentials=self.credentials_path if self.auth else None
-        )
-        self.timings.update(
-            wait_for_nodes(list(self.nodes.values()), self.deadlines, self.progress, poll_s=1.0)
-        )
+        nodes, timings = self.backend.start_cassandra(launch)
+        self.nodes = nodes
+        self.timings.update(timings)
         self.timings["cassandra"] = time.monotonic() - t0
-
-    @property
-    def remote(self) -> bool:
-        """Whether the hosts are reached over SSH (libvirt VMs, inventory hosts)."""
-        return backend_class(self.backend_name).remote
 
     @property
     def auth(self) -> bool:
@@ -508,14 +441,11 @@ class Testbed:
 
     def nodetool(self, host: str, *command: str, timeout: float = 60) -> str:
         """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
-        from .backends.remote import RemoteBackend
-
         if self.java is None or self.dist is None:
             raise StateError("this testbed runs no Cassandra")
         if self.backend is None:
             raise StateError("testbed is not up")  # as exec_argv would say
-        # the remote backends name their hosts' java; netns runs the controller's
-        java = self.backend.java if isinstance(self.backend, RemoteBackend) else self.java.path
+        java = self.backend.tool_java(self.java.path)
         argv = [java, *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
         return run(self.exec_argv(host, argv), timeout=timeout).stdout
 
@@ -581,17 +511,7 @@ class Testbed:
         tb.nodes = {}
         for host in topology.edges:
             proc = state.processes.get(host.name)
-            node_dir = state.run_dir / "nodes" / host.name
-            if tb.remote:
-                from .backends.remote import RemoteCassandraNode
-
-                tb.nodes[host.name] = RemoteCassandraNode(
-                    host, node_dir, state.run_id, tb.backend.exec_argv
-                )
-            else:
-                tb.nodes[host.name] = CassandraNode(
-                    host, node_dir, state.run_id, pid=proc["pid"] if proc else None
-                )
+            tb.nodes[host.name] = tb.backend.cassandra_node(host, proc["pid"] if proc else None)
         if claim:
             tb.claim()
         return tb

@@ -4,11 +4,15 @@ at the CLI edge."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError
 from ..state import RunState
-from ..topology import Topology
+from ..topology import Host, Topology
+
+if TYPE_CHECKING:
+    from ..cassandra.launch import CassandraLaunch
+    from ..cassandra.node import CassandraNode
 
 
 class Backend(Protocol):
@@ -39,6 +43,24 @@ class Backend(Protocol):
 
     def pids(self, host: str) -> list[int]:
         """PIDs of processes running on ``host`` (for cleanup)."""
+
+    def cassandra_node(self, host: Host, pid: int | None = None) -> CassandraNode:
+        """The Cassandra node on edge host ``host`` (``pid``: its JVM, when recorded)."""
+        ...
+
+    def start_cassandra(
+        self, launch: CassandraLaunch
+    ) -> tuple[dict[str, CassandraNode], dict[str, float]]:
+        """Start Cassandra on every edge node this backend's way and wait until it is
+        ready; returns the nodes by host name and the readiness stages' timings."""
+        ...
+
+    def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
+        """Stop the nodes' JVMs before ``destroy`` (where destroy alone does not)."""
+
+    def tool_java(self, controller_java: str) -> str:
+        """The java that runs Cassandra's tools (nodetool) on a host."""
+        ...
 
     @staticmethod
     def leftovers(run_id: str | None = None) -> dict[str, list[str]]:

@@ -13,10 +13,13 @@ import signal
 import time
 from collections.abc import Sequence
 
-from ..errors import CommandError
+from ..cassandra.launch import CassandraLaunch
+from ..cassandra.node import CassandraNode, stop_nodes
+from ..cassandra.readiness import wait_for_nodes
+from ..errors import CommandError, StateError
 from ..runner import run
 from ..state import RunState, namespace_name, run_of
-from ..topology import Topology
+from ..topology import Host, Topology
 
 log = logging.getLogger(__name__)
 
@@ -182,3 +185,46 @@ class NetnsBackend:
 
     def pids(self, host: str) -> list[int]:
         return namespace_pids(namespace_name(self.state.run_id, host))
+
+    # -- Cassandra: JVMs started as processes inside the namespaces ----------------------
+
+    def cassandra_node(self, host: Host, pid: int | None = None) -> CassandraNode:
+        node_dir = self.state.run_dir / "nodes" / host.name
+        return CassandraNode(host, node_dir, self.state.run_id, pid=pid)
+
+    def start_cassandra(self, launch: CassandraLaunch) -> tuple[dict, dict[str, float]]:
+        """Start a JVM per edge node (the controller's Java, inside the node's namespace)
+        and wait for the readiness stages; returns the nodes and the stages' timings."""
+        if launch.java is None:
+            raise StateError("the netns backend runs Cassandra with the controller's Java")
+        state = self.state
+        nodes = {}
+        for host in self.topology.edges:
+            node = self.cassandra_node(host)
+            node.write_config(launch.settings, self.topology)
+            node.check_ports(self.exec_argv)
+            nodes[host.name] = node
+        launch.progress(
+            f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
+            f"(heap {launch.settings.heap_mb} MB, jvm profile {launch.settings.jvm_profile}"
+            f"{', class-data sharing' if launch.cds_archive else ''})"
+        )
+        for i, node in enumerate(nodes.values()):
+            pid = node.start(
+                java=launch.java,
+                dist=launch.dist,
+                settings=launch.settings,
+                exec_argv=self.exec_argv,
+                cds_archive=launch.cds_archive,
+                cds_dump_to=launch.cds_dump_to if i == 0 else None,
+            )
+            state.processes[node.name] = {"pid": pid, "marker": node.marker}
+        state.save()
+        return nodes, wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress)
+
+    def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
+        stop_nodes(list(nodes))
+
+    def tool_java(self, controller_java: str) -> str:
+        """The java that runs nodetool on a host: the controller's, as the JVMs do."""
+        return controller_java

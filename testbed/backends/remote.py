@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cassandra.launch import CassandraLaunch
 from ..errors import TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..runner import run
 from ..state import RunState
 from ..tags import tagged_processes
-from ..topology import Topology
+from ..topology import Host, Topology
 from .provision import inventory, one_line, playbook
 
 CASSANDRA_UNIT = "edgetb-cassandra"
@@ -278,6 +279,7 @@ class RemoteBackend:
     through the `cassandra` playbook. Subclasses set ``topology``, ``state``, ``ssh`` and
     ``hosts`` (name -> RemoteHost)."""
 
+    name: str
     remote = True
     cassandra_auth = True  # PasswordAuthenticator; see testbed.cassandra.auth
     python = GUEST_PYTHON
@@ -309,7 +311,67 @@ class RemoteBackend:
     def ansible_dir(self) -> Path:
         return self.state.run_dir / "ansible"
 
-    def start_cassandra(self, nodes: dict[str, dict], credentials: Path | None = None) -> float:
+    def cassandra_node(self, host: Host, pid: int | None = None) -> RemoteCassandraNode:
+        node_dir = self.state.run_dir / "nodes" / host.name
+        return RemoteCassandraNode(host, node_dir, self.state.run_id, self.exec_argv)
+
+    def start_cassandra(self, launch: CassandraLaunch) -> tuple[dict, dict[str, float]]:
+        """Cassandra on VMs or inventory hosts: the same rendered files and JVM command
+        line as under netns (the image keeps the distribution at the same path), copied
+        and started by the `cassandra` playbook as a systemd unit, then the same readiness
+        stages over SSH. Returns the nodes and the stages' timings."""
+        from ..cassandra import auth as auth_mod
+        from ..cassandra import config as cfg
+        from ..cassandra.node import _NO_MLOCK
+        from ..cassandra.readiness import wait_for_nodes
+
+        state = self.state
+        auth = launch.credentials is not None
+        if launch.credentials is not None:
+            auth_mod.write(launch.credentials, auth_mod.generate(state.run_id))
+        nodes: dict[str, RemoteCassandraNode] = {}
+        nodes_vars = {}
+        for host in self.topology.edges:
+            node = self.cassandra_node(host)
+            node.write_config(launch.settings, self.topology, auth=auth)
+            node.check_ports(self.exec_argv)
+            nodes[host.name] = node
+            jvm = cfg.jvm_args(
+                settings=launch.settings,
+                classpath=launch.dist.classpath,
+                node_dir=node.node_dir,
+                run_id=state.run_id,
+                host=host.name,
+                cds_archive=None,
+                cds_dump_to=None,
+                system_auth_rf=self.topology.edge_nodes if auth else None,
+            )
+            nodes_vars[host.name] = {
+                "dir": str(node.node_dir),
+                "argv": start_unit_argv([*_NO_MLOCK, self.java, *jvm], node.node_dir, node.marker),
+            }
+        launch.progress(
+            f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
+            f"({self.name}, heap {launch.settings.heap_mb} MB)"
+        )
+        timings = {
+            "cassandra playbook": self.run_cassandra_playbook(nodes_vars, launch.credentials)
+        }
+        timings.update(
+            wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress, poll_s=1.0)
+        )
+        return nodes, timings
+
+    def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
+        """Nothing here: the hosts' units are stopped by ``destroy``."""
+
+    def tool_java(self, controller_java: str) -> str:
+        """The java that runs nodetool on a host: the host's own."""
+        return self.java
+
+    def run_cassandra_playbook(
+        self, nodes: dict[str, dict], credentials: Path | None = None
+    ) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
         {"dir": node directory, "argv": systemd-run command}) and the run's login file to
         the endpoint (same path, 0600; the playbook copies it over SSH, its content is in
