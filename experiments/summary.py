@@ -1,0 +1,79 @@
+"""The sweep's summaries: per-cell statistics in milliseconds, the table printed at the
+end of a run, and the dry run's list of cells with their estimated durations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+
+import numpy as np
+
+from . import estimate
+from .config import SweepConfig
+from .store import Store
+
+# -- summaries -------------------------------------------------------------------------------
+
+
+def stats_ms(rtts_ns: Sequence[int]) -> dict[str, float]:
+    a = np.asarray(rtts_ns, dtype=float) / 1e6
+    if a.size == 0:
+        return {"n": 0}
+    return {
+        "n": int(a.size),
+        "mean": float(a.mean()),
+        "median": float(np.median(a)),
+        "p95": float(np.percentile(a, 95)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
+
+
+def summary_table(store: Store, run_id: str) -> str:
+    cells = store.cells(run_id)
+    if not cells:
+        return "(no cells stored)"
+    head = (
+        f"{'nodes':>5} {'RF':>3} {'lat ms':>6} {'loss %':>6} {'rep':>3} {'writes':>6} "
+        f"{'mean ms':>8} {'median':>8} {'p95':>8} {'errors':>6} {'c∈R':>5}"
+    )
+    lines = [head, "-" * len(head)]
+    order = sorted(
+        cells, key=lambda c: (c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"], c["repetition"])
+    )
+    for c in order:
+        s = stats_ms(store.rtts_ns(run_id, c["cell_id"]))
+        cir = store.coordinator_is_replica_share(run_id, c["cell_id"])
+        lines.append(
+            f"{c['nodes']:>5} {c['rf']:>3} {c['latency_ms']:>6g} {c['loss_pct']:>6g} "
+            f"{c['repetition']:>3} {s['n']:>6} {s['mean']:>8.2f} {s['median']:>8.2f} "
+            f"{s['p95']:>8.2f} {store.errors(run_id, c['cell_id']):>6} "
+            f"{(cir if cir is not None else float('nan')):>5.2f}"
+        )
+    return "\n".join(lines)
+
+
+def dry_run(config: SweepConfig) -> str:
+    cells = config.cells()
+    lines = [
+        f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
+        f"{config.cl}, {config.policy}, {config.writes} writes (+{config.warmup} "
+        f"warm-up) x {config.repetitions} repetition(s)"
+    ]
+    for n, grouped in groupby(cells, key=lambda c: c.nodes):
+        group = list(grouped)
+        lines.append(
+            f"  {n} nodes: RF {', '.join(map(str, config.rfs(n)))}; "
+            f"{len(group)} cells, about "
+            f"{estimate.fmt_duration(estimate.sweep_s(config, group))}"
+        )
+        for cell in group:
+            lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} ms/write")
+    for n, r in config.skipped():
+        lines.append(f"  skipped: RF {r} on {n} nodes (more replicas than nodes)")
+    lines.append(
+        f"estimated duration: {estimate.fmt_duration(estimate.sweep_s(config))} "
+        f"(model: {estimate.BASE_WRITE_MS} ms per write at 0 ms + round trips + "
+        f"TCP retransmissions under loss; bring-up per cluster)"
+    )
+    return "\n".join(lines)
