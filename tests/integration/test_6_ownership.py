@@ -1,4 +1,4 @@
-"""A running sweep owns its testbed and its results directory: a machine-wide `clean`, a
+"""A running sweep owns its testbed and its results directory: `clean` naming its run, a
 second sweep on the same directory, and `emulation set` / `down` without --run all leave
 it measuring, and its cells come out whole and shaped as configured. The same sweep then
 loses its gateway VM (kill -9) in the middle of a cell: the cell is voided, the gateway
@@ -59,7 +59,10 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_
     try:
         testbed_run = _wait_for_shaped_testbed(out, sweep)
 
-        cleaned = run_cli("clean")  # machine-wide, as a user would type it
+        # Named, the strongest case: a named run loses the protection a healthy detached
+        # testbed has, so only its live owner keeps it. (Not a bare `clean`: on a shared
+        # machine that would also remove other test runs' crashed runs they still check.)
+        cleaned = run_cli("clean", run=testbed_run)
         assert cleaned.returncode == 0, cleaned.stderr
         assert f"kept run {testbed_run}: in use by pid {sweep.pid}" in cleaned.stdout
 
