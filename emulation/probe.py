@@ -36,6 +36,14 @@ def echo_request(ident: int, seq: int, payload: bytes = b"edgetb-probe".ljust(32
 WARM_SEQ = 0xFFFF  # the unrecorded echo that resolves the path first
 
 
+def echo_reply_seq(packet: bytes, ident: int) -> int | None:
+    """The sequence number of ``packet`` (an IPv4 datagram from a raw ICMP socket) when it
+    is an echo reply to this prober (``ident``), else None."""
+    ihl = (packet[0] & 0x0F) * 4
+    kind, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
+    return rseq if kind == 0 and rid == ident else None
+
+
 def _await_reply(sock: socket.socket, ident: int, seq: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while (left := deadline - time.monotonic()) > 0:
@@ -45,9 +53,7 @@ def _await_reply(sock: socket.socket, ident: int, seq: int, timeout_s: float) ->
             packet = sock.recv(2048)
         except BlockingIOError:
             continue
-        ihl = (packet[0] & 0x0F) * 4
-        kind, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
-        if kind == 0 and rid == ident and rseq == seq:
+        if echo_reply_seq(packet, ident) == seq:
             return True
     return False
 
@@ -94,9 +100,8 @@ def probe(address: str, count: int, interval_s: float, wait_s: float) -> dict:
             except BlockingIOError:
                 break
             received = time.monotonic_ns()
-            ihl = (packet[0] & 0x0F) * 4
-            kind, _, _, rid, rseq = struct.unpack("!BBHHH", packet[ihl : ihl + 8])
-            if kind == 0 and rid == ident and rseq in sent and rseq not in rtts:
+            rseq = echo_reply_seq(packet, ident)
+            if rseq in sent and rseq not in rtts:
                 rtts[rseq] = (received - sent[rseq]) // 1000
     sock.close()
     return {"sent": seq, "rtt_us": [rtts[s] for s in sorted(rtts)], "warmed": warmed}

@@ -273,7 +273,7 @@ class GatewayShaper:
             except (GatewayError, OSError) as exc:
                 return [f"the gateway VM does not answer: {exc}"]
             netems = sum("netem" in line for line in shown)
-            expected = sum("netem" in line for line in self.structure.tc_lines)
+            expected = self.structure.netem_qdiscs
             if netems < expected:
                 return [f"the gateway has {netems} of its {expected} netem qdiscs"]
         return []
@@ -373,7 +373,7 @@ class DirectShaper:
         for host, structure in self.structures.items():
             proc = self.tb.exec(host, ["tc", "qdisc", "show", "dev", "eth0"], check=False)
             netems = proc.stdout.count("netem")
-            expected = sum("netem" in line for line in structure.tc_lines)
+            expected = structure.netem_qdiscs
             if proc.returncode != 0 or netems < expected:
                 found.append(f"{host}: {netems} of its {expected} netem qdiscs on eth0")
         return found

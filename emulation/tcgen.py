@@ -75,6 +75,11 @@ class Structure:
             c[2] for c in self.ip_commands if c[:2] == ["link", "add"] and c[-2:] == ["type", "ifb"]
         ]
 
+    @property
+    def netem_qdiscs(self) -> int:
+        """How many netem qdiscs the structure makes (what a healthy shaper still has)."""
+        return sum("netem" in line for line in self.tc_lines)
+
     def to_dict(self) -> dict:
         return {
             "ip_commands": self.ip_commands,

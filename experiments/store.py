@@ -466,25 +466,10 @@ class Store:
 
     # -- export ----------------------------------------------------------------------------
 
+    # A request's cell (its grid point, up to the repetition), then the request itself.
     EXPORT_COLUMNS = (
-        "run_id",
-        "cell_id",
-        "nodes",
-        "rf",
-        "cl",
-        "policy",
-        "profile",
-        "latency_ms",
-        "loss_pct",
-        "repetition",
-        "seq",
-        "key",
-        "coordinator",
-        "replicas",
-        "coordinator_is_replica",
-        "rtt_ns",
-        "error",
-        "t_start_ns",
+        CELL_COLUMNS[: CELL_COLUMNS.index("repetition") + 1]
+        + REQUEST_COLUMNS[REQUEST_COLUMNS.index("seq") :]
     )
 
     def iter_request_rows(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:

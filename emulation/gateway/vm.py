@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.accel import known_accel, record_accel
+from testbed.backends.netns import bridge_add_argv
 from testbed.cassandra.node import pid_alive, tail
 from testbed.errors import CommandError, TestbedError
 from testbed.runner import run
@@ -263,23 +264,7 @@ def wire_commands(switch_ns: str, ports: Sequence[Port], bridge: str) -> list[li
     for port in ports:
         br = f"g-{port.host}"
         cmds += [
-            [
-                "ip",
-                "-n",
-                switch_ns,
-                "link",
-                "add",
-                "name",
-                br,
-                "type",
-                "bridge",
-                "stp_state",
-                "0",
-                "forward_delay",
-                "0",
-                "mcast_snooping",
-                "0",
-            ],
+            bridge_add_argv(switch_ns, br),
             ["ip", "-n", switch_ns, "link", "set", "dev", port.host, "nomaster"],
             ["ip", "-n", switch_ns, "link", "set", "dev", port.host, "master", br],
             ["ip", "-n", switch_ns, "link", "set", "dev", port.tap, "master", br, "up"],

@@ -37,28 +37,21 @@ def planned_namespaces(run_id: str, topology: Topology) -> list[str]:
     return [switch_namespace(run_id)] + [namespace_name(run_id, h.name) for h in topology.hosts]
 
 
+def bridge_add_argv(ns: str, name: str) -> list[str]:
+    """A plain learning bridge in namespace ``ns``: no STP, no forwarding delay, no
+    multicast snooping: every port forwards at once."""
+    return [
+        "ip", "-n", ns, "link", "add", "name", name, "type", "bridge",
+        "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0",
+    ]  # fmt: skip
+
+
 def build_commands(run_id: str, topology: Topology) -> list[list[str]]:
     """The ``ip`` commands that build the topology, in order (pure; unit-tested)."""
     sw = switch_namespace(run_id)
     cmds = [
         ["ip", "netns", "add", sw],
-        [
-            "ip",
-            "-n",
-            sw,
-            "link",
-            "add",
-            "name",
-            BRIDGE,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-            "mcast_snooping",
-            "0",
-        ],
+        bridge_add_argv(sw, BRIDGE),
         ["ip", "-n", sw, "link", "set", BRIDGE, "up"],
     ]
     for host in topology.hosts:

@@ -28,6 +28,13 @@ LATENCY = 20.0
 RETRANSMITTED_MS = 2 * LATENCY * 2 + 150
 
 
+# The small grid of this module's sweep (3 nodes, RF 1-3, 0 and 20 ms, 0.5 % loss).
+GRID = [
+    "--nodes", "3", "--rf", "1,2,3", "--latency", "0,20", "--loss", "0.5", "--writes", "50",
+    "--warmup", "10", "--profile", "uniform", "--verify-probes", "100",
+]  # fmt: skip
+
+
 def sweep(*args, timeout=900):
     return subprocess.run(
         [sys.executable, "-m", "experiments.sweep", *args],
@@ -41,26 +48,7 @@ def sweep(*args, timeout=900):
 @pytest.fixture(scope="module")
 def small_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    proc = sweep(
-        "--nodes",
-        "3",
-        "--rf",
-        "1,2,3",
-        "--latency",
-        "0,20",
-        "--loss",
-        "0.5",
-        "--writes",
-        "50",
-        "--warmup",
-        "10",
-        "--profile",
-        "uniform",
-        "--verify-probes",
-        "100",
-        "--out",
-        str(out),
-    )
+    proc = sweep(*GRID, "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     store = Store(out, create=False)
     (run,) = store.runs()
@@ -177,27 +165,7 @@ def test_export_to_csv(small_grid):
 
 def test_rerun_of_a_complete_sweep_measures_nothing(small_grid):
     out, *_ = small_grid
-    proc = sweep(
-        "--nodes",
-        "3",
-        "--rf",
-        "1,2,3",
-        "--latency",
-        "0,20",
-        "--loss",
-        "0.5",
-        "--writes",
-        "50",
-        "--warmup",
-        "10",
-        "--profile",
-        "uniform",
-        "--verify-probes",
-        "100",
-        "--out",
-        str(out),
-        timeout=120,
-    )
+    proc = sweep(*GRID, "--out", str(out), timeout=120)
     assert proc.returncode == 0 and "already complete" in proc.stdout
 
 
