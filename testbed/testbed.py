@@ -303,9 +303,8 @@ class Testbed:
             credentials=self.credentials_path if self.auth else None,
         )
         t0 = time.monotonic()
-        nodes, timings = self.backend.start_cassandra(launch)
-        self.nodes = nodes
-        self.timings.update(timings)
+        # filled as the nodes are made: a start that fails part-way stops those at teardown
+        self.timings.update(self.backend.start_cassandra(launch, self.nodes))
         self.timings["cassandra"] = time.monotonic() - t0
 
     @property

@@ -49,10 +49,12 @@ class Backend(Protocol):
         ...
 
     def start_cassandra(
-        self, launch: CassandraLaunch
-    ) -> tuple[dict[str, CassandraNode], dict[str, float]]:
+        self, launch: CassandraLaunch, nodes: dict[str, CassandraNode]
+    ) -> dict[str, float]:
         """Start Cassandra on every edge node this backend's way and wait until it is
-        ready; returns the nodes by host name and the readiness stages' timings."""
+        ready; returns the readiness stages' timings. Each node goes into ``nodes`` (by
+        host name) as soon as it exists, so a failure part-way leaves the caller the
+        nodes to stop."""
         ...
 
     def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:

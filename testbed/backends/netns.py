@@ -185,13 +185,14 @@ class NetnsBackend:
         node_dir = self.state.run_dir / "nodes" / host.name
         return CassandraNode(host, node_dir, self.state.run_id, pid=pid)
 
-    def start_cassandra(self, launch: CassandraLaunch) -> tuple[dict, dict[str, float]]:
+    def start_cassandra(
+        self, launch: CassandraLaunch, nodes: dict[str, CassandraNode]
+    ) -> dict[str, float]:
         """Start a JVM per edge node (the controller's Java, inside the node's namespace)
-        and wait for the readiness stages; returns the nodes and the stages' timings."""
+        and wait for the readiness stages; returns the stages' timings."""
         if launch.java is None:
             raise StateError("the netns backend runs Cassandra with the controller's Java")
         state = self.state
-        nodes = {}
         for host in self.topology.edges:
             node = self.cassandra_node(host)
             node.write_config(launch.settings, self.topology)
@@ -213,7 +214,7 @@ class NetnsBackend:
             )
             state.processes[node.name] = {"pid": pid, "marker": node.marker}
         state.save()
-        return nodes, wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress)
+        return wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress)
 
     def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
         stop_nodes(list(nodes))

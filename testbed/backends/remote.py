@@ -315,11 +315,13 @@ class RemoteBackend:
         node_dir = self.state.run_dir / "nodes" / host.name
         return RemoteCassandraNode(host, node_dir, self.state.run_id, self.exec_argv)
 
-    def start_cassandra(self, launch: CassandraLaunch) -> tuple[dict, dict[str, float]]:
+    def start_cassandra(
+        self, launch: CassandraLaunch, nodes: dict[str, CassandraNode]
+    ) -> dict[str, float]:
         """Cassandra on VMs or inventory hosts: the same rendered files and JVM command
         line as under netns (the image keeps the distribution at the same path), copied
         and started by the `cassandra` playbook as a systemd unit, then the same readiness
-        stages over SSH. Returns the nodes and the stages' timings."""
+        stages over SSH. Returns the stages' timings."""
         from ..cassandra import auth as auth_mod
         from ..cassandra import config as cfg
         from ..cassandra.node import _NO_MLOCK
@@ -329,7 +331,6 @@ class RemoteBackend:
         auth = launch.credentials is not None
         if launch.credentials is not None:
             auth_mod.write(launch.credentials, auth_mod.generate(state.run_id))
-        nodes: dict[str, RemoteCassandraNode] = {}
         nodes_vars = {}
         for host in self.topology.edges:
             node = self.cassandra_node(host)
@@ -360,7 +361,7 @@ class RemoteBackend:
         timings.update(
             wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress, poll_s=1.0)
         )
-        return nodes, timings
+        return timings
 
     def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
         """Nothing here: the hosts' units are stopped by ``destroy``."""
