@@ -23,8 +23,9 @@ from .cassandra.config import (
 )
 from .cassandra.readiness import Deadlines
 from .errors import ConfigError, TestbedError
+from .subnets import DEFAULT_POOL
 from .testbed import Testbed
-from .topology import DEFAULT_SUBNET, MAX_EDGE_NODES, Topology
+from .topology import MAX_EDGE_NODES, Topology
 
 
 def _yaml_override(text: str) -> tuple[str, object]:
@@ -86,7 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="memory per edge VM in MB (libvirt; default 2048)",
     )
-    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet ({DEFAULT_SUBNET})")
+    up.add_argument(
+        "--subnet",
+        help="the run's private subnet (default: a free /24 of the pool; not for --backend hosts)",
+    )
+    up.add_argument(
+        "--subnet-pool",
+        metavar="CIDR",
+        help=f"where runs get their subnets (default $EDGETB_SUBNET_POOL, else {DEFAULT_POOL})",
+    )
     up.add_argument(
         "--heap-mb",
         type=argtypes.integer(MIN_HEAP_MB, unit="MB"),
@@ -201,6 +210,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         deadlines=Deadlines(cql_s=args.cql_timeout),
         progress=print,
         backend_options=options,
+        subnet_pool=args.subnet_pool,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()

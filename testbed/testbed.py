@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import state as st
+from . import subnets
 from .backends import Backend, backend_class, make_backend
 from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
@@ -64,6 +65,8 @@ class Testbed:
         progress: called with one line per step (default: silent).
         backend_options: backend settings, e.g. {"inventory": FILE} for ``hosts``,
             {"edge_size": {"vcpus": 2, "memory_mb": 2048}} for ``libvirt``.
+        subnet_pool: where a topology without a subnet gets one (default
+            ``$EDGETB_SUBNET_POOL``, else 10.77.0.0/16; see ``testbed.subnets``).
 
     Raises ConfigError before anything is created when the input is invalid.
     """
@@ -82,6 +85,7 @@ class Testbed:
         progress: Progress | None = None,
         base: Path | None = None,
         backend_options: dict[str, Any] | None = None,
+        subnet_pool: str | None = None,
     ):
         self.topology = topology
         self.backend_name = backend
@@ -95,10 +99,13 @@ class Testbed:
         self.nodes: dict[str, CassandraNode] = {}
         self.timings: dict[str, float] = {}
         self.backend_options = dict(backend_options or {})
+        self.subnet_pool = subnet_pool
         self._owner: st.RunLock | None = None
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
         cls = backend_class(backend)
+        if subnet_pool is not None or topology.subnet is None:
+            subnets.pool_from(subnet_pool)  # a bad pool is named before anything starts
         check_options = getattr(cls, "check_options", None)
         if check_options is not None:
             check_options(topology, self.backend_options)
@@ -144,15 +151,20 @@ class Testbed:
         if self.state is not None:
             raise StateError(f"testbed run {self.state.run_id} is already up")
         t0 = time.monotonic()
-        state = st.RunState(
-            run_id=st.new_run_id(),
-            backend=self.backend_name,
-            topology=self.topology.to_dict(),
-            cassandra=self.settings.to_dict() if self.settings else None,
-            java=self.java.path if self.java else None,
-        )
-        state.extra["backend"] = self.backend_options
-        self._owner = st.create_run(state, self.base)  # held until down() or detach()
+        # The addresses are chosen and the run registered under one machine-wide lock:
+        # two testbeds built at once never get the same subnet.
+        with subnets.allocation():
+            cls = backend_class(self.backend_name)
+            self.topology = cls.place(self.topology, self.backend_options, self.subnet_pool)
+            state = st.RunState(
+                run_id=st.new_run_id(),
+                backend=self.backend_name,
+                topology=self.topology.to_dict(),
+                cassandra=self.settings.to_dict() if self.settings else None,
+                java=self.java.path if self.java else None,
+            )
+            state.extra["backend"] = self.backend_options
+            self._owner = st.create_run(state, self.base)  # held until down() or detach()
         self.state = state
         with self._undo_on_failure():
             self.backend = make_backend(self.backend_name, self.topology, state)

@@ -65,6 +65,13 @@ class Backend(Protocol):
         ...
 
     @staticmethod
+    def place(topology: Topology, options: dict, pool: str | None) -> Topology:
+        """``topology`` with the addresses its hosts will have (called under
+        ``subnets.allocation()``, before the run exists): a free subnet of ``pool`` for
+        the backends that make their networks, the inventory's addresses for ``hosts``."""
+        ...
+
+    @staticmethod
     def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
         """Objects of this backend on this machine named by the strict pattern, of run
         ``run_id`` (or of any run), by kind; `clean` and the tests' residue check use it."""

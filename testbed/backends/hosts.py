@@ -3,9 +3,9 @@ an Ansible inventory, get the same provisioning, Cassandra and shaping as the te
 own VMs.
 
 The inventory names each host after the topology (``e0`` .. ``e{k-1}`` and ``ep``); each
-host's address (``edgetb_address``, else ``ansible_host``) must be the topology's address
-for it (``--subnet``: the endpoint is .10, edge node i is .11+i), because Cassandra's
-settings and the shaping rules are rendered from the topology. SSH uses the inventory's
+host keeps its own address (``edgetb_address``, else ``ansible_host``): the run's
+topology is numbered from the inventory, and Cassandra's settings and the shaping rules
+are rendered from it. Two runs may not use one address at once. SSH uses the inventory's
 user, port and key (``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file``)
 and checks host keys (``hostkeys``: ``edgetb_known_hosts``, the user's known_hosts, or the
 keys recorded on first contact). Every value is validated before anything starts.
@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import qdisc
+from .. import qdisc, subnets
 from ..errors import CommandError, ConfigError, TestbedError
 from ..runner import run
 from ..state import RunState, home
@@ -129,7 +129,7 @@ def validate_inventory(
 
 
 def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, RemoteHost]:
-    """The topology's hosts as found in the inventory; ConfigError naming every mismatch."""
+    """The topology's hosts as found in the inventory; ConfigError naming missing ones."""
     missing = [h.name for h in topology.hosts if h.name not in inventory]
     if missing:
         raise ConfigError(
@@ -137,25 +137,23 @@ def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, Re
             f"(it has {', '.join(sorted(inventory))})"
         )
     found = {}
-    problems = []
     for h in topology.hosts:
         v = inventory[h.name]
-        ssh_address = str(v.get("ansible_host", h.name))  # checked by validate_inventory
-        address = str(v.get("edgetb_address", ssh_address))
-        if address != h.address:
-            problems.append(f"{h.name} is {address}, the topology needs {h.address}")
         found[h.name] = RemoteHost(
             h.name,
-            ssh_address,
+            str(v.get("ansible_host", h.name)),  # checked by validate_inventory
             str(v.get("ansible_user", "root")),
             int(str(v.get("ansible_port", 22)).strip()),
         )
-    if problems:
-        raise ConfigError(
-            "inventory addresses do not match the topology (set edgetb_address "
-            "or --subnet): " + "; ".join(problems)
-        )
     return found
+
+
+def inventory_addresses(topology: Topology, inventory: dict[str, dict]) -> dict[str, str]:
+    """Each host's testbed address: ``edgetb_address``, else ``ansible_host``."""
+    return {
+        h.name: str(inventory[h.name].get("edgetb_address", inventory[h.name]["ansible_host"]))
+        for h in topology.hosts
+    }
 
 
 def inventory_key(inventory: dict[str, dict]) -> Path | None:
@@ -191,6 +189,7 @@ class Inventory:
     hosts: dict[str, RemoteHost]
     key: Path
     known_hosts: Path | None  # edgetb_known_hosts: the only keys trusted, when given
+    raw: dict[str, dict]  # every host's variables as read
 
 
 def load(topology: Topology, options: dict) -> Inventory:
@@ -206,7 +205,7 @@ def load(topology: Topology, options: dict) -> Inventory:
     key = inventory_key(inv)
     if key is None:
         raise ConfigError("the inventory names no ansible_ssh_private_key_file")
-    return Inventory(path, found, key, inventory_known_hosts(inv, names))
+    return Inventory(path, found, key, inventory_known_hosts(inv, names), inv)
 
 
 def _not_restored(host: str, dev: str, recorded: str | None, exc: Exception) -> str:
@@ -242,7 +241,29 @@ class HostsBackend(remote.RemoteBackend):
     @staticmethod
     def check_options(topology: Topology, options: dict) -> None:
         """The inventory, read and validated (no system change, no root)."""
+        if topology.subnet is not None:
+            raise ConfigError(
+                "the hosts backend takes each host's address from the inventory "
+                "(edgetb_address or ansible_host); leave --subnet out"
+            )
         load(topology, options)
+
+    @staticmethod
+    def place(topology: Topology, options: dict, pool: str | None) -> Topology:
+        """The hosts at their inventory addresses; ConfigError when another hosts run on
+        this machine uses one of them (both would shape and restart the same machine).
+        A subnet of a libvirt run may hold them: its VMs can serve as existing hosts."""
+        inv = load(topology, options)
+        placed = topology.with_addresses(inventory_addresses(topology, inv.raw))
+        taken = subnets.recorded_subnets(hosts_only=True)
+        clash = [
+            f"{h.name} ({h.address}): {t.by}"
+            for h in placed.hosts
+            for t in subnets.conflicts(ipaddress.IPv4Network(f"{h.address}/32"), taken)
+        ]
+        if clash:
+            raise ConfigError("hosts already used by another run: " + "; ".join(clash))
+        return placed
 
     def trust_host_keys(self) -> dict[str, dict]:
         """The run's known_hosts from the trusted sources (see ``hostkeys``)."""

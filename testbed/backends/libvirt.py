@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import images
+from .. import images, subnets
 from ..accel import known_accel, record_accel
 from ..errors import ConfigError, TestbedError
 from ..runner import run
@@ -298,16 +298,13 @@ class LibvirtBackend(remote.RemoteBackend):
     def validate(topology: Topology, options: dict) -> None:
         """Checks that need no system change (called before anything is created)."""
         images.load()  # StateError telling how to build it
-        conn = connect()
-        try:
-            taken = [n for n in conn.listNetworks() if (r := run_of(n)) and n == network_name(r)]
-        finally:
-            conn.close()
-        if taken:
-            raise ConfigError(
-                f"another libvirt testbed is up ({', '.join(taken)}): its "
-                f"subnet would clash; `python -m testbed down` it first"
-            )
+        connect().close()  # ConfigError when libvirtd cannot be reached
+
+    @staticmethod
+    def place(topology: Topology, options: dict, pool: str | None) -> Topology:
+        """A subnet of its own: the run's bridge and its address live in this machine's
+        namespace, where every other run's network is too."""
+        return subnets.place(topology, pool)
 
     @staticmethod
     def leftovers(run_id: str | None = None) -> dict[str, list[str]]:

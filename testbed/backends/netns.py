@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Sequence
 
+from .. import subnets
 from ..cassandra.launch import CassandraLaunch
 from ..cassandra.node import CassandraNode, stop_nodes
 from ..cassandra.readiness import wait_for_nodes
@@ -151,6 +152,10 @@ class NetnsBackend:
             kill_namespace_processes(ns)
         for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
             delete_namespace(ns)
+
+    @staticmethod
+    def place(topology: Topology, options: dict, pool: str | None) -> Topology:
+        return subnets.place(topology, pool)
 
     @staticmethod
     def leftovers(run_id: str | None = None) -> dict[str, list[str]]:

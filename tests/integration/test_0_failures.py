@@ -55,7 +55,7 @@ def test_port_already_in_use_is_a_clear_error():
             "-c",
             "import socket,time;s=socket.socket();"
             "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-            "s.bind(('10.77.0.12',9042));s.listen();time.sleep(120)",
+            f"s.bind(('{tb.address('e1')}',9042));s.listen();time.sleep(120)",
         ],
     )
     try:

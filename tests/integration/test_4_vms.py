@@ -25,6 +25,7 @@ from testbed import images, qdisc
 from testbed.backends import hostkeys
 from testbed.backends import libvirt as lv
 from testbed.state import RunState, home
+from testbed.topology import Topology
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli
 
@@ -35,6 +36,11 @@ def _run_id(stdout: str) -> str:
     match = re.search(r"run (\w+) is up", stdout)
     assert match, stdout
     return match.group(1)
+
+
+def address(run_id: str, host: str = "e0") -> str:
+    """``host``'s address in run ``run_id`` (each run has a subnet of its own)."""
+    return Topology.from_dict(RunState.load(home() / "runs" / run_id).topology).host(host).address
 
 
 def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float]:
@@ -98,7 +104,7 @@ def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
         "hostname; ip -4 -o addr show eth0; cat /proc/sys/kernel/random/boot_id",
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split()[0] == "e0" and "10.77.0.11/24" in proc.stdout
+    assert proc.stdout.split()[0] == "e0" and f"{address(run_id)}/24" in proc.stdout
 
 
 def test_ansible_runner_reaches_every_vm(vms, tmp_path):
@@ -131,7 +137,7 @@ def test_ansible_runner_reaches_every_vm(vms, tmp_path):
 
 def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
     run_id, _ = vms
-    base = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
+    base = statistics.median(ping_ms(run_id, "ep", address(run_id)))
     try:
         proc = run_cli(
             "set",
@@ -151,13 +157,13 @@ def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
             "exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev", "eth0"
         ).stdout
         assert "netem" in qdiscs and "delay 25ms" in qdiscs, qdiscs
-        shaped = statistics.median(ping_ms(run_id, "ep", "10.77.0.11"))
+        shaped = statistics.median(ping_ms(run_id, "ep", address(run_id)))
         assert abs(shaped - base - 50) <= rtt_tolerance_ms(50), (base, shaped)
     finally:
         # the VMs are shared with the next tests: never leave them shaped
         proc = run_cli("clear", "--remove", module="emulation", run=run_id, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert statistics.median(ping_ms(run_id, "ep", "10.77.0.11")) < base + 5
+    assert statistics.median(ping_ms(run_id, "ep", address(run_id))) < base + 5
 
 
 def _qdiscs(run_id: str) -> dict[str, str]:
@@ -228,7 +234,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         # it works (a driver session from the endpoint) ...
         ok = _client_on_ep(hosts_run, timeout_s=60)
         assert ok.returncode == 0, ok.stderr[-2000:]
-        assert json.loads(ok.stdout.strip().splitlines()[-1])["hosts_up"] == ["10.77.0.11"]
+        assert json.loads(ok.stdout.strip().splitlines()[-1])["hosts_up"] == [address(run_id)]
         # ... the default superuser's does not, nor no login at all
         default = run_cli(
             "exec",
@@ -254,8 +260,8 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         java = {ln.split()[3] for ln in listening.splitlines() if '"java"' in ln}
         assert "127.0.0.1:7199" in java, listening
         assert {a for a in java if not a.startswith("127.0.0.1:")} == {
-            "10.77.0.11:7000",
-            "10.77.0.11:9042",
+            f"{address(run_id)}:7000",
+            f"{address(run_id)}:9042",
         }, listening
         status = run_cli("status", "--run", hosts_run, "--json", timeout=300)
         assert status.returncode == 0, status.stderr
@@ -278,7 +284,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         recorded = RunState.load(run_dir).extra["emulation"]["qdisc_before"]
         for host in ("e0", "ep"):
             assert qdisc.normalize(recorded[host]["eth0"]) == qdisc.normalize(before[host])
-        shaped = statistics.median(ping_ms(hosts_run, "ep", "10.77.0.11"))
+        shaped = statistics.median(ping_ms(hosts_run, "ep", address(hosts_run)))
         assert abs(shaped - 30) <= rtt_tolerance_ms(30) + 2, shaped
     finally:
         down = run_cli("down", "--run", hosts_run, timeout=600)
@@ -315,7 +321,7 @@ def _edited_known_hosts(source: Path, address: str, tmp_path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _up_hosts_refused(inventory: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+def _up_hosts_refused(inventory: dict, tmp_path: Path, e0: str) -> subprocess.CompletedProcess:
     path = tmp_path / "inventory-edited.json"
     path.write_text(json.dumps(inventory))
     runs = set(os.listdir(home() / "runs"))
@@ -323,7 +329,7 @@ def _up_hosts_refused(inventory: dict, tmp_path: Path) -> subprocess.CompletedPr
         "up", "--backend", "hosts", "--inventory", str(path), "--nodes", "1", "--no-cassandra"
     )
     assert proc.returncode != 0, proc.stdout
-    assert "e0 (10.77.0.11 port 22): SSH host key changed" in proc.stderr, proc.stderr
+    assert f"e0 ({e0} port 22): SSH host key changed" in proc.stderr, proc.stderr
     assert set(os.listdir(home() / "runs")) == runs  # nothing of the refused run is left
     return proc
 
@@ -339,19 +345,19 @@ def test_hosts_backend_refuses_a_changed_host_key(vms, tmp_path):
     ]
     recorded = Path(hosts_vars[0]["edgetb_known_hosts"])
     edited = tmp_path / "known_hosts"
-    edited.write_text(_edited_known_hosts(recorded, "10.77.0.11", tmp_path))
+    edited.write_text(_edited_known_hosts(recorded, address(run_id), tmp_path))
     for v in hosts_vars:
         v["edgetb_known_hosts"] = str(edited)
-    proc = _up_hosts_refused(inventory, tmp_path)
+    proc = _up_hosts_refused(inventory, tmp_path, address(run_id))
     assert str(edited) in proc.stderr
     # no edgetb_known_hosts: the keys recorded on first contact decide
     store = home() / "known_hosts"
     saved = store.read_text() if store.exists() else None
-    store.write_text(_edited_known_hosts(recorded, "10.77.0.11", tmp_path))
+    store.write_text(_edited_known_hosts(recorded, address(run_id), tmp_path))
     try:
         for v in hosts_vars:
             del v["edgetb_known_hosts"]
-        _up_hosts_refused(inventory, tmp_path)
+        _up_hosts_refused(inventory, tmp_path, address(run_id))
     finally:
         if saved is None:
             store.unlink()

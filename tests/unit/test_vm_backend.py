@@ -224,7 +224,8 @@ def _write_inventory(tmp_path, hosts_vars):
     return path
 
 
-def test_hosts_inventory_must_match_the_topology(tmp_path):
+def test_hosts_keep_their_inventory_addresses(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETB_REGISTRY", str(tmp_path / "registry"))
     topo = Topology(edge_nodes=1)
     key = tmp_path / "key"
     key.write_text("x")
@@ -238,17 +239,28 @@ def test_hosts_inventory_must_match_the_topology(tmp_path):
         hosts.HostsBackend.check_options(
             topo, {"inventory": str(_write_inventory(tmp_path, missing))}
         )
-    wrong = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20"}}
-    with pytest.raises(ConfigError, match="e0 is 192.168.1.20, the topology needs 10.77.0.11"):
-        hosts.HostsBackend.check_options(
-            topo, {"inventory": str(_write_inventory(tmp_path, wrong))}
-        )
-    # a board reached by another address, numbered like the topology inside the testbed
+    # a board on its own LAN keeps its address; one reached by another address is
+    # numbered by edgetb_address
+    lan = {**good, "e0": {**good["e0"], "ansible_host": "192.168.1.20"}}
+    placed = hosts.HostsBackend.place(
+        topo, {"inventory": str(_write_inventory(tmp_path, lan))}, None
+    )
+    assert placed.placed and placed.subnet is None
+    assert {h.name: h.address for h in placed.hosts} == {"e0": "192.168.1.20", "ep": "10.77.0.10"}
+    assert Topology.from_dict(placed.to_dict()) == placed
     board = {
         **good,
-        "e0": {**good["e0"], "ansible_host": "192.168.1.20", "edgetb_address": "10.77.0.11"},
+        "e0": {**good["e0"], "ansible_host": "192.168.1.20", "edgetb_address": "172.16.5.4"},
     }
-    hosts.HostsBackend.check_options(topo, {"inventory": str(_write_inventory(tmp_path, board))})
+    placed = hosts.HostsBackend.place(
+        topo, {"inventory": str(_write_inventory(tmp_path, board))}, None
+    )
+    assert placed.host("e0").address == "172.16.5.4"
+    with pytest.raises(ConfigError, match="leave --subnet out"):
+        hosts.HostsBackend.check_options(
+            Topology(edge_nodes=1, subnet="10.9.0.0/24"),
+            {"inventory": str(_write_inventory(tmp_path, good))},
+        )
     with pytest.raises(ConfigError, match="inventory not found"):
         hosts.HostsBackend.check_options(topo, {"inventory": str(tmp_path / "nope")})
     with pytest.raises(ConfigError, match="needs --inventory"):
