@@ -26,7 +26,15 @@ from typing import Any
 from testbed.errors import ConfigError, StateError, StateFileError, StoreFullError
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each older schema lacks: added (nullable) when a writer opens such a store; a
+# reader of one sees NULL in those columns.
+MIGRATIONS = {
+    1: (
+        "ALTER TABLE cells ADD COLUMN shard TEXT",
+        "ALTER TABLE cells ADD COLUMN cpu_util REAL",
+    ),
+}
 # How long a statement waits for another connection's lock before failing. In WAL mode
 # only writers wait for each other (two sweeps on one directory); readers never wait.
 BUSY_TIMEOUT_S = 30.0
@@ -61,6 +69,8 @@ CREATE TABLE IF NOT EXISTS cells (
     testbed_run TEXT NOT NULL,
     started REAL NOT NULL,
     finished REAL NOT NULL,
+    shard TEXT,                    -- the sweep's testbed slot that measured it (s0, s1, ...)
+    cpu_util REAL,                 -- the machine's CPU busy fraction (0..1) during the cell
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -104,7 +114,10 @@ CELL_COLUMNS = (
     "testbed_run",
     "started",
     "finished",
+    "shard",
+    "cpu_util",
 )
+OPTIONAL = ("shard", "cpu_util")  # cell columns that may be left NULL
 REQUEST_COLUMNS = (
     "run_id",
     "cell_id",
@@ -140,6 +153,8 @@ COLUMN_TYPES = {
     "testbed_run": "text",
     "started": "real",
     "finished": "real",
+    "shard": "text",
+    "cpu_util": "real",
     "seq": "integer",
     "key": "text",
     "coordinator": "text",
@@ -206,10 +221,11 @@ def check_store_file(path: Path) -> None:
         raise StateFileError(f"{path} is not a readable results store: {exc}") from None
     finally:
         con.close()
-    if row is None or row[0] != str(SCHEMA_VERSION):
+    readable = {str(SCHEMA_VERSION), *map(str, MIGRATIONS)}
+    if row is None or row[0] not in readable:
         raise StateFileError(
             f"{path} has results schema {row[0] if row else 'none'}, this tool reads "
-            f"schema {SCHEMA_VERSION}"
+            f"schema {', '.join(sorted(readable))}"
         )
 
 
@@ -267,12 +283,22 @@ class Store:
                 self.db.executescript(SCHEMA)
                 if self._schema_version() is None:
                     self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                version = self._schema_version()
+                if version is not None and version in MIGRATIONS:
+                    for v in range(version, SCHEMA_VERSION):
+                        for statement in MIGRATIONS[v]:
+                            self.db.execute(statement)
+                    self.db.execute(
+                        "UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),)
+                    )
         version = self._schema_version()
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and not (read_only and version in MIGRATIONS):
             self.db.close()
             raise StateFileError(
                 f"{self.path} has schema {version}, this tool writes {SCHEMA_VERSION}"
             )
+        present = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
+        self._cell_select = ", ".join(c if c in present else f"NULL AS {c}" for c in CELL_COLUMNS)
 
     def _schema_version(self) -> int | None:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -395,7 +421,14 @@ class Store:
             self.db.execute(
                 f"INSERT INTO cells ({', '.join(CELL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
-                [json.dumps(cell[c]) if c == "shaping" else cell[c] for c in CELL_COLUMNS],
+                [
+                    json.dumps(cell[c])
+                    if c == "shaping"
+                    else cell.get(c)
+                    if c in OPTIONAL
+                    else cell[c]
+                    for c in CELL_COLUMNS
+                ],
             )
             self.db.executemany(
                 f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) "
@@ -408,7 +441,7 @@ class Store:
         where, args = _where_runs(run_ids)
         out = []
         for row in self.db.execute(
-            f"SELECT {', '.join(CELL_COLUMNS)} FROM cells{where} ORDER BY started", args
+            f"SELECT {self._cell_select} FROM cells{where} ORDER BY started", args
         ):
             cell = dict(zip(CELL_COLUMNS, row, strict=True))
             cell["shaping"] = json.loads(cell["shaping"])

@@ -295,3 +295,28 @@ def test_export_of_a_store_without_cells_writes_nothing(store, tmp_path):
     with pytest.raises(ConfigError, match="holds no measured cells yet: nothing to export"):
         export(tmp_path / "res")
     assert not (tmp_path / "res" / "export").exists()
+
+
+def test_a_schema_1_store_is_read_as_is_and_migrated_by_a_writer(tmp_path):
+    """Stores written before cells had shard and cpu_util: readable, and a sweep resuming
+    into one adds the columns (NULL for the cells it already has)."""
+    with Store(tmp_path) as s:
+        s.begin_run("run1", "fp", "custom", {}, {})
+        s.commit_cell(cell(shard="s1", cpu_util=0.25), requests())
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    with con:
+        con.execute("ALTER TABLE cells DROP COLUMN shard")
+        con.execute("ALTER TABLE cells DROP COLUMN cpu_util")
+        con.execute("UPDATE meta SET value='1' WHERE key='schema'")
+    con.close()
+    with Store(tmp_path, read_only=True) as r:
+        (old,) = r.cells("run1")
+        assert old["shard"] is None and old["cpu_util"] is None and old["rf"] == 1
+    with Store(tmp_path) as w:
+        w.commit_cell(
+            cell("n3-rf2-l0-p0.5-r1", shard="s0", cpu_util=0.5), requests("n3-rf2-l0-p0.5-r1")
+        )
+        assert [(c["shard"], c["cpu_util"]) for c in w.cells("run1")] == [(None, None), ("s0", 0.5)]
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
+    con.close()
