@@ -33,21 +33,29 @@ def test_merge_keeps_shared_lines_once_and_unique_netem_handles():
     ]
     assert s.tc_lines.count("qdisc add dev eth1 ingress") == 1
     assert sum(l.startswith("qdisc add dev ifb5873 root") for l in s.tc_lines) == 1
-    assert s.slot("e1", "e0") == tcgen.NetemSlot("ifb5873", "16f1:72", "8000:")
-    assert s.slot("e1", "e2") == tcgen.NetemSlot("ifb5873", "16f1:54", "8001:")
+    assert s.slot("e1", "e0") == tcgen.NetemSlot("ifb5873", "16f1:1000", "8000:")
+    assert s.slot("e1", "e2") == tcgen.NetemSlot("ifb5873", "16f1:1001", "8001:")
     netems = [l for l in s.tc_lines if "netem" in l]
     assert netems == [
-        "qdisc add dev ifb5873 parent 16f1:72 handle 8000: netem limit 10000",
-        "qdisc add dev ifb5873 parent 16f1:54 handle 8001: netem limit 10000",
+        "qdisc add dev ifb5873 parent 16f1:1000 handle 8000: netem limit 10000",
+        "qdisc add dev ifb5873 parent 16f1:1001 handle 8001: netem limit 10000",
     ]
+    # each filter sends its destination to its own class; the default class stays 16f1:1
+    assert any("dst 10.77.0.11/32" in l and l.endswith("flowid 16f1:1000") for l in s.tc_lines)
+    assert any("dst 10.77.0.12/32" in l and l.endswith("flowid 16f1:1001") for l in s.tc_lines)
+    assert "class add dev ifb5873 parent 16f1: classid 16f1:1 htb rate 32000000.0kbit" in s.tc_lines
     assert not any(l.startswith(("/", "modprobe")) for l in s.tc_lines)
     assert tcgen.Structure.from_dict(s.to_dict()) == s
 
 
-def test_merge_detects_class_collisions():
+def test_merge_renumbers_the_classes_tcconfigs_hash_made_collide():
+    """tcconfig's --tc-command picks a class minor from 2 hex digits of a hash: two
+    destinations on one device can get the same one; each still gets a class of its own."""
     clash = OUT_12.replace("16f1:54", "16f1:72")
-    with pytest.raises(ConfigError, match="same class 16f1:72"):
-        tcgen.merge([(R11, OUT_11), (R12, clash)])
+    s = tcgen.merge([(R11, OUT_11), (R12, clash)])
+    assert s.slot("e1", "e0").parent != s.slot("e1", "e2").parent
+    classes = [l for l in s.tc_lines if l.startswith("class add") and not l.endswith("kbit")]
+    assert len({l.split()[7] for l in classes}) == len(classes) == 2
 
 
 def test_merge_needs_a_netem_per_rule():
@@ -59,10 +67,10 @@ def test_change_lines_always_carry_the_full_parameter_set():
     s = tcgen.merge([(R11, OUT_11), (R12, OUT_12)])
     lines = tcgen.change_lines(s, {("e1", "e0"): Link(50, 2, 2.5)})
     assert lines == [
-        "qdisc change dev ifb5873 parent 16f1:72 handle 8000: netem limit 10000 "
+        "qdisc change dev ifb5873 parent 16f1:1000 handle 8000: netem limit 10000 "
         "delay 50ms 2ms distribution normal loss 2.5%",
         # an unlisted pair is explicitly reset, not left with old values
-        "qdisc change dev ifb5873 parent 16f1:54 handle 8001: netem limit 10000 delay 0ms loss 0%",
+        "qdisc change dev ifb5873 parent 16f1:1001 handle 8001: netem limit 10000 delay 0ms loss 0%",
     ]
 
 
