@@ -16,9 +16,11 @@ from typing import Any, Literal
 
 from emulation import links
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
-from testbed.backends import backend_class
+from testbed.backends import backend_class, backend_options
+from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
+from testbed.subnets import pool_from
 from testbed.topology import MAX_EDGE_NODES, Topology
 
 from .consistency import check_level, required_acks
@@ -40,6 +42,9 @@ STRING_FIELDS = (
     "jvm_profile",
     "name",
 )
+# Testbed options that do not change a measurement's definition when left out: absent
+# from the fingerprint while None, so runs stored before they existed still resume.
+TESTBED_FIELDS = ("vm_vcpus", "vm_memory_mb", "inventory", "subnet_pool")
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,10 @@ class SweepConfig:
     baseline_writes: int = 200
     cluster_warmup: int = 500
     name: str = "custom"
+    vm_vcpus: int | None = None  # libvirt: vCPUs per edge VM
+    vm_memory_mb: int | None = None  # libvirt: memory per edge VM
+    inventory: str | None = None  # hosts: the Ansible inventory of the machines
+    subnet_pool: str | None = None  # where each testbed gets its subnet
 
     def __post_init__(self) -> None:
         self._validate()
@@ -145,10 +154,30 @@ class SweepConfig:
             raise ConfigError(
                 f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
             )
-        if self.backend == "hosts":
-            raise ConfigError(
-                "the sweep has no --inventory for the hosts backend: use netns or libvirt"
-            )
+        for name in ("inventory", "subnet_pool"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{name} must be a string, got {value!r}")
+        for name, low, high in (
+            ("vm_vcpus", 1, MAX_VCPUS),
+            ("vm_memory_mb", MIN_MEMORY_MB, MAX_MEMORY_MB),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                _int(name, value, low)
+                if value > high:
+                    raise ConfigError(f"{name} must be at most {high}, got {value}")
+        backend_class(self.backend)  # ConfigError naming the backends
+        backend_options(
+            self.backend,
+            inventory=self.inventory,
+            vm_vcpus=self.vm_vcpus,
+            vm_memory_mb=self.vm_memory_mb,
+        )
+        if self.backend == "hosts" and not self.inventory:
+            raise ConfigError("the hosts backend needs inventory (--inventory FILE)")
+        if self.subnet_pool is not None:
+            pool_from(self.subnet_pool)
         if backend_class(self.backend).remote and self.shaper == "gateway":
             raise ConfigError(
                 f"the {self.backend} backend shapes inside its hosts: use shaper direct or auto"
@@ -193,6 +222,15 @@ class SweepConfig:
                 f"every write would fail; drop those RFs or choose another level"
             )
 
+    def backend_options(self) -> dict[str, Any]:
+        """The testbed's backend options, as `testbed up` would build them."""
+        return backend_options(
+            self.backend,
+            inventory=self.inventory,
+            vm_vcpus=self.vm_vcpus,
+            vm_memory_mb=self.vm_memory_mb,
+        )
+
     # -- the grid --------------------------------------------------------------------------
 
     def rfs(self, nodes: int) -> tuple[int, ...]:
@@ -227,6 +265,10 @@ class SweepConfig:
         data = self.to_dict()
         data.pop("out")
         data.pop("name")
+        data.pop("subnet_pool")  # where the addresses come from changes no measurement
+        for name in TESTBED_FIELDS:
+            if name in data and data[name] is None:
+                data.pop(name)
         if self.links_file:
             data["links_file"] = hashlib.sha256(Path(self.links_file).read_bytes()).hexdigest()
         text = json.dumps(data, sort_keys=True)
@@ -271,6 +313,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: links_file must be a string (a path), got {links_file!r}")
     if links_file:  # relative to the config file, like an include
         table["links_file"] = str((path.parent / links_file).resolve())
+    inventory = table.get("inventory")
+    if isinstance(inventory, str) and inventory:
+        table["inventory"] = str((path.parent / inventory).resolve())
     return table
 
 

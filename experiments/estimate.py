@@ -112,6 +112,105 @@ def sweep_s(config: SweepConfig, cells: list[Cell] | None = None) -> float:
     return sum(split_s(config, config.cells() if cells is None else cells))
 
 
+# -- what a testbed costs the machine: the parallel sweep's limits -------------------------
+
+# Measured on this 2-core machine (issue 11): a recorded write costs about 17 CPU-ms across
+# client, coordinator, replicas and gateway; an idle testbed ~3.0 % of a core per
+# Cassandra JVM and ~3.5 % for the TCG gateway VM.
+CPU_MS_PER_WRITE = 17.0
+IDLE_CORES_PER_NODE = 0.030
+IDLE_CORES_GATEWAY = 0.035
+# The share of the machine's cores the sweep lets its testbeds (idle and measuring) use:
+# beyond it, the kernel's run queue adds its own delay to what a cell measures.
+MAX_BUSY = 0.6
+# Resident memory of one node beyond its heap (metaspace, code cache, thread stacks,
+# direct buffers), of the gateway VM (QEMU, 160 MB guest) and of the endpoint's workload.
+NODE_OVERHEAD_MB = 300
+GATEWAY_MB = 260
+WORKLOAD_MB = 120
+MAX_MEMORY_SHARE = 0.75  # --parallel auto keeps all testbeds under this share of RAM
+MAX_AUTO_PARALLEL = 8
+
+
+def cpu_cores(config: SweepConfig, cell: Cell) -> float:
+    """Cores a cell's writes keep busy: CPU per write over the time per write."""
+    return CPU_MS_PER_WRITE / write_ms(config, cell)
+
+
+def idle_cores(nodes: int) -> float:
+    return nodes * IDLE_CORES_PER_NODE + IDLE_CORES_GATEWAY
+
+
+def testbed_mb(config: SweepConfig, nodes: int) -> float:
+    """Resident memory of one testbed of ``nodes`` nodes (netns)."""
+    return nodes * (config.heap_mb + NODE_OVERHEAD_MB) + GATEWAY_MB + WORKLOAD_MB
+
+
+def capacity(cores: int, testbeds: int, nodes: int) -> float:
+    """Cores the measurements may use at once beside ``testbeds`` idle testbeds."""
+    return max(0.05, cores * MAX_BUSY - testbeds * idle_cores(nodes))
+
+
+def auto_parallel(
+    config: SweepConfig, cells: list[Cell], *, cores: int, total_mb: float, used_mb: float
+) -> tuple[int, str]:
+    """How many testbeds at once: (P, why). The memory bounds P (every testbed under
+    MAX_MEMORY_SHARE of RAM beside what is in use already); within that, the P whose
+    replayed schedule (``wall_s``: idle testbeds shrink what measurements may use) ends
+    first."""
+    if config.backend != "netns":
+        return 1, f"the {config.backend} backend: one testbed at a time"
+    nodes = max(config.nodes)
+    each = testbed_mb(config, nodes)
+    by_mem = max(1, int((total_mb * MAX_MEMORY_SHARE - used_mb) / each))
+    candidates = range(1, min(by_mem, MAX_AUTO_PARALLEL) + 1)
+    times = {p: wall_s(config, cells, p, cores) for p in candidates}
+    best = min(times, key=lambda p: (round(times[p] / 60), p))  # ties: fewer testbeds
+    why = (
+        f"memory allows {by_mem} testbeds of {nodes} nodes ({each / 1024:.1f} GB each, "
+        f"{used_mb / 1024:.1f} of {total_mb / 1024:.1f} GB in use); on {cores} cores "
+        f"P={best} ends first by the model ({fmt_duration(times[best])}"
+        + (f"; P=1: {fmt_duration(times[1])}" if best != 1 else "")
+        + ")"
+    )
+    return best, why
+
+
+def prepare_s(config: SweepConfig, nodes: int) -> float:
+    """After a bring-up: the cluster warm-up and the baseline writes at 0 ms."""
+    return (config.baseline_writes + config.cluster_warmup) * BASE_WRITE_MS / 1000
+
+
+def wall_s(
+    config: SweepConfig,
+    cells: list[Cell],
+    parallel: int,
+    cores: int,
+    up: list[int | None] | None = None,
+) -> float:
+    """The sweep's wall time for ``cells`` on ``parallel`` testbeds: the scheduler's own
+    rules (``plan``) replayed in virtual time over this model's costs (``up``: the node
+    counts of clusters already running, one per shard)."""
+    from . import plan
+
+    if not cells:
+        return 0.0
+    todo = plan.units(
+        cells,
+        lambda c: cell_s(config, c),
+        lambda c: verify_s(config, c),
+        lambda c: cpu_cores(config, c),
+    )
+    return plan.simulate(
+        todo,
+        parallel,
+        capacity=capacity(cores, parallel, max(c.nodes for c in cells)),
+        bringup_s=bringup_s,
+        prepare_s=lambda n: prepare_s(config, n),
+        up=up or (),
+    )
+
+
 def fmt_duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     h, rem = divmod(seconds, 3600)

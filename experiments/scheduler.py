@@ -1,11 +1,19 @@
-"""The sweep's scheduler: one cluster per node count, its keyspaces, the network settings
-in order, one cell after another into the store; the checks that void a cell measured
-while a component was broken, and the recovery from a broken emulation."""
+"""The sweep's scheduler: P shards (threads), each with a testbed of its own, measure the
+grid's units by the rules of ``plan`` (longest first; CPU-bound work alone; set-up never
+beside a measurement) into one store; the checks that void a cell measured while a
+component was broken, and the recovery from a broken emulation.
+
+Stopping: a failure in one shard lets the others finish their current cell, then every
+testbed goes down and the failure is raised; Ctrl-C (or SIGTERM) leaves the current
+cells at once (the workers' watch raises ``plan.Stopped``). Cells are stored whole, so
+rerunning the command resumes either way; kill -9 leaves the testbeds, which the next
+run removes (``remove_stale_testbeds``)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import threading
 import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -20,7 +28,7 @@ from testbed.clean import clean
 from testbed.errors import StoreFullError
 from testbed.state import RunState
 
-from . import estimate
+from . import estimate, plan
 from .config import Cell, SweepConfig
 from .progress import Progress
 from .store import Store
@@ -58,44 +66,228 @@ def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
 # -- the sweep -------------------------------------------------------------------------------
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The machine's busy fraction (0..1, all cores) between two ``cpu_times``."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 4) if total > 0 else None
+
+
 class Sweep:
-    def __init__(self, config: SweepConfig, store: Store, run_id: str, progress: Progress):
+    """Measures cells on ``parallel`` testbeds at once (threads, one per shard), by the
+    rules of ``plan``: units longest first, the machine gate between them."""
+
+    def __init__(
+        self,
+        config: SweepConfig,
+        store: Store,
+        run_id: str,
+        progress: Progress,
+        *,
+        parallel: int = 1,
+        cores: int | None = None,
+    ):
         self.config = config
-        self.store = store
+        self.store = SharedStore(store)
         self.run_id = run_id
         self.progress = progress
+        self.parallel = parallel
         self.logs = Path(config.out) / "logs"
         self.finished: set[str] = set()
-        self.cluster_up: int | None = None  # node count of the running cluster
         self.faults: list[dict[str, Any]] = []  # components lost and recovered from
+        self.lock = threading.Lock()
+        self.stop = threading.Event()  # no new cells (a failure elsewhere, Ctrl-C)
+        self.abort = threading.Event()  # leave the current cell too (Ctrl-C)
+        self.errors: list[BaseException] = []
+        self.cores = cores or os.cpu_count() or 1
+        self.planner: plan.Planner | None = None
+        self.gate: plan.Gate | None = None
+        self.shards: list[Shard] = []
 
-    def run_cluster(self, nodes: int, cells: list[Cell]) -> None:
+    def units(self, todo: list[Cell]) -> list[plan.Unit]:
         cfg = self.config
-        topo = Topology(edge_nodes=nodes)
-        settings = CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile)
-        tb = Testbed(topo, cfg.backend, cassandra=settings, progress=self.progress.note)
-        t0 = time.monotonic()
-        tb.create_hosts()
-        testbed_run = tb.run_id
-        self.store.testbed_started(self.run_id, testbed_run, nodes)
-        worker = None
+        return plan.units(
+            todo,
+            lambda c: estimate.cell_s(cfg, c),
+            lambda c: estimate.verify_s(cfg, c),
+            lambda c: estimate.cpu_cores(cfg, c),
+        )
+
+    def remaining_s(self, scale: float) -> float:
+        """The model's wall time for the units not handed out yet, plus what the running
+        ones have left, both rescaled by ``scale`` (measured/model so far)."""
+        if self.planner is None:
+            return 0.0
+        left = [c for u in self.planner.left() for c in u.cells]
+        running = [
+            c
+            for sh in self.shards
+            if sh.unit is not None
+            for c in sh.unit.cells
+            if c.cell_id not in self.finished
+        ]
+        cells = left + running
+        if not cells:
+            return 0.0
+        alive = [sh for sh in self.shards if sh.thread.is_alive()]
+        up = [sh.nodes for sh in alive]
+        return scale * estimate.wall_s(self.config, cells, max(1, len(alive)), self.cores, up)
+
+    def run(self, todo: list[Cell]) -> None:
+        """Measure ``todo``; raises the first shard's failure, KeyboardInterrupt after
+        Ctrl-C (every shard's testbed down by then)."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        work = self.units(todo)
+        self.planner = plan.Planner(work, estimate.bringup_s)
+        nodes = max(c.nodes for c in todo) if todo else 1
+        self.gate = plan.Gate(estimate.capacity(self.cores, self.parallel, nodes))
+        self.shards = [Shard(self, f"s{i}") for i in range(min(self.parallel, len(work)))]
+        for sh in self.shards:
+            sh.thread.start()
+        interrupted = False
+        while any(sh.thread.is_alive() for sh in self.shards):
+            try:
+                for sh in self.shards:
+                    sh.thread.join(timeout=0.5)
+            except KeyboardInterrupt:
+                if interrupted:
+                    self.progress.note("still tearing the testbeds down; please wait")
+                interrupted = True
+                self.abort.set()
+                self.stop.set()
+        if interrupted:
+            raise KeyboardInterrupt
+        if self.errors:
+            raise self.errors[0]
+
+    def failed(self, shard: Shard, exc: BaseException) -> None:
+        with self.lock:
+            self.errors.append(exc)
+        if not isinstance(exc, plan.Stopped):
+            self.stop.set()  # the others finish their current cell, then stop
+
+    def check_abort(self) -> None:
+        if self.abort.is_set():
+            raise plan.Stopped()
+
+
+class SharedStore:
+    """The store used by several shard threads: one call at a time."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._lock = threading.RLock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return locked
+
+
+class Shard:
+    """One testbed slot of the sweep: brings clusters up and down as the planner says,
+    measures units on them. Runs in a thread of its own."""
+
+    def __init__(self, sweep: Sweep, name: str):
+        self.sweep = sweep
+        self.config = sweep.config
+        self.name = name
+        self.tb: Testbed | None = None
+        self.worker: WriteWorker | None = None
+        self.nodes: int | None = None
+        self.rfs: list[int] = []
+        self.unit: plan.Unit | None = None
+        self.thread = threading.Thread(target=self.main, name=f"shard-{name}", daemon=True)
+
+    def note(self, message: str) -> None:
+        self.sweep.progress.note(message, shard=self.name)
+
+    def main(self) -> None:
+        sweep = self.sweep
+        assert sweep.planner is not None
         try:
+            while not sweep.stop.is_set():
+                unit = sweep.planner.next(self.nodes)
+                if unit is None:
+                    break
+                self.unit = unit
+                if unit.nodes != self.nodes:
+                    self.down()
+                    self.up(unit.nodes)
+                self.measure_unit(unit)
+                self.unit = None
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            sweep.failed(self, exc)
+        finally:
+            self.unit = None
+            try:
+                self.down()
+            except BaseException as exc:  # noqa: BLE001
+                sweep.failed(self, exc)
+            sweep.progress.shard_done(self.name)
+
+    # -- clusters --------------------------------------------------------------------------
+
+    def rfs_for(self, nodes: int) -> list[int]:
+        return list(self.config.rfs(nodes))
+
+    def up(self, nodes: int) -> None:
+        cfg, sweep = self.config, self.sweep
+        assert sweep.gate is not None
+        settings = CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile)
+
+        def say(msg: str) -> None:
+            sweep.check_abort()
+            self.note(msg)
+
+        tb = Testbed(
+            Topology(edge_nodes=nodes),
+            cfg.backend,
+            cassandra=settings,
+            progress=say,
+            backend_options=cfg.backend_options(),
+            subnet_pool=cfg.subnet_pool,
+        )
+        sweep.progress.shard_status(self.name, f"waiting to bring up {nodes} nodes")
+        with sweep.gate.hold("setup", stop=sweep.stop, owner=self.name):
+            sweep.progress.shard_status(self.name, f"bringing up {nodes} nodes")
+            t0 = time.monotonic()
+            tb.create_hosts()
+            self.tb, self.nodes = tb, nodes
+            sweep.store.testbed_started(sweep.run_id, tb.run_id, nodes)
             tb.start_cassandra()
-            self.logs.mkdir(parents=True, exist_ok=True)
-            rfs = sorted({c.rf for c in cells})
-            setup = emulation.set_links(tb, links.LinkMatrix(topo, {}, profile="none"), cfg.shaper)
+            setup = emulation.set_links(
+                tb, links.LinkMatrix(tb.topology, {}, profile="none"), cfg.shaper
+            )
             gateway = shapers.emulation_state(tb).get("gateway", {})
-            worker = self.start_worker(tb, rfs)
-            self.store.update_manifest(
-                self.run_id,
+            self.rfs = self.rfs_for(nodes)
+            self.worker = self.start_worker()
+            sweep.store.update_manifest(
+                sweep.run_id,
                 clusters={
-                    str(nodes): {
-                        "testbed_run": testbed_run,
+                    tb.run_id: {
+                        "nodes": nodes,
+                        "shard": self.name,
+                        "testbed_run": tb.run_id,
+                        "subnet": tb.topology.subnet,
                         "cassandra": tb.dist.version if tb.dist else None,
                         "java": tb.java.version if tb.java else None,
                         "heap_mb": cfg.heap_mb,
                         "jvm_profile": cfg.jvm_profile,
-                        "driver": worker.hello,
+                        "driver": self.worker.hello,
                         "shaper": setup["shaper"],
                         "gateway_accel": gateway.get("accel"),
                         "gateway_boot_s": gateway.get("boot_s"),
@@ -103,87 +295,63 @@ class Sweep:
                     }
                 },
             )
-            self.cluster_up = nodes
-            self.warm_up(worker, sorted({c.rf for c in cells}))
-            self.baseline(worker, nodes, min(c.rf for c in cells))
-            network = None
-            shaping: dict[str, Any] = {}
-            for cell in cells:
-                for attempt in range(1 + MAX_RECOVERIES_PER_CELL):
-                    try:
-                        if cell.network != network:
-                            network = None  # set again after a failure while setting it
-                            shaping = self.set_network(tb, cell)
-                            network = cell.network
-                        self.measure(tb, worker, cell, shaping, testbed_run)
-                        break
-                    except ComponentLost as exc:
-                        if not exc.recoverable or attempt == MAX_RECOVERIES_PER_CELL:
-                            raise
-                        worker.abort()
-                        worker = None
-                        self.recover(tb, cell, exc)
-                        worker = self.start_worker(tb, rfs)
-                        network = None  # the restarted shaper gets the cell's setting again
-            worker.close()
-            worker = None
-        finally:
-            self.cluster_up = None
-            if worker is not None:  # only after a failure: it may be mid-command
-                worker.abort()
-            self.progress.note(f"tearing the {nodes}-node cluster down")
-            tb.down()
-            try:
-                self.store.testbed_down(testbed_run)
-            except StoreFullError as full:  # not instead of the error that got us here
-                self.progress.note(str(full))
+            self.warm_up()
+        sweep.progress.shard_status(self.name, "waiting to measure the baseline alone")
+        with sweep.gate.hold("measure", plan.EXCLUSIVE, stop=sweep.stop, owner=self.name):
+            self.baseline()
 
-    def start_worker(self, tb: Testbed, rfs: list[int]) -> WriteWorker:
+    def down(self) -> None:
+        if self.tb is None:
+            return
+        tb, sweep = self.tb, self.sweep
+        testbed_run = tb.run_id
+        if self.worker is not None:
+            if sweep.abort.is_set() or sweep.errors:
+                self.worker.abort()  # it may be mid-command
+            else:
+                self.worker.close()
+            self.worker = None
+        sweep.progress.shard_status(self.name, f"tearing the {self.nodes}-node cluster down")
+        try:
+            tb.down()
+        finally:
+            self.tb, self.nodes = None, None
+            try:
+                sweep.store.testbed_down(testbed_run)
+            except StoreFullError as full:  # not instead of the error that got us here
+                self.note(str(full))
+
+    def start_worker(self) -> WriteWorker:
         """The endpoint's write process for this cluster, with every RF's keyspace."""
-        cfg = self.config
+        cfg, tb = self.config, self.tb
+        assert tb is not None
+        sweep = self.sweep
         worker = WriteWorker(
             tb,
             policy=cfg.policy,
             timeout_s=cfg.request_timeout_s,
-            log_path=self.logs / f"{self.run_id}-n{tb.topology.edge_nodes}-worker.log",
-            watch=component_watch(tb),
+            log_path=sweep.logs / f"{sweep.run_id}-{self.name}-{tb.run_id}-worker.log",
+            watch=component_watch(tb, sweep.check_abort),
         )
         try:
-            for rf in rfs:
+            for rf in self.rfs:
                 worker.schema(keyspace(rf), rf)
         except BaseException:
             worker.abort()
             raise
         return worker
 
-    def recover(self, tb: Testbed, cell: Cell, exc: ComponentLost) -> None:
-        """After the emulation broke (the gateway VM died, shaping vanished or was changed
-        by another process): the shaper removed and built again (a new gateway, re-wired
-        cleanly), the cell's network setting applied, the cluster whole again (the driver
-        sees every node up). The fault and the recovery time go into the run's manifest."""
-        t0 = time.monotonic()
-        self.progress.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
-        emulation.clear(tb, remove=True)
-        self.set_network(tb, cell)
-        tb.driver_probe(timeout_s=180)
-        took = round(time.monotonic() - t0, 1)
-        self.faults.append(
-            {"cell_id": cell.cell_id, "problem": str(exc), "at": time.time(), "recovery_s": took}
-        )
-        self.store.update_manifest(self.run_id, faults=self.faults)
-        self.progress.note(f"recovered in {took:.1f} s")
-
-    def warm_up(self, worker: WriteWorker, rfs: list[int]) -> None:
+    def warm_up(self) -> None:
         """Unrecorded writes right after bring-up: the JVMs' JIT compilers and the driver
         pools warm up here (measured: the first ~300 writes on a fresh cluster are ~2x
         slower), not inside the baseline or the first cell."""
         cfg = self.config
-        if not cfg.cluster_warmup:
+        if not cfg.cluster_warmup or self.worker is None:
             return
         t0 = time.monotonic()
-        share = max(1, cfg.cluster_warmup // len(rfs))
-        for rf in rfs:
-            worker.run(
+        share = max(1, cfg.cluster_warmup // len(self.rfs))
+        for rf in self.rfs:
+            self.worker.run(
                 keyspace=keyspace(rf),
                 cl=cfg.cl,
                 writes=share,
@@ -191,17 +359,19 @@ class Sweep:
                 key_seed=f"{cfg.seed}:cluster-warmup:{rf}",
                 warmup_seed=f"{cfg.seed}:cluster-warmup:{rf}",
             )
-        self.progress.note(
-            f"cluster warm-up: {share * len(rfs)} unrecorded writes in "
+        self.note(
+            f"cluster warm-up: {share * len(self.rfs)} unrecorded writes in "
             f"{time.monotonic() - t0:.1f} s"
         )
 
-    def baseline(self, worker: WriteWorker, nodes: int, rf: int) -> None:
-        """Writes on the unshaped network: the CPU-bound floor of this machine, this run."""
-        cfg = self.config
-        if not cfg.baseline_writes:
+    def baseline(self) -> None:
+        """Writes on the unshaped network, alone on the machine: the CPU-bound floor of
+        this testbed. The first testbed of a node count also gives the run's baseline."""
+        cfg, sweep = self.config, self.sweep
+        if not cfg.baseline_writes or self.worker is None or self.tb is None:
             return
-        rows = worker.run(
+        nodes, rf = self.nodes, min(self.rfs)
+        rows = self.worker.run(
             keyspace=keyspace(rf),
             cl=cfg.cl,
             writes=cfg.baseline_writes,
@@ -211,16 +381,82 @@ class Sweep:
         )
         s: dict[str, Any] = stats_ms([r["rtt_ns"] for r in rows])
         s.update(rf=rf, cl=cfg.cl, errors=sum(r["error"] is not None for r in rows))
-        self.store.update_manifest(self.run_id, baseline={str(nodes): s})
-        self.progress.note(
+        with sweep.lock:
+            manifest = sweep.store.run(sweep.run_id).manifest
+            entries: dict[str, Any] = {"clusters": {self.tb.run_id: {"baseline": s}}}
+            if str(nodes) not in manifest.get("baseline", {}):
+                entries["baseline"] = {str(nodes): s}
+            cluster = dict(manifest["clusters"][self.tb.run_id], baseline=s)
+            entries["clusters"] = {self.tb.run_id: cluster}
+            sweep.store.update_manifest(sweep.run_id, **entries)
+        self.note(
             f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.cl}): median "
-            f"{s['median']:.2f} ms, mean {s['mean']:.2f} ms over {s['n']} "
-            f"writes"
+            f"{s['median']:.2f} ms, mean {s['mean']:.2f} ms over {s['n']} writes"
         )
 
-    def set_network(self, tb: Testbed, cell: Cell) -> dict[str, Any]:
+    # -- units and cells -------------------------------------------------------------------
+
+    def measure_unit(self, unit: plan.Unit) -> None:
+        sweep = self.sweep
+        assert sweep.gate is not None and self.tb is not None
+        alone = unit.demand > sweep.gate.capacity
+        sweep.progress.shard_status(
+            self.name, f"{unit.label}: waiting for the machine" + (" (alone)" if alone else "")
+        )
+        with sweep.gate.hold("measure", unit.demand, stop=sweep.stop, owner=self.name):
+            shaping: dict[str, Any] | None = None
+            for cell in unit.cells:
+                if sweep.stop.is_set():
+                    return
+                for attempt in range(1 + MAX_RECOVERIES_PER_CELL):
+                    try:
+                        if shaping is None:
+                            shaping = self.set_network(cell)
+                        self.measure(cell, shaping)
+                        break
+                    except ComponentLost as exc:
+                        if not exc.recoverable or attempt == MAX_RECOVERIES_PER_CELL:
+                            raise
+                        if self.worker is not None:
+                            self.worker.abort()
+                            self.worker = None
+                        self.recover(cell, exc)
+                        self.worker = self.start_worker()
+                        shaping = None  # the restarted shaper gets the cell's setting again
+
+    def recover(self, cell: Cell, exc: ComponentLost) -> None:
+        """After the emulation broke (the gateway VM died, shaping vanished or was changed
+        by another process): the shaper removed and built again (a new gateway, re-wired
+        cleanly), the cell's network setting applied, the cluster whole again (the driver
+        sees every node up). The fault and the recovery time go into the run's manifest."""
+        sweep, tb = self.sweep, self.tb
+        assert tb is not None
+        t0 = time.monotonic()
+        self.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
+        emulation.clear(tb, remove=True)
+        self.set_network(cell)
+        tb.driver_probe(timeout_s=180)
+        took = round(time.monotonic() - t0, 1)
+        with sweep.lock:
+            sweep.faults.append(
+                {
+                    "cell_id": cell.cell_id,
+                    "shard": self.name,
+                    "problem": str(exc),
+                    "at": time.time(),
+                    "recovery_s": took,
+                }
+            )
+            sweep.store.update_manifest(sweep.run_id, faults=list(sweep.faults))
+        self.note(f"recovered in {took:.1f} s")
+
+    def set_network(self, cell: Cell) -> dict[str, Any]:
         """Apply the cell's link matrix; measure one edge pair against it."""
-        cfg = self.config
+        cfg, tb = self.config, self.tb
+        assert tb is not None
+        self.sweep.progress.shard_status(
+            self.name, f"network {cell.latency_ms:g} ms / {cell.loss_pct:g} %"
+        )
         matrix = links.build(
             cfg.profile,
             tb.topology,
@@ -258,7 +494,7 @@ class Sweep:
                 "took_s": round(time.monotonic() - t0, 2),
             }
             rtt = f"{pair.median_rtt_ms:.2f}" if pair.median_rtt_ms is not None else "n/a"
-            self.progress.note(
+            self.note(
                 f"network {cell.latency_ms:g} ms / {cell.loss_pct:g} % ({cfg.profile}) on "
                 f"{cell.nodes} nodes: {a}<->{b} RTT {rtt} ms (configured "
                 f"{pair.configured_rtt_ms:g}), loss {pair.measured_loss_pct:.1f} % "
@@ -266,17 +502,12 @@ class Sweep:
             )
         return shaping
 
-    def measure(
-        self,
-        tb: Testbed,
-        worker: WriteWorker,
-        cell: Cell,
-        shaping: dict[str, Any],
-        testbed_run: str,
-    ) -> None:
-        cfg = self.config
-        self.progress.cell_started(cell, cfg.writes)
+    def measure(self, cell: Cell, shaping: dict[str, Any]) -> None:
+        cfg, sweep, tb, worker = self.config, self.sweep, self.tb, self.worker
+        assert tb is not None and worker is not None
+        sweep.progress.cell_started(self.name, cell, cfg.writes)
         started = time.time()
+        cpu0 = cpu_times()
         rows = worker.run(
             keyspace=keyspace(cell.rf),
             cl=cfg.cl,
@@ -284,8 +515,9 @@ class Sweep:
             warmup=cfg.warmup,
             key_seed=f"{cfg.seed}:r{cell.repetition}",
             warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
-            on_progress=self.progress.wrote,
+            on_progress=lambda n: sweep.progress.wrote(self.name, n),
         )
+        cpu = cpu_busy(cpu0, cpu_times())
         # A component that broke during the cell voids it: a dead node or gateway, a host
         # that lost its namespace, shaping that is gone. Never stored as complete.
         check_components(tb, thorough=True)
@@ -297,7 +529,7 @@ class Sweep:
             replicas = [names.get(a, a) for a in r["replicas"]]
             requests.append(
                 {
-                    "run_id": self.run_id,
+                    "run_id": sweep.run_id,
                     "cell_id": cell.cell_id,
                     "seq": r["seq"],
                     "key": r["key"],
@@ -311,9 +543,9 @@ class Sweep:
                     "t_start_ns": r["t_start_ns"],
                 }
             )
-        self.store.commit_cell(
+        sweep.store.commit_cell(
             {
-                "run_id": self.run_id,
+                "run_id": sweep.run_id,
                 "cell_id": cell.cell_id,
                 "nodes": cell.nodes,
                 "rf": cell.rf,
@@ -327,20 +559,24 @@ class Sweep:
                 "warmup": cfg.warmup,
                 "key_seed": f"{cfg.seed}:r{cell.repetition}",
                 "shaping": shaping,
-                "testbed_run": testbed_run,
+                "testbed_run": tb.run_id,
                 "started": started,
                 "finished": finished,
+                "shard": self.name,
+                "cpu_util": cpu,
             },
             requests,
         )
-        self.finished.add(cell.cell_id)
+        with sweep.lock:
+            sweep.finished.add(cell.cell_id)
         s = stats_ms([r["rtt_ns"] for r in rows])
         errors = sum(r["error"] is not None for r in rows)
-        self.progress.cell_done(
+        sweep.progress.cell_done(
+            self.name,
             cell,
             estimate.cell_s(cfg, cell),
             f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
-            f"{errors} errors",
+            f"{errors} errors, CPU {100 * (cpu or 0):.0f} %",
         )
 
 
@@ -386,11 +622,13 @@ def check_components(tb: Testbed, *, thorough: bool = False) -> None:
         )
 
 
-def component_watch(tb: Testbed, every_s: float = 1.0):
-    """check_components (cheap checks only), at most once per ``every_s``."""
+def component_watch(tb: Testbed, also=lambda: None, every_s: float = 1.0):
+    """check_components (cheap checks only), at most once per ``every_s``; ``also`` on
+    every call (the sweep's stop check)."""
     last = [0.0]
 
     def watch() -> None:
+        also()
         now = time.monotonic()
         if now - last[0] < every_s:
             return

@@ -272,7 +272,9 @@ class Store:
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s
             )
         else:
-            self.db = sqlite3.connect(self.path, timeout=busy_timeout_s)
+            # The sweep's shards share one writer connection, one call at a time
+            # (scheduler.SharedStore): SQLite's own thread check would refuse that.
+            self.db = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False)
             # Persistent in the file: every later connection, reader or writer, uses WAL.
             self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA foreign_keys = ON")

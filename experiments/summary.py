@@ -53,7 +53,7 @@ def summary_table(store: Store, run_id: str) -> str:
     return "\n".join(lines)
 
 
-def dry_run(config: SweepConfig) -> str:
+def dry_run(config: SweepConfig, parallel: int = 1, why: str = "", cores: int = 1) -> str:
     cells = config.cells()
     lines = [
         f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
@@ -71,9 +71,14 @@ def dry_run(config: SweepConfig) -> str:
             lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} ms/write")
     for n, r in config.skipped():
         lines.append(f"  skipped: RF {r} on {n} nodes (more replicas than nodes)")
+    wall = estimate.wall_s(config, cells, parallel, cores)
     lines.append(
-        f"estimated duration: {estimate.fmt_duration(estimate.sweep_s(config))} "
+        f"estimated duration: {estimate.fmt_duration(wall)}"
+        f" on {parallel} testbed{'s' if parallel > 1 else ''} at once"
+        + (f" ({why})" if why else "")
+        + f"; one at a time: {estimate.fmt_duration(estimate.sweep_s(config))} "
         f"(model: {estimate.BASE_WRITE_MS} ms per write at 0 ms + round trips + "
-        f"TCP retransmissions under loss; bring-up per cluster)"
+        f"TCP retransmissions under loss; bring-up per cluster; "
+        f"{estimate.CPU_MS_PER_WRITE:g} CPU-ms per write, CPU-bound cells alone)"
     )
     return "\n".join(lines)

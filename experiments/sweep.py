@@ -20,7 +20,6 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,12 +31,14 @@ from testbed.state import OwnerLock, describe_holder
 
 from . import estimate
 from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
+from .plan import Stopped
 from .progress import Progress
-from .scheduler import Sweep, remove_stale_testbeds, static_manifest
+from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
 from .store import DB_NAME, Store, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
 
 LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
+MAX_PARALLEL = 32
 
 
 # -- configuration from flags --------------------------------------------------------------
@@ -80,6 +81,19 @@ def parser() -> argparse.ArgumentParser:
         help="ICMP probes per network setting to check the shaping (0: skip)",
     )
     p.add_argument("--heap-mb", type=int, help="Cassandra heap per node (default 256)")
+    p.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
+    p.add_argument("--vm-memory", type=int, metavar="MB", help="memory per edge VM (libvirt)")
+    p.add_argument("--inventory", metavar="FILE", help="Ansible inventory (--backend hosts)")
+    p.add_argument(
+        "--subnet-pool", metavar="CIDR", help="where testbeds get their subnets (10.77.0.0/16)"
+    )
+    p.add_argument(
+        "--parallel",
+        default="auto",
+        metavar="P",
+        help="testbeds measuring at once (default auto: what the machine's cores and "
+        "memory allow, printed; 1: one cell at a time)",
+    )
     p.add_argument("--jvm-profile", help="fast (default) or standard")
     p.add_argument(
         "--cluster-warmup", type=int, help="unrecorded writes after each bring-up (default 500)"
@@ -120,6 +134,10 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "jvm_profile": ("jvm_profile", None),
     "cluster_warmup": ("cluster_warmup", None),
     "timeout": ("request_timeout_s", None),
+    "vm_vcpus": ("vm_vcpus", None),
+    "vm_memory": ("vm_memory_mb", None),
+    "inventory": ("inventory", None),
+    "subnet_pool": ("subnet_pool", None),
 }
 
 
@@ -141,6 +159,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
             values[name] = parse_list(flag, raw, kind) if kind else raw
     if args.links:
         values["links_file"] = str(Path(args.links).resolve())
+    if args.inventory:
+        values["inventory"] = str(Path(args.inventory).resolve())
     return SweepConfig.from_dict(values)
 
 
@@ -166,6 +186,42 @@ def lock_results(out: Path) -> OwnerLock:
     return lock
 
 
+CORES = os.cpu_count() or 1
+
+
+def parse_parallel(text: str, config: SweepConfig) -> int | None:
+    """--parallel: None for auto, else P >= 1 (1 for the hosts backend: one set of
+    machines). ConfigError naming the value otherwise."""
+    if str(text).strip().lower() == "auto":
+        return None
+    try:
+        p = int(text)
+    except ValueError:
+        p = 0
+    if p < 1 or p > MAX_PARALLEL:
+        raise ConfigError(
+            f"--parallel must be auto or an integer from 1 to {MAX_PARALLEL}, got {text!r}"
+        )
+    if p > 1 and config.backend == "hosts":
+        raise ConfigError("--parallel above 1 needs testbeds of their own: not --backend hosts")
+    return p
+
+
+def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
+    """P and why: as asked, or (auto) from the machine's cores and memory."""
+    if parallel is not None:
+        return parallel, "as asked"
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":", 1)
+            info[key] = int(value.split()[0]) / 1024  # MB
+    used = info["MemTotal"] - info.get("MemAvailable", info["MemFree"])
+    return estimate.auto_parallel(
+        config, cells, cores=CORES, total_mb=info["MemTotal"], used_mb=used
+    )
+
+
 def _terminate(_signum, _frame):
     raise KeyboardInterrupt
 
@@ -179,8 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_writable_dir(config.out, "--out")
         if (Path(config.out) / DB_NAME).exists():
             check_store_file(Path(config.out) / DB_NAME)
+        parallel = parse_parallel(args.parallel, config)
         if args.dry_run:
-            print(dry_run(config))
+            p, why = choose_parallel(config, config.cells(), parallel)
+            print(dry_run(config, p, why, CORES))
             return 0
         preflight(config)
     except TestbedError as exc:
@@ -216,32 +274,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
+    p, why = choose_parallel(config, todo, parallel)
     say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
-        f"{len(todo)} to measure; estimated "
-        f"{estimate.fmt_duration(estimate.sweep_s(config, todo))}; results in "
-        f"{Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
+        f"{len(todo)} to measure on {p} testbed{'s' if p > 1 else ''} at once ({why}); "
+        f"estimated {estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))}; "
+        f"results in {Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
     )
-    progress = Progress(
-        len(cells),
-        len(done),
-        lambda: estimate.split_s(
-            config, [c for c in todo if c.cell_id not in sweep.finished], up=sweep.cluster_up
-        ),
-    )
-    sweep = Sweep(config, store, run_id, progress)
+    progress = Progress(len(cells), len(done), lambda scale: sweep.remaining_s(scale))
+    sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
+    store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
     t0 = time.monotonic()
+    cpu0 = cpu_times()
     # "failed" unless the loop finishes: an unexpected exception must not leave the run
     # marked complete, or rerunning would not resume it.
     status, code, problem = "failed", 0, ""
     try:
         remove_stale_testbeds(store, say)
-        for nodes, group in groupby(todo, key=lambda c: c.nodes):
-            sweep.run_cluster(nodes, list(group))
+        sweep.run(todo)
         status = "complete"
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         status, code = "interrupted", 130
-        problem = "interrupted: the testbed is down. "
+        problem = "interrupted: every testbed is down. "
     except TestbedError as exc:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
@@ -257,12 +311,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if code == 0:
         wall = time.monotonic() - t0
+        busy = cpu_busy(cpu0, cpu_times())
         total_rtt = store.total_rtt_ns(run_id) / 1e9
-        store.update_manifest(run_id, wall_s=round(wall, 1))
+        store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
         print(summary_table(store, run_id))
         print(
-            f"\n{len(cells)} cells in {estimate.fmt_duration(wall)} (this process); "
-            f"recorded RTTs sum to {total_rtt:.1f} s"
+            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
+            f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
+            f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
+            f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
         )
         print(f"results: {store.path.resolve()} (run {run_id})")
         print(f"export:  python -m experiments.export {config.out} --format csv")

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from . import argtypes
 from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
@@ -229,21 +228,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def backend_options(args: argparse.Namespace) -> dict:
     """--inventory / --vm-* as the backend's options; ConfigError where they do not apply."""
-    opts: dict = {}
-    if args.inventory:
-        if args.backend != "hosts":
-            raise ConfigError("--inventory is for --backend hosts")
-        opts["inventory"] = str(Path(args.inventory).resolve())
-    if args.vm_vcpus is not None or args.vm_memory is not None:
-        if args.backend != "libvirt":
-            raise ConfigError("--vm-vcpus/--vm-memory are for --backend libvirt")
-        from .backends.libvirt import EDGE_SIZE
+    from .backends import backend_options as options
 
-        opts["edge_size"] = {
-            "vcpus": EDGE_SIZE.vcpus if args.vm_vcpus is None else args.vm_vcpus,
-            "memory_mb": EDGE_SIZE.memory_mb if args.vm_memory is None else args.vm_memory,
-        }
-    return opts
+    return options(
+        args.backend,
+        inventory=args.inventory,
+        vm_vcpus=args.vm_vcpus,
+        vm_memory_mb=args.vm_memory,
+    )
 
 
 def _print_hosts(hosts: list[dict]) -> None:

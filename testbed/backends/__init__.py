@@ -104,5 +104,33 @@ def backend_class(name: str) -> type[Backend]:
         ) from None
 
 
+def backend_options(
+    backend: str,
+    *,
+    inventory: str | None = None,
+    vm_vcpus: int | None = None,
+    vm_memory_mb: int | None = None,
+) -> dict:
+    """The options that shape a testbed of ``backend`` (``testbed up`` and the sweep take
+    the same ones); ConfigError for an option the backend does not use."""
+    from pathlib import Path
+
+    opts: dict = {}
+    if inventory:
+        if backend != "hosts":
+            raise ConfigError("--inventory is for --backend hosts")
+        opts["inventory"] = str(Path(inventory).resolve())
+    if vm_vcpus is not None or vm_memory_mb is not None:
+        if backend != "libvirt":
+            raise ConfigError("--vm-vcpus/--vm-memory are for --backend libvirt")
+        from .libvirt import EDGE_SIZE
+
+        opts["edge_size"] = {
+            "vcpus": EDGE_SIZE.vcpus if vm_vcpus is None else vm_vcpus,
+            "memory_mb": EDGE_SIZE.memory_mb if vm_memory_mb is None else vm_memory_mb,
+        }
+    return opts
+
+
 def make_backend(name: str, topology: Topology, state: RunState) -> Backend:
     return backend_class(name)(topology, state)

@@ -52,6 +52,8 @@ SWEEP_FILE = "--profile file --latency 0 --loss 0 --links"
 CASES = [
     # -- python -m testbed -------------------------------------------------------------------
     case("up-nodes-zero", "testbed", "up --nodes 0", "'0'"),
+    case("up-pool-small", "testbed", "up --subnet-pool 10.9.0.0/28", "10.9.0.0/28"),
+    case("up-pool-garbage", "testbed", "up --subnet-pool nonsense", "'nonsense'"),
     case("up-nodes-nan", "testbed", "up --nodes nan", "'nan'"),
     case("up-nodes-too-many", "testbed", "up --nodes 10", "'10'"),
     case("up-heap-negative", "testbed", "up --heap-mb -5", "'-5'"),
@@ -131,6 +133,11 @@ CASES = [
     case("verify-probes-few", "experiments.sweep", "--verify-probes 5", "got 5"),
     case("repetitions-huge", "experiments.sweep", "--repetitions 1000000000", "cells"),
     case("sweep-hosts", "experiments.sweep", "--backend hosts", "hosts"),
+    case("parallel-zero", "experiments.sweep", "--parallel 0", "'0'"),
+    case("parallel-word", "experiments.sweep", "--parallel two", "'two'"),
+    case("parallel-huge", "experiments.sweep", "--parallel 1000", "'1000'"),
+    case("sweep-pool-small", "experiments.sweep", "--subnet-pool 10.1.0.0/25", "10.1.0.0/25"),
+    case("sweep-vm-off-libvirt", "experiments.sweep", "--vm-vcpus 2", "--vm-vcpus"),
     case("config-scalar", "experiments.sweep", "--config {files}/scalar.toml", "got 3"),
     case("config-unknown-key", "experiments.sweep", "--config {files}/unknown.toml", "'bogus'"),
     case("config-wrong-type", "experiments.sweep", "--config {files}/wrongtype.toml", "'ten'"),

@@ -1,0 +1,255 @@
+"""How a sweep spreads its cells over P testbeds on one machine (pure: no testbed here).
+
+The running sweep (``scheduler``) and its estimate (``--dry-run``) use the same rules:
+
+- **Units.** The cells of one network setting (node count, repetition, latency, loss)
+  form a unit: one emulation change and one check, then one cell per RF. A unit's cost
+  is the model's time (``estimate``); its CPU demand is what its writes cost the machine
+  in cores (``estimate.cpu_cores``), the highest of its cells.
+- **Longest first.** Each testbed ("shard") takes the longest unit left of its own node
+  count; when none is left it moves to the node count with the most work per testbed
+  serving it, if that work is worth a bring-up, and otherwise it is done.
+- **The machine gate.** A unit is measured only while the demands of the units being
+  measured fit ``capacity`` cores (what the machine may spend beyond its idle
+  testbeds); a unit that does not fit even alone is measured alone (the 0 ms and other
+  CPU-bound cells, the per-testbed baseline). Set-up work (bring-up, gateway boot,
+  warm-up) is CPU-heavy and never overlaps a measurement; up to ``setup_slots`` set-ups
+  run together. Requests are admitted in arrival order, so a waiting unit is never
+  overtaken (no starvation).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .config import Cell
+
+EXCLUSIVE = float("inf")  # a demand that runs alone
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The cells of one network setting, measured one after another on one testbed."""
+
+    nodes: int
+    network: tuple
+    cells: tuple[Cell, ...]
+    cost_s: float  # the model's time for the unit (its emulation check and cells)
+    demand: float  # cores its writes keep busy (EXCLUSIVE: measured alone)
+
+    @property
+    def label(self) -> str:
+        c = self.cells[0]
+        return f"n={c.nodes} L={c.latency_ms:g}ms p={c.loss_pct:g}% rep {c.repetition}"
+
+
+def units(
+    cells: Sequence[Cell],
+    cost_s: Callable[[Cell], float],
+    check_s: Callable[[Cell], float],
+    demand: Callable[[Cell], float],
+) -> list[Unit]:
+    """``cells`` grouped by network setting (RFs ascending inside each), longest first."""
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.network, []).append(cell)
+    out = [
+        Unit(
+            nodes=g[0].nodes,
+            network=net,
+            cells=tuple(sorted(g, key=lambda c: c.rf)),
+            cost_s=check_s(g[0]) + sum(cost_s(c) for c in g),
+            demand=max(demand(c) for c in g),
+        )
+        for net, g in groups.items()
+    ]
+    return sorted(out, key=lambda u: -u.cost_s)
+
+
+class Planner:
+    """Hands out units to shards (thread-safe). ``bringup_s(nodes)``: what a new cluster
+    costs; a shard moves to another node count only for more work than that."""
+
+    def __init__(self, todo: Sequence[Unit], bringup_s: Callable[[int], float]):
+        self._lock = threading.Lock()
+        self.queues: dict[int, list[Unit]] = {}
+        for u in sorted(todo, key=lambda u: -u.cost_s):
+            self.queues.setdefault(u.nodes, []).append(u)
+        self.serving: Counter[int] = Counter()
+        self.bringup_s = bringup_s
+
+    def remaining_s(self, nodes: int) -> float:
+        return sum(u.cost_s for u in self.queues.get(nodes, ()))
+
+    def left(self) -> list[Unit]:
+        with self._lock:
+            return [u for q in self.queues.values() for u in q]
+
+    def next(self, current: int | None) -> Unit | None:
+        """The next unit for a shard whose cluster has ``current`` nodes (None: no
+        cluster). A unit of another node count means: tear down, bring up that one.
+        None: this shard is done (its cluster goes down)."""
+        with self._lock:
+            if current is not None and self.queues.get(current):
+                return self.queues[current].pop(0)
+            open_ = [n for n, q in self.queues.items() if q]
+            if not open_:
+                self._leave(current)
+                return None
+
+            def share(n: int) -> float:
+                return self.remaining_s(n) / (self.serving[n] + 1)
+
+            target = max(open_, key=lambda n: (share(n), n))
+            if self.serving[target] > 0 and share(target) < 2 * self.bringup_s(target):
+                # others are on it already, and a new cluster would cost more than it saves
+                self._leave(current)
+                return None
+            self._leave(current)
+            self.serving[target] += 1
+            return self.queues[target].pop(0)
+
+    def _leave(self, current: int | None) -> None:
+        if current is not None and self.serving[current] > 0:
+            self.serving[current] -= 1
+
+
+class Stopped(Exception):
+    """The sweep is stopping (Ctrl-C, a failure elsewhere): leave the gate's queue."""
+
+
+@dataclass
+class _Ticket:
+    kind: str  # "setup" | "measure"
+    demand: float
+    owner: str = ""
+
+
+@dataclass
+class Gate:
+    """What may use the CPU at once (thread-safe; see the module's docstring)."""
+
+    capacity: float
+    setup_slots: int = 2
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _queue: deque = field(default_factory=deque)
+    measuring: float = 0.0  # demand of the measurements running (those that share)
+    measures: int = 0
+    alone: int = 0  # a measurement that does not fit ``capacity`` even alone is running
+    setups: int = 0
+
+    def admits(self, t: _Ticket) -> bool:
+        if t.kind == "setup":
+            return self.measures == 0 and self.setups < self.setup_slots
+        if self.setups or self.alone:
+            return False
+        return self.measures == 0 or self.measuring + t.demand <= self.capacity
+
+    @contextmanager
+    def hold(
+        self, kind: str, demand: float = 0.0, *, stop: threading.Event | None = None, owner=""
+    ) -> Iterator[None]:
+        ticket = _Ticket(kind, demand, owner)
+        with self._cond:
+            self._queue.append(ticket)
+            while not (self._queue[0] is ticket and self.admits(ticket)):
+                if stop is not None and stop.is_set():
+                    self._queue.remove(ticket)
+                    self._cond.notify_all()
+                    raise Stopped()
+                self._cond.wait(0.5)
+            self._queue.popleft()
+            self._take(ticket, +1)
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._take(ticket, -1)
+                self._cond.notify_all()
+
+    def _take(self, t: _Ticket, sign: int) -> None:
+        if t.kind == "setup":
+            self.setups += sign
+        elif t.demand > self.capacity:
+            self.measures += sign
+            self.alone += sign
+        else:
+            self.measures += sign
+            self.measuring = max(0.0, self.measuring + sign * t.demand) if self.measures else 0.0
+
+
+# -- the same rules in virtual time: the --dry-run's wall-time estimate --------------------
+
+
+def simulate(
+    todo: Sequence[Unit],
+    shards: int,
+    *,
+    capacity: float,
+    bringup_s: Callable[[int], float],
+    prepare_s: Callable[[int], float],
+    setup_slots: int = 2,
+    up: Sequence[int | None] = (),
+) -> float:
+    """Wall seconds until every unit is measured by ``shards`` testbeds under the
+    Planner's and the Gate's rules (``prepare_s(nodes)``: warm-up and baseline after a
+    bring-up, measured alone; ``up``: node counts of the clusters already running)."""
+    planner = Planner(todo, bringup_s)
+    for n in up:
+        if n is not None:
+            planner.serving[n] += 1
+    gate = Gate(capacity, setup_slots)
+    now = 0.0
+    seq = itertools.count()
+    # (time, seq, shard, "release", (ticket, then))
+    events: list[tuple[float, int, int, str, tuple[_Ticket, tuple]]] = []
+    waiting: deque = deque()  # (shard, ticket, duration, then)
+    clusters: dict[int, int | None] = {s: None for s in range(shards)}
+    clusters.update(enumerate(up))
+
+    def request(shard: int, ticket: _Ticket, duration: float, then: tuple) -> None:
+        waiting.append((shard, ticket, duration, then))
+
+    def admit() -> None:
+        while waiting and gate.admits(waiting[0][1]):
+            shard, ticket, duration, then = waiting.popleft()
+            gate._take(ticket, +1)
+            heapq.heappush(events, (now + duration, next(seq), shard, "release", (ticket, then)))
+
+    def plan(shard: int) -> None:
+        unit = planner.next(clusters[shard])
+        if unit is None:
+            return
+        if unit.nodes != clusters[shard]:
+            clusters[shard] = unit.nodes
+            request(shard, _Ticket("setup", 0.0), bringup_s(unit.nodes), ("prepare", unit))
+        else:
+            request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))
+
+    for s in range(shards):
+        plan(s)
+    admit()
+    while events:
+        now, _, shard, _, (ticket, then) = heapq.heappop(events)
+        gate._take(ticket, -1)
+        step, unit = then
+        if step == "prepare":  # warm-up and baseline: alone
+            request(
+                shard,
+                _Ticket("measure", EXCLUSIVE),
+                prepare_s(unit.nodes),
+                ("measure", unit),
+            )
+        elif step == "measure":
+            request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))
+        else:
+            plan(shard)
+        admit()
+    return now

@@ -1,0 +1,135 @@
+"""The parallel sweep's rules (pure): units, the planner, the machine gate, and the same
+rules replayed in virtual time for --dry-run."""
+
+import threading
+import time
+
+import pytest
+
+from experiments import estimate, plan
+from experiments.config import Cell, SweepConfig
+
+
+def unit(nodes, cost, demand=0.1, latency=50.0):
+    cell = Cell(nodes, 1, latency, 0.5, 1)
+    return plan.Unit(nodes, cell.network, (cell,), cost, demand)
+
+
+def take(p: plan.Planner, current: int | None) -> plan.Unit:
+    u = p.next(current)
+    assert u is not None
+    return u
+
+
+def test_units_group_a_network_setting_and_come_longest_first():
+    cells = [Cell(3, rf, lat, 0.5, 1) for lat in (0.0, 100.0) for rf in (3, 1, 2)]
+    units = plan.units(
+        cells,
+        cost_s=lambda c: c.latency_ms + 1,
+        check_s=lambda c: 10,
+        demand=lambda c: 17 / (c.latency_ms + 5),
+    )
+    assert [u.cells[0].latency_ms for u in units] == [100.0, 0.0]
+    assert [c.rf for c in units[0].cells] == [1, 2, 3]
+    assert units[0].cost_s == 10 + 3 * 101 and units[1].demand == pytest.approx(17 / 5)
+
+
+def test_planner_keeps_a_cluster_busy_then_moves_only_when_worth_a_bring_up():
+    todo = [unit(5, 300), unit(5, 200), unit(3, 250), unit(3, 20)]
+    p = plan.Planner(todo, bringup_s=lambda n: 30)
+    first = take(p, None)  # the node count with the most work per testbed
+    assert (first.nodes, first.cost_s) == (5, 300)
+    second = take(p, None)  # 3 nodes: 270 s alone beats 200 s shared with the first
+    assert (second.nodes, second.cost_s) == (3, 250)
+    assert take(p, 5).cost_s == 200  # its own node count first, longest first
+    assert take(p, 3).cost_s == 20
+    # nothing of 3 nodes left; 5 nodes has nothing either: both shards are done
+    assert p.next(3) is None and p.next(5) is None and p.left() == []
+
+
+def test_planner_does_not_bring_up_a_cluster_for_little_work():
+    p = plan.Planner([unit(3, 100), unit(3, 40)], bringup_s=lambda n: 30)
+    assert take(p, None).cost_s == 100
+    assert p.next(None) is None  # 40 s shared is less than two bring-ups' worth
+    assert take(p, 3).cost_s == 40
+
+
+def test_gate_admits_by_demand_in_arrival_order_and_setup_apart():
+    gate = plan.Gate(capacity=1.0)
+    log: list[str] = []
+    seen: dict[str, tuple] = {}
+
+    def hold(name, kind, demand, wait_s):
+        with gate.hold(kind, demand):
+            log.append(f"in:{name}")
+            seen[name] = (gate.measuring, gate.setups, gate.measures)
+            time.sleep(wait_s)
+        log.append(f"out:{name}")
+
+    threads = [
+        threading.Thread(target=hold, args=("a", "measure", 0.6, 0.3)),
+        threading.Thread(target=hold, args=("b", "measure", 0.3, 0.3)),
+        threading.Thread(target=hold, args=("alone", "measure", plan.EXCLUSIVE, 0.1)),
+        threading.Thread(target=hold, args=("setup", "setup", 0.0, 0.1)),
+        threading.Thread(target=hold, args=("c", "measure", 0.2, 0.05)),
+    ]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)  # arrival order as listed
+    for t in threads:
+        t.join(5)
+    entered = [e[3:] for e in log if e.startswith("in:")]
+    assert entered == ["a", "b", "alone", "setup", "c"]
+    assert seen["b"] == (pytest.approx(0.9), 0, 2)  # a and b together: 0.9 <= 1.0
+    assert seen["alone"] == (0.0, 0, 1)  # after both left
+    assert seen["setup"] == (0.0, 1, 0)  # never beside a measurement
+    assert seen["c"] == (pytest.approx(0.2), 0, 1)
+    assert log.index("out:b") < log.index("in:alone") < log.index("out:alone")
+    assert log.index("out:alone") < log.index("in:setup") < log.index("out:setup")
+    assert log.index("out:setup") < log.index("in:c")
+
+
+def test_gate_lets_a_stopping_sweep_leave_the_queue():
+    gate = plan.Gate(capacity=1.0)
+    stop = threading.Event()
+    errors = []
+    with gate.hold("measure", plan.EXCLUSIVE):
+
+        def wait():
+            try:
+                with gate.hold("measure", 0.1, stop=stop):
+                    pass
+            except plan.Stopped:
+                errors.append("stopped")
+
+        t = threading.Thread(target=wait)
+        t.start()
+        stop.set()
+        t.join(5)
+    assert errors == ["stopped"] and not gate._queue
+
+
+def test_simulation_of_one_testbed_is_the_sequential_sum():
+    todo = [unit(3, 100), unit(3, 50)]
+    wall = plan.simulate(todo, 1, capacity=1, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    assert wall == pytest.approx(20 + 5 + 150)
+    # two testbeds: the bring-ups do not overlap a measurement, the units do
+    todo = [unit(3, 100), unit(3, 90)]
+    wall = plan.simulate(todo, 2, capacity=1, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    assert wall == pytest.approx(20 + 5 + 5 + 100)  # both set-ups together, baselines apart
+    # CPU-bound units run alone whatever P is
+    todo = [unit(3, 100, demand=plan.EXCLUSIVE), unit(3, 90, demand=plan.EXCLUSIVE)]
+    wall = plan.simulate(todo, 2, capacity=1, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    assert wall == pytest.approx(20 + 5 + 5 + 190)
+
+
+def test_dry_run_estimate_shrinks_with_parallel_testbeds():
+    config = SweepConfig(nodes=(3,), latency_ms=(50.0, 100.0), loss_pct=(0.5, 7.5))
+    cells = config.cells()
+    one = estimate.wall_s(config, cells, 1, 2)
+    assert one == pytest.approx(estimate.sweep_s(config, cells), rel=0.02)
+    assert estimate.wall_s(config, cells, 2, 2) < 0.7 * one
+    p, why = estimate.auto_parallel(config, cells, cores=2, total_mb=24000, used_mb=1000)
+    assert p >= 2 and "memory allows" in why
+    p, why = estimate.auto_parallel(config, cells, cores=2, total_mb=4000, used_mb=2000)
+    assert p == 1  # no memory for a second testbed
