@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import CommandError, ConfigError
 from .runner import run
-from .state import OwnerLock, RunState, registered_runs, registry_dir
+from .state import OwnerLock, RunState, registered_runs, registry_dir, run_of
 from .topology import Topology
 
 DEFAULT_POOL = "10.77.0.0/16"
@@ -107,12 +107,14 @@ def namespace_networks() -> list[InUse]:
     and loopback aside."""
     found = []
     for ns in _namespaces():
+        owner = run_of(ns) if ns else None
         where = f"namespace {ns}" if ns else "this machine"
         for link in _ip_json(ns, "addr", "show"):
             for a in link.get("addr_info", []):
                 net = ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network
                 if isinstance(net, IPv4Network) and not net.is_loopback:
-                    found.append(InUse(net, f"{a['local']}/{a['prefixlen']} on {where}"))
+                    by = f"run {owner}" if owner else f"{a['local']}/{a['prefixlen']} on {where}"
+                    found.append(InUse(net, by))
         for route in _ip_json(ns, "route", "show"):
             dst = route.get("dst", "default")
             if dst == "default":
@@ -120,7 +122,7 @@ def namespace_networks() -> list[InUse]:
             with contextlib.suppress(ValueError):
                 net = IPv4Network(dst, strict=False)
                 if not net.is_loopback and net.prefixlen > 0:
-                    found.append(InUse(net, f"route {dst} on {where}"))
+                    found.append(InUse(net, f"run {owner}" if owner else f"route {dst} on {where}"))
     return found
 
 

@@ -84,8 +84,14 @@ def test_every_cell_is_stored_whole(small_grid):
     assert "results:" in proc.stdout and "mean ms" in proc.stdout  # the summary table
     assert set(run.manifest["baseline"]) == {"3"}
     assert run.manifest["baseline"]["3"]["n"] == 200
-    assert run.manifest["clusters"]["3"]["driver"]["connection_class"]
-    assert_no_residue(run.manifest["clusters"]["3"]["testbed_run"])
+    clusters = list(run.manifest["clusters"].values())
+    assert clusters and all(c["nodes"] == 3 for c in clusters)
+    for c in clusters:  # one per testbed the sweep used, each with its own subnet
+        assert c["driver"]["connection_class"] and c["baseline"]["n"] == 200
+        assert_no_residue(c["testbed_run"])
+    assert len({c["subnet"] for c in clusters}) == len(clusters)
+    assert {c["shard"] for c in cells} <= {c["shard"] for c in clusters}
+    assert all(0 < c["cpu_util"] <= 1 for c in cells)
 
 
 def test_shaping_was_measured_for_each_cell(small_grid):
