@@ -76,19 +76,26 @@ def test_two_testbeds_up_at_once_get_their_own_subnets():
 
 
 def _sweep(args, out) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "experiments.sweep", *args, "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """The sweep, its output in OUT.log (a pipe nobody reads could fill and stall it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(f"{out}.log", "w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "experiments.sweep", *args, "--out", str(out)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
-def _wait(predicate, proc, timeout_s, what):
+def _log(out) -> str:
+    return open(f"{out}.log").read()[-3000:]
+
+
+def _wait(predicate, proc, out, timeout_s, what):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"the sweep ended before {what}:\n{proc.stdout.read()[-3000:]}")
+            raise AssertionError(f"the sweep ended before {what}:\n{_log(out)}")
         if predicate():
             return
         time.sleep(0.5)
@@ -112,13 +119,13 @@ def test_parallel_sweep_beside_another_sweep_killed_and_resumed(tmp_path):
         _wait(
             lambda: len(_store_state(out)[1]) == 2 and _store_state(out)[0],
             sweep,
+            out,
             900,
             "two testbeds and a stored cell",
         )
         side = _sweep(SIDE_GRID, side_out)
-        side_text, _ = side.communicate(timeout=600)
-        assert side.returncode == 0, side_text[-3000:]
-        assert sweep.poll() is None, sweep.stdout.read()[-3000:]
+        assert side.wait(timeout=600) == 0, _log(side_out)
+        assert sweep.poll() is None, _log(out)
         cells_before, killed_testbeds = _store_state(out)
         sweep.send_signal(signal.SIGKILL)
         sweep.wait(timeout=30)
