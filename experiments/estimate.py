@@ -6,12 +6,23 @@ trip, one coordinator <-> replica round trip when the write needs a remote ack (
 is lost, TCP retransmits after about RTO_MS plus one more round trip. Fixed costs: one
 cluster bring-up and teardown per node count, one emulation check per network setting.
 The running sweep rescales the model by what it has measured so far.
+
+The machine's costs (``Costs``: the write at 0 ms, CPU per write, an idle testbed's CPU)
+start from figures measured on the development machine and are recalibrated from the
+cells a results directory already holds (``calibrate``: a least-squares fit of each
+cell's measured CPU use against its write rate; baselines for the write at 0 ms), so
+--dry-run and auto-P on this machine use this machine's numbers.
 """
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import comb
+from typing import Any
+
+import numpy as np
 
 from emulation import links
 from testbed.topology import Topology
@@ -19,10 +30,74 @@ from testbed.topology import Topology
 from .config import Cell, SweepConfig
 from .consistency import required_acks
 
-BASE_WRITE_MS = 5.0  # measured median at 0 ms through the gateway, 2 cores (3-5 nodes)
 RTO_MS = 200.0
 CELL_OVERHEAD_S = 0.2
 PROBE_INTERVAL_S = 0.005
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the model charges per write and per testbed."""
+
+    base_write_ms: float = 5.0  # median write at 0 ms through the gateway (3-5 nodes)
+    cpu_ms_per_write: float = 17.0  # client, coordinator, replicas and gateway together
+    idle_cores_per_node: float = 0.030  # an idle Cassandra JVM (3 % of a core)
+    idle_cores_gateway: float = 0.035  # the idle TCG gateway VM
+    source: str = "figures measured on the 2-core development machine (issue 11)"
+
+
+COSTS = Costs()
+
+
+def use(costs: Costs) -> None:
+    """Make ``costs`` the model's (the sweep calls it with ``calibrate``'s result)."""
+    global COSTS
+    COSTS = costs
+    write_ms.cache_clear()
+
+
+def calibrate(
+    cells: list[dict[str, Any]], manifests: list[dict[str, Any]], cores: int
+) -> Costs | None:
+    """The costs fitted to measured cells (None when they are too few to fit).
+
+    CPU: the cells of runs with one testbed (``manifest["parallel"]["p"] == 1``) give
+    busy cores = idle + cpu_per_write x writes per second; a least-squares line through
+    them. The write at 0 ms: the median of the runs' baselines."""
+    one = {m.get("run_id") for m in manifests if m.get("parallel", {}).get("p") == 1}
+    rows = [
+        c
+        for c in cells
+        if c["run_id"] in one and c.get("cpu_util") is not None and c["finished"] > c["started"]
+    ]
+    costs = COSTS
+    bases = [
+        b["median"] for m in manifests for b in m.get("baseline", {}).values() if "median" in b
+    ]
+    if bases:
+        costs = replace(costs, base_write_ms=round(statistics.median(bases), 2))
+    if len(rows) >= 4:
+        rate = np.array(
+            [(c["writes"] + c["warmup"]) / (c["finished"] - c["started"]) for c in rows]
+        )
+        busy = np.array([c["cpu_util"] * cores for c in rows])
+        if np.ptp(rate) > 0:
+            (slope, idle), *_ = np.linalg.lstsq(
+                np.column_stack([rate, np.ones_like(rate)]), busy, rcond=None
+            )
+            nodes = statistics.median(c["nodes"] for c in rows)
+            default_idle = nodes * COSTS.idle_cores_per_node + COSTS.idle_cores_gateway
+            if slope > 0 and idle > 0:
+                scale = float(idle) / default_idle
+                costs = replace(
+                    costs,
+                    cpu_ms_per_write=round(float(slope) * 1000, 2),
+                    idle_cores_per_node=round(COSTS.idle_cores_per_node * scale, 4),
+                    idle_cores_gateway=round(COSTS.idle_cores_gateway * scale, 4),
+                )
+    if costs == COSTS:
+        return None
+    return replace(costs, source=f"fitted to {len(rows)} measured cells and {len(bases)} baselines")
 
 
 def bringup_s(nodes: int) -> float:
@@ -68,7 +143,7 @@ def write_ms(config: SweepConfig, cell: Cell) -> float:
         1 - p_c
     ) * _miss_probability(cell.rf, acks, edge_loss)
     return (
-        BASE_WRITE_MS
+        COSTS.base_write_ms
         + client_rtt
         + remote_needed * edge_rtt
         + client_loss * (RTO_MS + client_rtt)
@@ -98,7 +173,7 @@ def split_s(
         if cell.nodes not in seen_nodes:
             seen_nodes.add(cell.nodes)
             fixed += bringup_s(cell.nodes) + (
-                (config.baseline_writes + config.cluster_warmup) * BASE_WRITE_MS / 1000
+                (config.baseline_writes + config.cluster_warmup) * COSTS.base_write_ms / 1000
             )
         if cell.network not in seen_networks:
             seen_networks.add(cell.network)
@@ -114,12 +189,6 @@ def sweep_s(config: SweepConfig, cells: list[Cell] | None = None) -> float:
 
 # -- what a testbed costs the machine: the parallel sweep's limits -------------------------
 
-# Measured on this 2-core machine (issue 11): a recorded write costs about 17 CPU-ms across
-# client, coordinator, replicas and gateway; an idle testbed ~3.0 % of a core per
-# Cassandra JVM and ~3.5 % for the TCG gateway VM.
-CPU_MS_PER_WRITE = 17.0
-IDLE_CORES_PER_NODE = 0.030
-IDLE_CORES_GATEWAY = 0.035
 # The share of the machine's cores the sweep lets its testbeds (idle and measuring) use:
 # beyond it, the kernel's run queue adds its own delay to what a cell measures.
 MAX_BUSY = 0.6
@@ -134,11 +203,11 @@ MAX_AUTO_PARALLEL = 8
 
 def cpu_cores(config: SweepConfig, cell: Cell) -> float:
     """Cores a cell's writes keep busy: CPU per write over the time per write."""
-    return CPU_MS_PER_WRITE / write_ms(config, cell)
+    return COSTS.cpu_ms_per_write / write_ms(config, cell)
 
 
 def idle_cores(nodes: int) -> float:
-    return nodes * IDLE_CORES_PER_NODE + IDLE_CORES_GATEWAY
+    return nodes * COSTS.idle_cores_per_node + COSTS.idle_cores_gateway
 
 
 def testbed_mb(config: SweepConfig, nodes: int) -> float:
@@ -178,7 +247,7 @@ def auto_parallel(
 
 def prepare_s(config: SweepConfig, nodes: int) -> float:
     """After a bring-up: the cluster warm-up and the baseline writes at 0 ms."""
-    return (config.baseline_writes + config.cluster_warmup) * BASE_WRITE_MS / 1000
+    return (config.baseline_writes + config.cluster_warmup) * COSTS.base_write_ms / 1000
 
 
 def wall_s(

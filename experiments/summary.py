@@ -77,8 +77,10 @@ def dry_run(config: SweepConfig, parallel: int = 1, why: str = "", cores: int = 
         f" on {parallel} testbed{'s' if parallel > 1 else ''} at once"
         + (f" ({why})" if why else "")
         + f"; one at a time: {estimate.fmt_duration(estimate.sweep_s(config))} "
-        f"(model: {estimate.BASE_WRITE_MS} ms per write at 0 ms + round trips + "
+        f"(model: {estimate.COSTS.base_write_ms:g} ms per write at 0 ms + round trips + "
         f"TCP retransmissions under loss; bring-up per cluster; "
-        f"{estimate.CPU_MS_PER_WRITE:g} CPU-ms per write, CPU-bound cells alone)"
+        f"{estimate.COSTS.cpu_ms_per_write:g} CPU-ms per write, an idle {max(config.nodes)}-node "
+        f"testbed {estimate.idle_cores(max(config.nodes)):.2f} cores, CPU-bound cells alone; "
+        f"costs: {estimate.COSTS.source})"
     )
     return "\n".join(lines)

@@ -207,6 +207,21 @@ def parse_parallel(text: str, config: SweepConfig) -> int | None:
     return p
 
 
+def calibrate_from(out: Path) -> None:
+    """The cost model fitted to the cells ``out`` already holds (kept as is without)."""
+    if not (out / DB_NAME).is_file():
+        return
+    try:
+        with Store(out, read_only=True) as store:
+            runs, cells = store.runs(), store.cells()
+    except TestbedError:  # an empty store a kill left: nothing to fit
+        return
+    manifests = [{**r.manifest, "run_id": r.run_id} for r in runs]
+    costs = estimate.calibrate(cells, manifests, CORES)
+    if costs is not None:
+        estimate.use(costs)
+
+
 def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
     """P and why: as asked, or (auto) from the machine's cores and memory."""
     if parallel is not None:
@@ -236,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (Path(config.out) / DB_NAME).exists():
             check_store_file(Path(config.out) / DB_NAME)
         parallel = parse_parallel(args.parallel, config)
+        calibrate_from(Path(config.out))
         if args.dry_run:
             p, why = choose_parallel(config, config.cells(), parallel)
             print(dry_run(config, p, why, CORES))

@@ -133,3 +133,27 @@ def test_dry_run_estimate_shrinks_with_parallel_testbeds():
     assert p >= 2 and "memory allows" in why
     p, why = estimate.auto_parallel(config, cells, cores=2, total_mb=4000, used_mb=2000)
     assert p == 1  # no memory for a second testbed
+
+
+def test_costs_are_fitted_to_measured_cells_of_one_testbed():
+    """busy cores = idle + CPU per write x write rate: the fit recovers both, and the
+    baseline medians give the write at 0 ms; cells of parallel runs are left out."""
+    cells = []
+    for i, rate in enumerate((2.0, 5.0, 10.0, 50.0, 100.0)):
+        busy = 0.1 + 0.008 * rate  # 8 CPU-ms per write, 0.1 cores idle (3 nodes)
+        cells.append(
+            {"run_id": "one", "cell_id": f"c{i}", "nodes": 3, "writes": 100, "warmup": 0,
+             "started": 0.0, "finished": 100 / rate, "cpu_util": busy / 2}
+        )  # fmt: skip
+    cells.append({**cells[0], "run_id": "par", "cpu_util": 0.9})
+    manifests = [
+        {"run_id": "one", "parallel": {"p": 1}, "baseline": {"3": {"median": 2.6}}},
+        {"run_id": "par", "parallel": {"p": 3}},
+    ]
+    costs = estimate.calibrate(cells, manifests, cores=2)
+    assert costs is not None and "5 measured cells" in costs.source
+    assert costs.cpu_ms_per_write == pytest.approx(8.0)
+    assert costs.base_write_ms == 2.6
+    idle3 = 3 * costs.idle_cores_per_node + costs.idle_cores_gateway
+    assert idle3 == pytest.approx(0.1, abs=1e-3)
+    assert estimate.calibrate(cells[:2], manifests[1:], cores=2) is None  # nothing to fit

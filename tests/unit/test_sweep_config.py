@@ -231,7 +231,7 @@ def test_estimate_grows_with_latency_and_loss():
     c = from_flags("--nodes", "3", "--latency", "0,50", "--loss", "0,0.5,7.5", "--rf", "2")
     by = {(cell.latency_ms, cell.loss_pct): estimate.write_ms(c, cell) for cell in c.cells()}
     # paper profile: 10 ms to the endpoint + one 2L round trip to a replica
-    assert by[(0, 0)] == pytest.approx(estimate.BASE_WRITE_MS + 10)
+    assert by[(0, 0)] == pytest.approx(estimate.COSTS.base_write_ms + 10)
     assert by[(50, 0)] - by[(0, 0)] == pytest.approx(100)
     assert by[(50, 0.5)] > by[(50, 0)]
     assert by[(50, 7.5)] > by[(50, 0.5)]
