@@ -35,6 +35,10 @@ _CLASS = re.compile(r"classid (?P<classid>[0-9a-f]+:[0-9a-f]+)")
 _OWN_CLASS = re.compile(
     r"class add dev (?P<dev>\S+) parent \S+ classid (?P<major>[0-9a-f]+):(?P<minor>[0-9a-f]+)"
 )
+_NETEM_PARENT = re.compile(
+    r"qdisc add dev (?P<dev>\S+) parent (?P<major>[0-9a-f]+):(?P<minor>[0-9a-f]+) handle "
+    r"[0-9a-f]+: netem"
+)
 _TC_PREFIX = re.compile(r"^\S*/tc\s+")
 _IP_PREFIX = re.compile(r"^\S*/ip\s+")
 
@@ -127,20 +131,31 @@ def generate(
 def _own_classes(text: str, next_minor: dict[str, int]) -> str:
     """``text`` (one rule's tcconfig output) with the rule's own htb class renumbered to
     a minor unique on its device. In --tc-command mode tcconfig cannot list the classes
-    it made before, so it takes the minor from 2 hex digits of a hash of the addresses:
-    with a few rules per device two of them often get the same one (measured: a 3-node
-    testbed on 10.77.1.0/24 gave e0>e1 and e0>ep one class)."""
-    for line in text.splitlines():
-        m = _OWN_CLASS.search(line)
-        if m is None or m["minor"] == "1":  # the default class is shared
-            continue
-        number = next_minor.get(m["dev"], 0x1000)  # above tcconfig's 1..0x100
-        next_minor[m["dev"]] = number + 1
-        old = f"{m['major']}:{m['minor']}"
-        text = re.sub(
-            rf"(?<![0-9a-f:]){re.escape(old)}(?![0-9a-f])", f"{m['major']}:{number:x}", text
-        )
-    return text
+    it made before, so it takes the minor from 2 hex digits of a hash of the addresses
+    (1 + 0..255): with a few rules per device two of them often get the same one
+    (measured: a 3-node testbed on 10.77.1.0/24 gave e0>e1 and e0>ep one class), and
+    one destination in 256 gets minor 1, the default class's own.
+
+    The rule's class is the parent of its netem qdisc; it is renamed in its class line
+    (the last ``class add`` of that classid: the default class comes first), in the
+    netem qdisc and in the filter that sends the destination to it, never in the
+    default class's line."""
+    lines = text.splitlines()
+    for netem in _NETEM_PARENT.finditer(text):
+        dev, major, old = netem["dev"], netem["major"], f"{netem['major']}:{netem['minor']}"
+        number = next_minor.get(dev, 0x1000)  # above tcconfig's 1..0x100
+        next_minor[dev] = number + 1
+        token = re.compile(rf"(?<![0-9a-f:]){re.escape(old)}(?![0-9a-f])")
+        class_lines = [
+            i
+            for i, line in enumerate(lines)
+            if (m := _OWN_CLASS.search(line)) and m["dev"] == dev and token.search(line)
+        ]
+        for i, line in enumerate(lines):
+            if i in class_lines[:-1] or f"dev {dev} " not in line:
+                continue  # the default class (or a device of no concern)
+            lines[i] = token.sub(f"{major}:{number:x}", line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
 def merge(outputs: Sequence[tuple[Rule, str]]) -> Structure:

@@ -270,10 +270,12 @@ def wall_s(
         lambda c: verify_s(config, c),
         lambda c: cpu_cores(config, c),
     )
+    # as the scheduler: no testbed without a unit (running ones, ``up``, all count)
+    shards = parallel if up else min(parallel, len(todo))
     return plan.simulate(
         todo,
-        parallel,
-        capacity=capacity(cores, parallel, max(c.nodes for c in cells)),
+        shards,
+        capacity=capacity(cores, shards, max(c.nodes for c in cells)),
         bringup_s=bringup_s,
         prepare_s=lambda n: prepare_s(config, n),
         up=up or (),

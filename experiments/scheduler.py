@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -147,22 +148,39 @@ class Sweep:
         work = self.units(todo)
         self.planner = plan.Planner(work, estimate.bringup_s)
         nodes = max(c.nodes for c in todo) if todo else 1
-        self.gate = plan.Gate(estimate.capacity(self.cores, self.parallel, nodes))
         self.shards = [Shard(self, f"s{i}") for i in range(min(self.parallel, len(work)))]
-        for sh in self.shards:
-            sh.thread.start()
-        interrupted = False
-        while any(sh.thread.is_alive() for sh in self.shards):
-            try:
-                for sh in self.shards:
+        # the idle testbeds beside a measurement: as many as there are shards
+        self.gate = plan.Gate(estimate.capacity(self.cores, len(self.shards), nodes))
+        # Ctrl-C and SIGTERM only set flags while the shards run: a KeyboardInterrupt
+        # raised anywhere in this thread (starting the shards, between two joins, a
+        # second Ctrl-C) would leave this method while shards still tear testbeds down.
+        signals = [0]
+
+        def on_signal(_signum: int, _frame: Any) -> None:
+            signals[0] += 1
+            self.abort.set()
+            self.stop.set()
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, on_signal)
+        try:
+            for sh in self.shards:
+                if not self.stop.is_set():
+                    sh.thread.start()
+            told = 1
+            for sh in self.shards:
+                while sh.thread.is_alive():
                     sh.thread.join(timeout=0.5)
-            except KeyboardInterrupt:
-                if interrupted:
-                    self.progress.note("still tearing the testbeds down; please wait")
-                interrupted = True
-                self.abort.set()
-                self.stop.set()
-        if interrupted:
+                    if signals[0] > told:
+                        told = signals[0]
+                        self.progress.note("still tearing the testbeds down; please wait")
+        finally:
+            for sig, handler in previous.items():
+                if handler is not None:  # None: not set from Python, cannot be restored
+                    signal.signal(sig, handler)
+        if signals[0]:
             raise KeyboardInterrupt
         if self.errors:
             raise self.errors[0]
@@ -206,6 +224,7 @@ class Shard:
         self.config = sweep.config
         self.name = name
         self.tb: Testbed | None = None
+        self.testbed_run: str | None = None  # the testbed's run id, once in the store
         self.worker: WriteWorker | None = None
         self.nodes: int | None = None
         self.rfs: list[int] = []
@@ -253,6 +272,12 @@ class Shard:
             sweep.check_abort()
             self.note(msg)
 
+        def registered(testbed_run: str) -> None:
+            # In the store before any object of the testbed exists: if this process is
+            # killed while building it, the next run of the sweep removes it.
+            sweep.store.testbed_started(sweep.run_id, testbed_run, nodes)
+            self.testbed_run = testbed_run
+
         tb = Testbed(
             Topology(edge_nodes=nodes),
             cfg.backend,
@@ -260,14 +285,16 @@ class Shard:
             progress=say,
             backend_options=cfg.backend_options(),
             subnet_pool=cfg.subnet_pool,
+            on_registered=registered,
         )
         sweep.progress.shard_status(self.name, f"waiting to bring up {nodes} nodes")
         with sweep.gate.hold("setup", stop=sweep.stop, owner=self.name):
             sweep.progress.shard_status(self.name, f"bringing up {nodes} nodes")
             t0 = time.monotonic()
-            tb.create_hosts()
+            # down() from here on: a bring-up that fails part-way is undone by the
+            # Testbed itself, and down() still records it as down in the store.
             self.tb, self.nodes = tb, nodes
-            sweep.store.testbed_started(sweep.run_id, tb.run_id, nodes)
+            tb.create_hosts()
             tb.start_cassandra()
             setup = emulation.set_links(
                 tb, links.LinkMatrix(tb.topology, {}, profile="none"), cfg.shaper
@@ -301,25 +328,28 @@ class Shard:
             self.baseline()
 
     def down(self) -> None:
+        """Tear the shard's testbed down (also one whose bring-up failed and was undone);
+        recorded as down in the store only once it is gone: a teardown that fails
+        leaves it "up" there, so the next run of the sweep removes what is left."""
         if self.tb is None:
             return
-        tb, sweep = self.tb, self.sweep
-        testbed_run = tb.run_id
-        if self.worker is not None:
-            if sweep.abort.is_set() or sweep.errors:
-                self.worker.abort()  # it may be mid-command
-            else:
-                self.worker.close()
-            self.worker = None
+        tb, sweep, testbed_run = self.tb, self.sweep, self.testbed_run
+        worker, self.worker = self.worker, None
         sweep.progress.shard_status(self.name, f"tearing the {self.nodes}-node cluster down")
+        self.tb, self.nodes, self.testbed_run = None, None, None
         try:
-            tb.down()
+            if worker is not None:
+                if sweep.abort.is_set() or sweep.errors:
+                    worker.abort()  # it may be mid-command
+                else:
+                    worker.close()
         finally:
-            self.tb, self.nodes = None, None
-            try:
-                sweep.store.testbed_down(testbed_run)
-            except StoreFullError as full:  # not instead of the error that got us here
-                self.note(str(full))
+            tb.down()  # a no-op when a failed bring-up was undone already
+            if testbed_run is not None:
+                try:
+                    sweep.store.testbed_down(testbed_run)
+                except StoreFullError as full:  # not instead of the error that got us here
+                    self.note(str(full))
 
     def start_worker(self) -> WriteWorker:
         """The endpoint's write process for this cluster, with every RF's keyspace."""

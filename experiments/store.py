@@ -229,6 +229,13 @@ def check_store_file(path: Path) -> None:
         )
 
 
+def _added_column(statement: str) -> tuple[str, str]:
+    """(table, column) of an ``ALTER TABLE t ADD COLUMN c ...`` migration statement."""
+    words = statement.split()
+    assert [w.upper() for w in words[:2] + words[3:5]] == ["ALTER", "TABLE", "ADD", "COLUMN"]
+    return words[2], words[5]
+
+
 class Store:
     """A results directory's SQLite store. Safe against kill -9 (SQLite transactions).
 
@@ -285,14 +292,8 @@ class Store:
                 self.db.executescript(SCHEMA)
                 if self._schema_version() is None:
                     self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-                version = self._schema_version()
-                if version is not None and version in MIGRATIONS:
-                    for v in range(version, SCHEMA_VERSION):
-                        for statement in MIGRATIONS[v]:
-                            self.db.execute(statement)
-                    self.db.execute(
-                        "UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),)
-                    )
+            if self._schema_version() in MIGRATIONS:
+                self._migrate()
         version = self._schema_version()
         if version != SCHEMA_VERSION and not (read_only and version in MIGRATIONS):
             self.db.close()
@@ -301,6 +302,25 @@ class Store:
             )
         present = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
         self._cell_select = ", ".join(c if c in present else f"NULL AS {c}" for c in CELL_COLUMNS)
+
+    def _migrate(self) -> None:
+        """Bring an older schema to SCHEMA_VERSION in one transaction: DDL outside one
+        (what the sqlite3 module does with ALTER TABLE) would commit each statement
+        apart, and a kill between them leave columns whose ADD fails at every later
+        open. The version is read again under the write lock (another writer may have
+        migrated meanwhile); a column already there is not added again."""
+        with self._writing():
+            self.db.execute("BEGIN IMMEDIATE")
+            version = self._schema_version()
+            if version not in MIGRATIONS:
+                return
+            for v in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[v]:
+                    table, column = _added_column(statement)
+                    present = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+                    if column not in present:
+                        self.db.execute(statement)
+            self.db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
 
     def _schema_version(self) -> int | None:
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()

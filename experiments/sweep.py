@@ -28,6 +28,7 @@ from emulation.gateway import image as gateway_image
 from testbed import TestbedError
 from testbed.errors import ConfigError, RunInUseError, StoreFullError
 from testbed.state import OwnerLock, describe_holder
+from testbed.subnets import pool_from
 
 from . import estimate
 from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
@@ -251,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (Path(config.out) / DB_NAME).exists():
             check_store_file(Path(config.out) / DB_NAME)
         parallel = parse_parallel(args.parallel, config)
+        pool_from(config.subnet_pool)  # $EDGETB_SUBNET_POOL too: named before a run exists
         calibrate_from(Path(config.out))
         if args.dry_run:
             p, why = choose_parallel(config, config.cells(), parallel)

@@ -67,6 +67,10 @@ class Testbed:
             {"edge_size": {"vcpus": 2, "memory_mb": 2048}} for ``libvirt``.
         subnet_pool: where a topology without a subnet gets one (default
             ``$EDGETB_SUBNET_POOL``, else 10.77.0.0/16; see ``testbed.subnets``).
+        on_registered: called with the run id by ``create_hosts`` once the run is
+            registered and before any of its objects exists (a sweep records the testbed
+            there, so that the next run removes it if this process is killed while
+            building it); a failure there undoes the run.
 
     Raises ConfigError before anything is created when the input is invalid.
     """
@@ -86,6 +90,7 @@ class Testbed:
         base: Path | None = None,
         backend_options: dict[str, Any] | None = None,
         subnet_pool: str | None = None,
+        on_registered: Callable[[str], None] | None = None,
     ):
         self.topology = topology
         self.backend_name = backend
@@ -100,6 +105,7 @@ class Testbed:
         self.timings: dict[str, float] = {}
         self.backend_options = dict(backend_options or {})
         self.subnet_pool = subnet_pool
+        self.on_registered = on_registered
         self._owner: st.RunLock | None = None
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
@@ -167,6 +173,8 @@ class Testbed:
             self._owner = st.create_run(state, self.base)  # held until down() or detach()
         self.state = state
         with self._undo_on_failure():
+            if self.on_registered is not None:
+                self.on_registered(state.run_id)
             self.backend = make_backend(self.backend_name, self.topology, state)
             self.progress(
                 f"run {state.run_id}: building {len(self.topology.hosts)} hosts "
@@ -507,6 +515,8 @@ class Testbed:
         tb.cds_training = False
         tb.progress = _quiet
         tb.base = base
+        tb.subnet_pool = None
+        tb.on_registered = None
         tb.state = state
         tb._owner = None
         tb.backend_options = dict(state.extra.get("backend", {}))

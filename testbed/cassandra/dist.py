@@ -4,6 +4,7 @@ binary tarball), kept in a cache directory with a checksum manifest and reused.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -120,6 +121,22 @@ def install(
         except StateError:
             pass
     directory.parent.mkdir(parents=True, exist_ok=True)
+    # One installer at a time (the shards of a parallel sweep, two `up` at once on a
+    # fresh machine): a second one would remove the directory the first just made
+    # while its testbed starts from it. Whoever waited finds it installed.
+    with open(directory.parent / f".{directory.name}.install.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force:
+            try:
+                return load(version, root)
+            except StateError:
+                pass
+        return _install(version, directory, tarball, root, progress)
+
+
+def _install(
+    version: str, directory: Path, tarball: Path | None, root: Path | None, progress
+) -> CassandraDist:
     with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".install-") as tmp:
         staging = Path(tmp) / "dist"
         lib = staging / "lib"

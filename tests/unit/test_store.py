@@ -320,3 +320,27 @@ def test_a_schema_1_store_is_read_as_is_and_migrated_by_a_writer(tmp_path):
     con = sqlite3.connect(tmp_path / DB_NAME)
     assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
     con.close()
+
+
+def test_a_migration_a_kill_cut_short_is_finished_at_the_next_open(tmp_path):
+    """The sqlite3 module commits each ALTER TABLE apart: a kill after the first left a
+    schema-1 store with the shard column and no cpu_util, which the next writer must
+    complete (not fail on adding shard again)."""
+    with Store(tmp_path) as s:
+        s.begin_run("run1", "fp", "custom", {}, {})
+        s.commit_cell(cell(), requests())
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    with con:
+        con.execute("ALTER TABLE cells DROP COLUMN cpu_util")
+        con.execute("UPDATE meta SET value='1' WHERE key='schema'")
+    con.close()
+    with Store(tmp_path) as w:
+        w.commit_cell(
+            cell("n3-rf2-l0-p0.5-r1", shard="s0", cpu_util=0.5), requests("n3-rf2-l0-p0.5-r1")
+        )
+        assert [c["cpu_util"] for c in w.cells("run1")] == [None, 0.5]
+    with Store(tmp_path) as again:  # already migrated: nothing to do
+        assert len(again.cells("run1")) == 2
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
+    con.close()

@@ -109,3 +109,20 @@ def test_rules_of_both_shapers_cover_every_ordered_pair():
     ]
     argv = tcgen.tcset_argv(direct[0])
     assert argv[1:6] == ["eth0", "--direction", "outgoing", "--dst-network", "10.77.0.11/32"]
+
+
+def test_merge_renumbers_a_class_tcconfig_gave_the_default_minor():
+    """tcconfig's minor is 1 + two hex digits of a hash: one destination in 256 gets 1,
+    the default class's. Its own class, netem and filter are renamed; the default class
+    line stays, once."""
+    default = "class add dev ifb5873 parent 16f1: classid 16f1:1 htb rate 32000000.0kbit"
+    on_one = OUT_11.replace("16f1:72", "16f1:1")
+    s = tcgen.merge([(R11, on_one), (R12, OUT_12)])
+    assert s.slot("e1", "e0").parent == "16f1:1000"
+    assert s.slot("e1", "e2").parent == "16f1:1001"
+    assert s.tc_lines.count(default) == 1
+    classes = [l for l in s.tc_lines if l.startswith("class add") and "ceil" in l]
+    assert [l.split()[7] for l in classes] == ["16f1:1000", "16f1:1001"]
+    assert any("dst 10.77.0.11/32" in l and l.endswith("flowid 16f1:1000") for l in s.tc_lines)
+    assert "htb default 1" in " ".join(s.tc_lines)
+    assert not any(l.endswith("flowid 16f1:1") for l in s.tc_lines)

@@ -1,0 +1,135 @@
+"""The parallel sweep's shards without testbeds: signals while shards tear down, and the
+store's record of a testbed whose bring-up failed (fakes for Testbed, store, progress)."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from experiments import plan, scheduler
+from experiments.config import SweepConfig
+from experiments.scheduler import Shard, Sweep
+
+
+class FakeProgress:
+    def __init__(self, note_s: float = 0.0) -> None:
+        self.note_s = note_s
+        self.notes: list[str] = []
+
+    def note(self, message: str, shard: str | None = None) -> None:
+        self.notes.append(message)
+        time.sleep(self.note_s)  # a slow terminal: a signal lands while this prints
+
+    def shard_status(self, shard: str, text: str) -> None:
+        pass
+
+    def shard_done(self, shard: str) -> None:
+        pass
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def testbed_started(self, run_id: str, testbed_run: str, nodes: int) -> None:
+        self.calls.append(("started", testbed_run))
+
+    def testbed_down(self, testbed_run: str) -> None:
+        self.calls.append(("down", testbed_run))
+
+
+def make_sweep(tmp_path, progress=None, parallel=2) -> Sweep:
+    config = SweepConfig(
+        nodes=(3,), latency_ms=(50.0, 100.0), loss_pct=(0.5,), out=str(tmp_path / "res")
+    )
+    return Sweep(config, FakeStore(), "run1", progress or FakeProgress(), parallel=parallel)
+
+
+def test_ctrl_c_pressed_again_and_again_waits_for_every_shard(tmp_path, monkeypatch):
+    """Three Ctrl-C while the shards tear down (the third while the "please wait" note
+    prints): run() raises KeyboardInterrupt only once every shard has finished."""
+    finished: list[str] = []
+
+    def main(self: Shard) -> None:
+        while not self.sweep.abort.is_set():
+            time.sleep(0.01)
+        time.sleep(0.6)  # tearing its testbed down
+        finished.append(self.name)
+
+    monkeypatch.setattr(Shard, "main", main)
+    sweep = make_sweep(tmp_path, FakeProgress(note_s=0.3))
+
+    def interrupt() -> None:
+        for _ in range(3):
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.getsignal(signal.SIGINT)
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sweep.run(sweep.config.cells())
+    finally:
+        sender.join(5)
+    assert sorted(finished) == ["s0", "s1"]
+    assert not any(sh.thread.is_alive() for sh in sweep.shards)
+    assert signal.getsignal(signal.SIGINT) is previous  # restored
+
+
+def test_the_gate_counts_the_testbeds_there_are(tmp_path, monkeypatch):
+    monkeypatch.setattr(Shard, "main", lambda self: None)
+    sweep = make_sweep(tmp_path, parallel=8)
+    sweep.run(sweep.config.cells())  # two units: two shards, not eight
+    assert len(sweep.shards) == 2
+    assert sweep.gate is not None
+    assert sweep.gate.capacity == scheduler.estimate.capacity(sweep.cores, 2, 3)
+
+
+class FailingTestbed:
+    """Registers its run, then fails while building it (and undoes itself, as Testbed
+    does): state None afterwards, run_id unavailable."""
+
+    def __init__(self, topology, backend, *, on_registered, **_options) -> None:
+        self.topology = topology
+        self.on_registered = on_registered
+        self.downs = 0
+
+    def create_hosts(self) -> None:
+        self.on_registered("abc123")
+        raise RuntimeError("the gateway did not boot")
+
+    def down(self) -> None:  # Testbed.down of an undone run: nothing left
+        self.downs += 1
+
+    @property
+    def run_id(self) -> str:
+        raise AssertionError("run_id of a testbed that is not up")
+
+
+def test_a_bring_up_that_fails_is_recorded_then_marked_down(tmp_path, monkeypatch):
+    monkeypatch.setattr(scheduler, "Testbed", FailingTestbed)
+    sweep = make_sweep(tmp_path)
+    sweep.gate = plan.Gate(1.0)
+    shard = Shard(sweep, "s0")
+    with pytest.raises(RuntimeError, match="did not boot"):
+        shard.up(3)
+    assert sweep.store._store.calls == [("started", "abc123")]  # before anything was built
+    shard.down()  # what Shard.main's finally does
+    assert sweep.store._store.calls == [("started", "abc123"), ("down", "abc123")]
+    assert shard.tb is None and shard.testbed_run is None
+
+
+def test_a_teardown_that_fails_leaves_the_testbed_up_in_the_store(tmp_path):
+    class Stuck:
+        def down(self) -> None:
+            raise RuntimeError("namespace busy")
+
+    sweep = make_sweep(tmp_path)
+    shard = Shard(sweep, "s0")
+    shard.tb, shard.nodes, shard.testbed_run = Stuck(), 3, "abc123"
+    with pytest.raises(RuntimeError, match="busy"):
+        shard.down()
+    assert sweep.store._store.calls == []  # still "up": the next run removes what is left
