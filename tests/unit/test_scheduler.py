@@ -5,6 +5,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any, cast
 
 import pytest
 
@@ -44,7 +45,12 @@ def make_sweep(tmp_path, progress=None, parallel=2) -> Sweep:
     config = SweepConfig(
         nodes=(3,), latency_ms=(50.0, 100.0), loss_pct=(0.5,), out=str(tmp_path / "res")
     )
-    return Sweep(config, FakeStore(), "run1", progress or FakeProgress(), parallel=parallel)
+    fakes: Any = (FakeStore(), progress or FakeProgress())
+    return Sweep(config, fakes[0], "run1", fakes[1], parallel=parallel)
+
+
+def calls(sweep: Sweep) -> list[tuple]:
+    return cast(Any, sweep.store)._store.calls
 
 
 def test_ctrl_c_pressed_again_and_again_waits_for_every_shard(tmp_path, monkeypatch):
@@ -116,9 +122,9 @@ def test_a_bring_up_that_fails_is_recorded_then_marked_down(tmp_path, monkeypatc
     shard = Shard(sweep, "s0")
     with pytest.raises(RuntimeError, match="did not boot"):
         shard.up(3)
-    assert sweep.store._store.calls == [("started", "abc123")]  # before anything was built
+    assert calls(sweep) == [("started", "abc123")]  # before anything was built
     shard.down()  # what Shard.main's finally does
-    assert sweep.store._store.calls == [("started", "abc123"), ("down", "abc123")]
+    assert calls(sweep) == [("started", "abc123"), ("down", "abc123")]
     assert shard.tb is None and shard.testbed_run is None
 
 
@@ -129,7 +135,7 @@ def test_a_teardown_that_fails_leaves_the_testbed_up_in_the_store(tmp_path):
 
     sweep = make_sweep(tmp_path)
     shard = Shard(sweep, "s0")
-    shard.tb, shard.nodes, shard.testbed_run = Stuck(), 3, "abc123"
+    shard.tb, shard.nodes, shard.testbed_run = cast(Any, Stuck()), 3, "abc123"
     with pytest.raises(RuntimeError, match="busy"):
         shard.down()
-    assert sweep.store._store.calls == []  # still "up": the next run removes what is left
+    assert calls(sweep) == []  # still "up": the next run removes what is left
