@@ -97,8 +97,10 @@ def _ip_json(ns: str | None, *args: str) -> list[dict]:
     argv = ["ip", "-j", "-4"] + (["-n", ns] if ns else []) + list(args)
     try:
         out = run(argv).stdout
-    except CommandError:  # a namespace deleted while we looked
-        return []
+    except CommandError:
+        if ns is None:  # this machine's own addresses must be known, not guessed
+            raise
+        return []  # a namespace deleted while we looked
     return json.loads(out or "[]")
 
 
