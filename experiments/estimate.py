@@ -9,7 +9,7 @@ The running sweep rescales the model by what it has measured so far.
 
 The machine's costs (``Costs``: the write at 0 ms, CPU per write, an idle testbed's CPU)
 start from figures measured on the development machine and are recalibrated from the
-cells a results directory already holds (``calibrate``: a least-squares fit of each
+cells a results directory already holds (``calibrate``: a robust line fit of each
 cell's measured CPU use against its write rate; baselines for the write at 0 ms), so
 --dry-run and auto-P on this machine use this machine's numbers.
 """
@@ -23,6 +23,7 @@ from math import comb
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from emulation import links
 from testbed.topology import Topology
@@ -62,8 +63,9 @@ def calibrate(
     """The costs fitted to measured cells (None when they are too few to fit).
 
     CPU: the cells of runs with one testbed (``manifest["parallel"]["p"] == 1``) give
-    busy cores = idle + cpu_per_write x writes per second; a least-squares line through
-    them. The write at 0 ms: the median of the runs' baselines."""
+    busy cores = idle + cpu_per_write x writes per second; a Theil-Sen line through
+    them (robust to cells that shared the machine). The write at 0 ms: the median of the
+    runs' baselines."""
     one = {m.get("run_id") for m in manifests if m.get("parallel", {}).get("p") == 1}
     rows = [
         c
@@ -82,16 +84,17 @@ def calibrate(
         )
         busy = np.array([c["cpu_util"] * cores for c in rows])
         if np.ptp(rate) > 0:
-            (slope, idle), *_ = np.linalg.lstsq(
-                np.column_stack([rate, np.ones_like(rate)]), busy, rcond=None
-            )
+            # Theil-Sen: a cell that shared the machine with something else (another
+            # sweep, a build) does not drag the line, as it would a least-squares fit
+            fit = stats.theilslopes(busy, rate)
+            slope, idle = float(fit.slope), float(fit.intercept)
             nodes = statistics.median(c["nodes"] for c in rows)
             default_idle = nodes * COSTS.idle_cores_per_node + COSTS.idle_cores_gateway
             if slope > 0 and idle > 0:
-                scale = float(idle) / default_idle
+                scale = idle / default_idle
                 costs = replace(
                     costs,
-                    cpu_ms_per_write=round(float(slope) * 1000, 2),
+                    cpu_ms_per_write=round(slope * 1000, 2),
                     idle_cores_per_node=round(COSTS.idle_cores_per_node * scale, 4),
                     idle_cores_gateway=round(COSTS.idle_cores_gateway * scale, 4),
                 )
