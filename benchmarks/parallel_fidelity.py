@@ -4,10 +4,14 @@ Runs one sub-grid sequentially twice (two independent runs: the scale of run-to-
 variation) and once per P in --parallel, each into its own results directory, then
 compares every cell with the first sequential run: the difference of medians and of means,
 and two two-sample tests (scipy.stats: Mann-Whitney U on the RTTs, Kolmogorov-Smirnov on
-their distributions). A parallel P passes when its cells differ from sequential ones no
-more often than the second sequential run does (p < 0.05 counted per test), and its
-median differences are no larger. Prints one table per P and a summary; writes both to
-OUT/fidelity.md. A run already complete in OUT is reused (the sweep resumes).
+their distributions). Two sequential runs already differ "significantly" in most cells
+(measured: 13-16 of 18): the RTTs are so tight that a run-to-run shift of a few tenths of
+a millisecond is detected. So a parallel P passes when (a) its median differences are no
+larger than the second sequential run's (median |Δ median| at most 1.5x + 0.1 ms) and
+(b) they show no systematic direction (a two-sided sign test over the cells, p >= 0.05:
+parallel cells are not consistently slower); the per-cell test rejections are counted
+beside those of the second sequential run for scale. Prints one table per P and a
+summary; writes both to OUT/fidelity.md. A run already complete in OUT is reused.
 
     python benchmarks/parallel_fidelity.py                       # the sub-grid
     python benchmarks/parallel_fidelity.py --nodes 3 --rf 1..3 --latency 0,50,100 \\
@@ -98,6 +102,11 @@ def summary(rows: list[dict]) -> dict:
         "ks_rejects": sum(r["ks_p"] < ALPHA for r in rows),
         "median_abs_median_diff_ms": statistics.median(abs(r["median_diff_ms"]) for r in rows),
         "max_abs_median_diff_ms": max(abs(r["median_diff_ms"]) for r in rows),
+        "slower": sum(r["median_diff_ms"] > 0 for r in rows),
+        "sign_p": stats.binomtest(
+            sum(r["median_diff_ms"] > 0 for r in rows),
+            sum(r["median_diff_ms"] != 0 for r in rows),
+        ).pvalue,
     }
 
 
@@ -132,31 +141,34 @@ def main() -> int:
         sums[name] = summary(rows)
         cpu = manifest.get("cpu_util")
         report += [table(f"{name} vs seq-a", rows), ""]
-        sums[name]["wall_s"] = round(walls[name])
+        # the sweep's own wall time (a reused run's is stored in its manifest)
+        sums[name]["wall_s"] = round(manifest.get("wall_s") or walls[name])
         sums[name]["cpu_util"] = cpu
     report += [
         "| run | cells | MW p<0.05 | KS p<0.05 | median abs Δ median ms | max abs Δ median ms "
-        "| wall s | CPU busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| cells slower | sign test p | wall s | CPU busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in sums.items():
         report.append(
             f"| {name} | {s['cells']} | {s['mw_rejects']} | {s['ks_rejects']} | "
             f"{s['median_abs_median_diff_ms']:.2f} | {s['max_abs_median_diff_ms']:.2f} | "
+            f"{s['slower']}/{s['cells']} | {s['sign_p']:.3f} | "
             f"{s['wall_s']} | {100 * (s['cpu_util'] or 0):.0f} % |"
         )
     scale = sums["seq-b"]
     verdicts = []
     for q in ps:
         s = sums[f"p{q}"]
-        ok = (
-            s["mw_rejects"] <= max(scale["mw_rejects"], 1)
-            and s["ks_rejects"] <= max(scale["ks_rejects"], 1)
-            and s["median_abs_median_diff_ms"] <= max(2 * scale["median_abs_median_diff_ms"], 1.0)
-        )
+        close = s["median_abs_median_diff_ms"] <= 1.5 * scale["median_abs_median_diff_ms"] + 0.1
+        unbiased = s["sign_p"] >= ALPHA
         verdicts.append(
-            f"P={q}: {'indistinguishable from' if ok else 'DIFFERS from'} sequential at the "
-            f"rate of two sequential runs ({s['mw_rejects']}+{s['ks_rejects']} rejections vs "
+            f"P={q}: "
+            + ("indistinguishable from sequential" if close and unbiased else "DIFFERS")
+            + f" (median |Δ median| {s['median_abs_median_diff_ms']:.2f} ms vs "
+            f"{scale['median_abs_median_diff_ms']:.2f} between sequential runs; slower in "
+            f"{s['slower']}/{s['cells']} cells, sign test p {s['sign_p']:.3f}; test "
+            f"rejections {s['mw_rejects']}+{s['ks_rejects']} vs "
             f"{scale['mw_rejects']}+{scale['ks_rejects']})"
         )
     report += [""] + verdicts
