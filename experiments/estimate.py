@@ -203,7 +203,9 @@ def sweep_s(config: SweepConfig, cells: list[Cell] | None = None) -> float:
 MAX_BUSY = 0.12
 # Resident memory of one node beyond its heap (metaspace, code cache, thread stacks,
 # direct buffers), of the gateway VM (QEMU, 160 MB guest) and of the endpoint's workload.
-NODE_OVERHEAD_MB = 300
+# Measured (benchmarks/testbed_memory.py): a shaped 5-node testbed, heap 256 MB, 2044 MB
+# without the workload process (median of 2).
+NODE_OVERHEAD_MB = 100
 GATEWAY_MB = 260
 WORKLOAD_MB = 120
 MAX_MEMORY_SHARE = 0.75  # --parallel auto keeps all testbeds under this share of RAM
