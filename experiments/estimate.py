@@ -226,9 +226,9 @@ def testbed_mb(config: SweepConfig, nodes: int) -> float:
     return nodes * (config.heap_mb + NODE_OVERHEAD_MB) + GATEWAY_MB + WORKLOAD_MB
 
 
-def capacity(cores: int, testbeds: int, nodes: int) -> float:
-    """Cores the measurements may use at once beside ``testbeds`` idle testbeds."""
-    return max(0.0, cores * MAX_BUSY - testbeds * idle_cores(nodes))
+def budget(cores: int) -> float:
+    """Cores the sweep's testbeds, idle and measuring, may keep busy together."""
+    return cores * MAX_BUSY
 
 
 def auto_parallel(
@@ -289,7 +289,8 @@ def wall_s(
     return plan.simulate(
         todo,
         shards,
-        capacity=capacity(cores, shards, max(c.nodes for c in cells)),
+        budget=budget(cores),
+        idle_cores=idle_cores,
         bringup_s=bringup_s,
         prepare_s=lambda n: prepare_s(config, n),
         up=up or (),

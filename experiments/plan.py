@@ -10,8 +10,8 @@ The running sweep (``scheduler``) and its estimate (``--dry-run``) use the same 
   count; when none is left it moves to the node count with the most work per testbed
   serving it, if that work is worth a bring-up, and otherwise it is done.
 - **The machine gate.** A unit is measured only while the demands of the units being
-  measured fit ``capacity`` cores (what the machine may spend beyond its idle
-  testbeds); a unit that does not fit even alone is measured alone (the 0 ms and other
+  measured fit ``capacity`` cores (the sweep's budget less the idle cost of the testbeds
+  up at that moment); a unit that does not fit even alone is measured alone (the 0 ms and other
   CPU-bound cells, the per-testbed baseline). Set-up work (bring-up, gateway boot,
   warm-up) is CPU-heavy and never overlaps a measurement; up to ``setup_slots`` set-ups
   run together. Requests are admitted in arrival order, so a waiting unit is never
@@ -129,20 +129,40 @@ class _Ticket:
     kind: str  # "setup" | "measure"
     demand: float
     owner: str = ""
+    alone: bool = False  # admitted as a measurement that runs alone
 
 
 @dataclass
 class Gate:
-    """What may use the CPU at once (thread-safe; see the module's docstring)."""
+    """What may use the CPU at once (thread-safe; see the module's docstring).
 
-    capacity: float
+    ``budget``: cores the sweep's testbeds may keep busy; the idle cost of the testbeds
+    up (``add_testbed``/``remove_testbed``) comes off it, the rest is the ``capacity``
+    measurements share."""
+
+    budget: float
     setup_slots: int = 2
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _queue: deque = field(default_factory=deque)
+    idle: float = 0.0  # cores the testbeds that are up use doing nothing
     measuring: float = 0.0  # demand of the measurements running (those that share)
     measures: int = 0
     alone: int = 0  # a measurement that does not fit ``capacity`` even alone is running
     setups: int = 0
+
+    @property
+    def capacity(self) -> float:
+        return max(0.0, self.budget - self.idle)
+
+    def add_testbed(self, idle_cores: float) -> None:
+        with self._cond:
+            self.idle += idle_cores
+            self._cond.notify_all()
+
+    def remove_testbed(self, idle_cores: float) -> None:
+        with self._cond:
+            self.idle = max(0.0, self.idle - idle_cores)
+            self._cond.notify_all()
 
     def admits(self, t: _Ticket) -> bool:
         if t.kind == "setup":
@@ -177,7 +197,10 @@ class Gate:
     def _take(self, t: _Ticket, sign: int) -> None:
         if t.kind == "setup":
             self.setups += sign
-        elif t.demand > self.capacity:
+            return
+        if sign > 0:  # decided once: the capacity may change before the release
+            t.alone = t.demand > self.capacity
+        if t.alone:
             self.measures += sign
             self.alone += sign
         else:
@@ -192,7 +215,8 @@ def simulate(
     todo: Sequence[Unit],
     shards: int,
     *,
-    capacity: float,
+    budget: float,
+    idle_cores: Callable[[int], float],
     bringup_s: Callable[[int], float],
     prepare_s: Callable[[int], float],
     setup_slots: int = 2,
@@ -202,10 +226,11 @@ def simulate(
     Planner's and the Gate's rules (``prepare_s(nodes)``: warm-up and baseline after a
     bring-up, measured alone; ``up``: node counts of the clusters already running)."""
     planner = Planner(todo, bringup_s)
+    gate = Gate(budget, setup_slots)
     for n in up:
         if n is not None:
             planner.serving[n] += 1
-    gate = Gate(capacity, setup_slots)
+            gate.idle += idle_cores(n)
     now = 0.0
     seq = itertools.count()
     # (time, seq, shard, "release", (ticket, then))
@@ -224,11 +249,17 @@ def simulate(
             heapq.heappush(events, (now + duration, next(seq), shard, "release", (ticket, then)))
 
     def plan(shard: int) -> None:
-        unit = planner.next(clusters[shard])
+        current = clusters[shard]
+        unit = planner.next(current)
+        if unit is None or unit.nodes != current:  # this cluster goes down
+            if current is not None:
+                gate.idle = max(0.0, gate.idle - idle_cores(current))
+            clusters[shard] = None
         if unit is None:
             return
-        if unit.nodes != clusters[shard]:
+        if unit.nodes != current:
             clusters[shard] = unit.nodes
+            gate.idle += idle_cores(unit.nodes)
             request(shard, _Ticket("setup", 0.0), bringup_s(unit.nodes), ("prepare", unit))
         else:
             request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))

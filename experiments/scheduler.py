@@ -147,10 +147,9 @@ class Sweep:
         self.logs.mkdir(parents=True, exist_ok=True)
         work = self.units(todo)
         self.planner = plan.Planner(work, estimate.bringup_s)
-        nodes = max(c.nodes for c in todo) if todo else 1
         self.shards = [Shard(self, f"s{i}") for i in range(min(self.parallel, len(work)))]
         # the idle testbeds beside a measurement: as many as there are shards
-        self.gate = plan.Gate(estimate.capacity(self.cores, len(self.shards), nodes))
+        self.gate = plan.Gate(estimate.budget(self.cores))
         # Ctrl-C and SIGTERM only set flags while the shards run: a KeyboardInterrupt
         # raised anywhere in this thread (starting the shards, between two joins, a
         # second Ctrl-C) would leave this method while shards still tear testbeds down.
@@ -225,6 +224,7 @@ class Shard:
         self.name = name
         self.tb: Testbed | None = None
         self.testbed_run: str | None = None  # the testbed's run id, once in the store
+        self.idle = 0.0  # the gate's share for this testbed's idle load, while it is up
         self.worker: WriteWorker | None = None
         self.nodes: int | None = None
         self.rfs: list[int] = []
@@ -294,6 +294,8 @@ class Shard:
             # down() from here on: a bring-up that fails part-way is undone by the
             # Testbed itself, and down() still records it as down in the store.
             self.tb, self.nodes = tb, nodes
+            self.idle = estimate.idle_cores(nodes)
+            sweep.gate.add_testbed(self.idle)  # its idle load comes off what cells share
             tb.create_hosts()
             tb.start_cassandra()
             setup = emulation.set_links(
@@ -337,6 +339,9 @@ class Shard:
         worker, self.worker = self.worker, None
         sweep.progress.shard_status(self.name, f"tearing the {self.nodes}-node cluster down")
         self.tb, self.nodes, self.testbed_run = None, None, None
+        if sweep.gate is not None and self.idle:
+            sweep.gate.remove_testbed(self.idle)
+            self.idle = 0.0
         try:
             if worker is not None:
                 if sweep.abort.is_set() or sweep.errors:

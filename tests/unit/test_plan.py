@@ -55,7 +55,7 @@ def test_planner_does_not_bring_up_a_cluster_for_little_work():
 
 
 def test_gate_admits_by_demand_in_arrival_order_and_setup_apart():
-    gate = plan.Gate(capacity=1.0)
+    gate = plan.Gate(budget=1.0)
     log: list[str] = []
     seen: dict[str, tuple] = {}
 
@@ -89,8 +89,22 @@ def test_gate_admits_by_demand_in_arrival_order_and_setup_apart():
     assert log.index("out:setup") < log.index("in:c")
 
 
+def test_gate_capacity_is_the_budget_less_the_idle_testbeds():
+    gate = plan.Gate(budget=0.3)
+    gate.add_testbed(0.1)
+    gate.add_testbed(0.1)
+    assert gate.capacity == pytest.approx(0.1)
+    with gate.hold("measure", 0.15):  # does not fit beside two idle testbeds: alone
+        assert gate.alone == 1
+        gate.remove_testbed(0.1)  # a testbed goes down meanwhile
+        assert gate.capacity == pytest.approx(0.2)
+    assert gate.alone == 0 and gate.measures == 0  # released as what it was admitted as
+    with gate.hold("measure", 0.15):
+        assert gate.alone == 0 and gate.measuring == pytest.approx(0.15)
+
+
 def test_gate_lets_a_stopping_sweep_leave_the_queue():
-    gate = plan.Gate(capacity=1.0)
+    gate = plan.Gate(budget=1.0)
     stop = threading.Event()
     errors = []
     with gate.hold("measure", plan.EXCLUSIVE):
@@ -111,15 +125,21 @@ def test_gate_lets_a_stopping_sweep_leave_the_queue():
 
 def test_simulation_of_one_testbed_is_the_sequential_sum():
     todo = [unit(3, 100), unit(3, 50)]
-    wall = plan.simulate(todo, 1, capacity=1, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    wall = plan.simulate(
+        todo, 1, budget=1, idle_cores=lambda n: 0.0, bringup_s=lambda n: 20, prepare_s=lambda n: 5
+    )
     assert wall == pytest.approx(20 + 5 + 150)
     # two testbeds: the bring-ups do not overlap a measurement, the units do
     todo = [unit(3, 100), unit(3, 90)]
-    wall = plan.simulate(todo, 2, capacity=1, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    wall = plan.simulate(
+        todo, 2, budget=1, idle_cores=lambda n: 0.0, bringup_s=lambda n: 20, prepare_s=lambda n: 5
+    )
     assert wall == pytest.approx(20 + 5 + 5 + 100)  # both set-ups together, baselines apart
     # CPU-bound units run alone whatever P is
     todo = [unit(3, 100, demand=plan.EXCLUSIVE), unit(3, 90, demand=plan.EXCLUSIVE)]
-    wall = plan.simulate(todo, 2, capacity=1, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    wall = plan.simulate(
+        todo, 2, budget=1, idle_cores=lambda n: 0.0, bringup_s=lambda n: 20, prepare_s=lambda n: 5
+    )
     assert wall == pytest.approx(20 + 5 + 5 + 190)
 
 
