@@ -78,14 +78,21 @@ class Planner:
 
     def __init__(self, todo: Sequence[Unit], bringup_s: Callable[[int], float]):
         self._lock = threading.Lock()
-        self.queues: dict[int, list[Unit]] = {}
+        self.queues: dict[int, deque[Unit]] = {}
+        self._total: dict[int, float] = {}  # cost of each queue, kept as units leave
         for u in sorted(todo, key=lambda u: -u.cost_s):
-            self.queues.setdefault(u.nodes, []).append(u)
+            self.queues.setdefault(u.nodes, deque()).append(u)
+            self._total[u.nodes] = self._total.get(u.nodes, 0.0) + u.cost_s
         self.serving: Counter[int] = Counter()
         self.bringup_s = bringup_s
 
     def remaining_s(self, nodes: int) -> float:
-        return sum(u.cost_s for u in self.queues.get(nodes, ()))
+        return max(0.0, self._total.get(nodes, 0.0)) if self.queues.get(nodes) else 0.0
+
+    def _pop(self, nodes: int) -> Unit:
+        unit = self.queues[nodes].popleft()
+        self._total[nodes] -= unit.cost_s
+        return unit
 
     def left(self) -> list[Unit]:
         with self._lock:
@@ -97,7 +104,7 @@ class Planner:
         None: this shard is done (its cluster goes down)."""
         with self._lock:
             if current is not None and self.queues.get(current):
-                return self.queues[current].pop(0)
+                return self._pop(current)
             open_ = [n for n, q in self.queues.items() if q]
             if not open_:
                 self._leave(current)
@@ -113,7 +120,7 @@ class Planner:
                 return None
             self._leave(current)
             self.serving[target] += 1
-            return self.queues[target].pop(0)
+            return self._pop(target)
 
     def _leave(self, current: int | None) -> None:
         if current is not None and self.serving[current] > 0:

@@ -111,6 +111,7 @@ class Sweep:
         self.planner: plan.Planner | None = None
         self.gate: plan.Gate | None = None
         self.shards: list[Shard] = []
+        self._eta: tuple[float, float] | None = None  # (when, the replay's wall seconds)
 
     def units(self, todo: list[Cell]) -> list[plan.Unit]:
         cfg = self.config
@@ -126,6 +127,10 @@ class Sweep:
         ones have left, both rescaled by ``scale`` (measured/model so far)."""
         if self.planner is None:
             return 0.0
+        now = time.monotonic()
+        if self._eta is not None and now - self._eta[0] < ETA_EVERY_S:
+            since, wall = self._eta  # the last replay, counted down
+            return max(0.0, scale * wall - (now - since))
         left = [c for u in self.planner.left() for c in u.cells]
         running = [
             c
@@ -139,7 +144,9 @@ class Sweep:
             return 0.0
         alive = [sh for sh in self.shards if sh.thread.is_alive()]
         up = [sh.nodes for sh in alive]
-        return scale * estimate.wall_s(self.config, cells, max(1, len(alive)), self.cores, up)
+        wall = estimate.wall_s(self.config, cells, max(1, len(alive)), self.cores, up)
+        self._eta = (now, wall)
+        return scale * wall
 
     def run(self, todo: list[Cell]) -> None:
         """Measure ``todo``; raises the first shard's failure, KeyboardInterrupt after
@@ -625,6 +632,7 @@ class ComponentLost(TestbedError):
 
 
 MAX_RECOVERIES_PER_CELL = 1
+ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
 
 
 def check_components(tb: Testbed, *, thorough: bool = False) -> None:
