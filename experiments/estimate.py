@@ -28,6 +28,7 @@ from scipy import stats
 from emulation import links
 from testbed.topology import Topology
 
+from . import plan
 from .config import Cell, SweepConfig
 from .consistency import required_acks
 
@@ -167,19 +168,15 @@ def verify_s(config: SweepConfig, cell: Cell) -> float:
     return config.verify_probes * PROBE_INTERVAL_S + wait + 0.5
 
 
-def split_s(
-    config: SweepConfig, cells: list[Cell], *, up: int | None = None
-) -> tuple[float, float]:
-    """(time in cells, fixed time: bring-ups and checks) for ``cells``; ``up`` is a node
-    count whose cluster is already running (no bring-up counted for it)."""
+def split_s(config: SweepConfig, cells: list[Cell]) -> tuple[float, float]:
+    """(time in cells, fixed time: bring-ups and checks) for ``cells`` on one testbed."""
     in_cells = fixed = 0.0
-    seen_nodes, seen_networks = {up}, set()
+    seen_nodes: set[int] = set()
+    seen_networks = set()
     for cell in cells:
         if cell.nodes not in seen_nodes:
             seen_nodes.add(cell.nodes)
-            fixed += bringup_s(cell.nodes) + (
-                (config.baseline_writes + config.cluster_warmup) * COSTS.base_write_ms / 1000
-            )
+            fixed += bringup_s(cell.nodes) + prepare_s(config, cell.nodes)
         if cell.network not in seen_networks:
             seen_networks.add(cell.network)
             fixed += verify_s(config, cell)
@@ -264,6 +261,16 @@ def prepare_s(config: SweepConfig, nodes: int) -> float:
     return (config.baseline_writes + config.cluster_warmup) * COSTS.base_write_ms / 1000
 
 
+def units(config: SweepConfig, cells: list[Cell]) -> list[plan.Unit]:
+    """``cells`` as the scheduler's units, costed by this model."""
+    return plan.units(
+        cells,
+        lambda c: cell_s(config, c),
+        lambda c: verify_s(config, c),
+        lambda c: cpu_cores(config, c),
+    )
+
+
 def wall_s(
     config: SweepConfig,
     cells: list[Cell],
@@ -274,16 +281,9 @@ def wall_s(
     """The sweep's wall time for ``cells`` on ``parallel`` testbeds: the scheduler's own
     rules (``plan``) replayed in virtual time over this model's costs (``up``: the node
     counts of clusters already running, one per shard)."""
-    from . import plan
-
     if not cells:
         return 0.0
-    todo = plan.units(
-        cells,
-        lambda c: cell_s(config, c),
-        lambda c: verify_s(config, c),
-        lambda c: cpu_cores(config, c),
-    )
+    todo = units(config, cells)
     # as the scheduler: no testbed without a unit (running ones, ``up``, all count)
     shards = parallel if up else min(parallel, len(todo))
     return plan.simulate(

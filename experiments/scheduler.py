@@ -113,15 +113,6 @@ class Sweep:
         self.shards: list[Shard] = []
         self._eta: tuple[float, float] | None = None  # (when, the replay's wall seconds)
 
-    def units(self, todo: list[Cell]) -> list[plan.Unit]:
-        cfg = self.config
-        return plan.units(
-            todo,
-            lambda c: estimate.cell_s(cfg, c),
-            lambda c: estimate.verify_s(cfg, c),
-            lambda c: estimate.cpu_cores(cfg, c),
-        )
-
     def remaining_s(self, scale: float) -> float:
         """The model's wall time for the units not handed out yet, plus what the running
         ones have left, both rescaled by ``scale`` (measured/model so far)."""
@@ -152,7 +143,7 @@ class Sweep:
         """Measure ``todo``; raises the first shard's failure, KeyboardInterrupt after
         Ctrl-C (every shard's testbed down by then)."""
         self.logs.mkdir(parents=True, exist_ok=True)
-        work = self.units(todo)
+        work = estimate.units(self.config, todo)
         self.planner = plan.Planner(work, estimate.bringup_s)
         self.shards = [Shard(self, f"s{i}") for i in range(min(self.parallel, len(work)))]
         # the idle testbeds beside a measurement: as many as there are shards
@@ -267,9 +258,6 @@ class Shard:
 
     # -- clusters --------------------------------------------------------------------------
 
-    def rfs_for(self, nodes: int) -> list[int]:
-        return list(self.config.rfs(nodes))
-
     def up(self, nodes: int) -> None:
         cfg, sweep = self.config, self.sweep
         assert sweep.gate is not None
@@ -309,7 +297,7 @@ class Shard:
                 tb, links.LinkMatrix(tb.topology, {}, profile="none"), cfg.shaper
             )
             gateway = shapers.emulation_state(tb).get("gateway", {})
-            self.rfs = self.rfs_for(nodes)
+            self.rfs = list(cfg.rfs(nodes))
             self.worker = self.start_worker()
             sweep.store.update_manifest(
                 sweep.run_id,
@@ -425,11 +413,11 @@ class Shard:
         s.update(rf=rf, cl=cfg.cl, errors=sum(r["error"] is not None for r in rows))
         with sweep.lock:
             manifest = sweep.store.run(sweep.run_id).manifest
-            entries: dict[str, Any] = {"clusters": {self.tb.run_id: {"baseline": s}}}
+            # update_manifest merges one level deep: the cluster's entry goes in whole
+            cluster = dict(manifest["clusters"][self.tb.run_id], baseline=s)
+            entries: dict[str, Any] = {"clusters": {self.tb.run_id: cluster}}
             if str(nodes) not in manifest.get("baseline", {}):
                 entries["baseline"] = {str(nodes): s}
-            cluster = dict(manifest["clusters"][self.tb.run_id], baseline=s)
-            entries["clusters"] = {self.tb.run_id: cluster}
             sweep.store.update_manifest(sweep.run_id, **entries)
         self.note(
             f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.cl}): median "
