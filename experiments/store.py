@@ -26,7 +26,7 @@ from typing import Any
 from testbed.errors import ConfigError, StateError, StateFileError, StoreFullError
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # What each older schema lacks: added (nullable) when a writer opens such a store; a
 # reader of one sees NULL in those columns.
 MIGRATIONS = {
@@ -34,6 +34,7 @@ MIGRATIONS = {
         "ALTER TABLE cells ADD COLUMN shard TEXT",
         "ALTER TABLE cells ADD COLUMN cpu_util REAL",
     ),
+    2: ("ALTER TABLE cells ADD COLUMN worker TEXT",),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
 # only writers wait for each other (two sweeps on one directory); readers never wait.
@@ -71,6 +72,7 @@ CREATE TABLE IF NOT EXISTS cells (
     finished REAL NOT NULL,
     shard TEXT,                    -- the sweep's testbed slot that measured it (s0, s1, ...)
     cpu_util REAL,                 -- the machine's CPU busy fraction (0..1) during the cell
+    worker TEXT,                   -- the --workers machine that measured it (NULL: local)
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -116,8 +118,9 @@ CELL_COLUMNS = (
     "finished",
     "shard",
     "cpu_util",
+    "worker",
 )
-OPTIONAL = ("shard", "cpu_util")  # cell columns that may be left NULL
+OPTIONAL = ("shard", "cpu_util", "worker")  # cell columns that may be left NULL
 REQUEST_COLUMNS = (
     "run_id",
     "cell_id",
@@ -155,6 +158,7 @@ COLUMN_TYPES = {
     "finished": "real",
     "shard": "text",
     "cpu_util": "real",
+    "worker": "text",
     "seq": "integer",
     "key": "text",
     "coordinator": "text",
@@ -437,11 +441,16 @@ class Store:
             r[0] for r in self.db.execute("SELECT cell_id FROM cells WHERE run_id=?", (run_id,))
         }
 
-    def commit_cell(self, cell: dict[str, Any], requests: Iterable[dict[str, Any]]) -> None:
-        """Store a cell and all its requests (iterated once) atomically."""
+    def commit_cell(
+        self, cell: dict[str, Any], requests: Iterable[dict[str, Any]], *, once: bool = False
+    ) -> bool:
+        """Store a cell and all its requests (iterated once) atomically. ``once``: a cell
+        already stored (a worker's cell sent again after a re-queue or a resume) is left
+        as it is and nothing is inserted; returns whether the cell was stored."""
+        verb = "INSERT OR IGNORE" if once else "INSERT"
         with self._writing():
-            self.db.execute(
-                f"INSERT INTO cells ({', '.join(CELL_COLUMNS)}) "
+            cur = self.db.execute(
+                f"{verb} INTO cells ({', '.join(CELL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(CELL_COLUMNS))})",
                 [
                     json.dumps(cell[c])
@@ -452,11 +461,14 @@ class Store:
                     for c in CELL_COLUMNS
                 ],
             )
+            if cur.rowcount == 0:
+                return False
             self.db.executemany(
                 f"INSERT INTO requests ({', '.join(REQUEST_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})",
                 ([r[c] for c in REQUEST_COLUMNS] for r in requests),
             )
+        return True
 
     def cells(self, run_ids: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Cells of one run, of several, or (None) of every run, in the order measured."""

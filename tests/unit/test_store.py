@@ -307,18 +307,20 @@ def test_a_schema_1_store_is_read_as_is_and_migrated_by_a_writer(tmp_path):
     with con:
         con.execute("ALTER TABLE cells DROP COLUMN shard")
         con.execute("ALTER TABLE cells DROP COLUMN cpu_util")
+        con.execute("ALTER TABLE cells DROP COLUMN worker")
         con.execute("UPDATE meta SET value='1' WHERE key='schema'")
     con.close()
     with Store(tmp_path, read_only=True) as r:
         (old,) = r.cells("run1")
         assert old["shard"] is None and old["cpu_util"] is None and old["rf"] == 1
+        assert old["worker"] is None
     with Store(tmp_path) as w:
         w.commit_cell(
             cell("n3-rf2-l0-p0.5-r1", shard="s0", cpu_util=0.5), requests("n3-rf2-l0-p0.5-r1")
         )
         assert [(c["shard"], c["cpu_util"]) for c in w.cells("run1")] == [(None, None), ("s0", 0.5)]
     con = sqlite3.connect(tmp_path / DB_NAME)
-    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("3",)
     con.close()
 
 
@@ -332,6 +334,7 @@ def test_a_migration_a_kill_cut_short_is_finished_at_the_next_open(tmp_path):
     con = sqlite3.connect(tmp_path / DB_NAME)
     with con:
         con.execute("ALTER TABLE cells DROP COLUMN cpu_util")
+        con.execute("ALTER TABLE cells DROP COLUMN worker")
         con.execute("UPDATE meta SET value='1' WHERE key='schema'")
     con.close()
     with Store(tmp_path) as w:
@@ -342,5 +345,35 @@ def test_a_migration_a_kill_cut_short_is_finished_at_the_next_open(tmp_path):
     with Store(tmp_path) as again:  # already migrated: nothing to do
         assert len(again.cells("run1")) == 2
     con = sqlite3.connect(tmp_path / DB_NAME)
-    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("3",)
     con.close()
+
+
+def test_a_schema_2_store_gains_the_worker_column(tmp_path):
+    with Store(tmp_path) as s:
+        s.begin_run("run1", "fp", "custom", {}, {})
+        s.commit_cell(cell(shard="s0"), requests())
+    con = sqlite3.connect(tmp_path / DB_NAME)
+    with con:
+        con.execute("ALTER TABLE cells DROP COLUMN worker")
+        con.execute("UPDATE meta SET value='2' WHERE key='schema'")
+    con.close()
+    with Store(tmp_path, read_only=True) as r:
+        assert r.cells("run1")[0]["worker"] is None
+    with Store(tmp_path) as w:
+        w.commit_cell(cell("n3-rf2-l0-p0.5-r1", worker="w1"), requests("n3-rf2-l0-p0.5-r1"))
+        assert [c["worker"] for c in w.cells("run1")] == [None, "w1"]
+
+
+def test_a_cell_committed_once_is_not_stored_twice(store):
+    """A worker's cell sent again (a re-queued unit, a resume's replay) is dropped whole:
+    the first copy and its requests stay as they were."""
+    assert store.commit_cell(cell(worker="w1"), requests(), once=True)
+    again = requests()
+    for r in again:
+        r["rtt_ns"] += 1
+    assert not store.commit_cell(cell(worker="w2"), again, once=True)
+    (c,) = store.cells("run1")
+    assert c["worker"] == "w1"
+    assert store.request_count("run1") == len(requests())
+    assert store.rtts_ns("run1", c["cell_id"]) == sorted(r["rtt_ns"] for r in requests())
