@@ -122,6 +122,20 @@ class Planner:
             self.serving[target] += 1
             return self._pop(target)
 
+    def requeue(self, unit: Unit) -> None:
+        """A unit handed out and not finished (its worker died): back in its queue, in
+        longest-first order."""
+        with self._lock:
+            q = self.queues.setdefault(unit.nodes, deque())
+            at = next((i for i, u in enumerate(q) if u.cost_s < unit.cost_s), len(q))
+            q.insert(at, unit)
+            self._total[unit.nodes] = self._total.get(unit.nodes, 0.0) + unit.cost_s
+
+    def release(self, current: int | None) -> None:
+        """A shard that will ask no more (its worker died) stops serving ``current``."""
+        with self._lock:
+            self._leave(current)
+
     def _leave(self, current: int | None) -> None:
         if current is not None and self.serving[current] > 0:
             self.serving[current] -= 1

@@ -108,7 +108,7 @@ class Sweep:
         self.abort = threading.Event()  # leave the current cell too (Ctrl-C)
         self.errors: list[BaseException] = []
         self.cores = cores or os.cpu_count() or 1
-        self.planner: plan.Planner | None = None
+        self.planner: Any = None  # plan.Planner, or a worker's remote one
         self.gate: plan.Gate | None = None
         self.shards: list[Shard] = []
         self._eta: tuple[float, float] | None = None  # (when, the replay's wall seconds)
@@ -139,13 +139,19 @@ class Sweep:
         self._eta = (now, wall)
         return scale * wall
 
-    def run(self, todo: list[Cell]) -> None:
-        """Measure ``todo``; raises the first shard's failure, KeyboardInterrupt after
-        Ctrl-C (every shard's testbed down by then)."""
+    def run(self, todo: list[Cell], planner: Any = None) -> None:
+        """Measure ``todo``, or what ``planner`` hands out (a ``--workers`` worker's
+        shards ask the controller); raises the first shard's failure, KeyboardInterrupt
+        after Ctrl-C (every shard's testbed down by then)."""
         self.logs.mkdir(parents=True, exist_ok=True)
-        work = estimate.units(self.config, todo)
-        self.planner = plan.Planner(work, estimate.bringup_s)
-        self.shards = [Shard(self, f"s{i}") for i in range(min(self.parallel, len(work)))]
+        if planner is None:
+            work = estimate.units(self.config, todo)
+            planner = plan.Planner(work, estimate.bringup_s)
+            shards = min(self.parallel, len(work))
+        else:
+            shards = self.parallel
+        self.planner = planner
+        self.shards = [Shard(self, f"s{i}") for i in range(shards)]
         # the idle testbeds beside a measurement: as many as there are shards
         self.gate = plan.Gate(estimate.budget(self.cores))
         # Ctrl-C and SIGTERM only set flags while the shards run: a KeyboardInterrupt

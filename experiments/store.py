@@ -470,6 +470,16 @@ class Store:
             )
         return True
 
+    def cells_per_worker(self, run_id: str) -> dict[str, int]:
+        """Cells of the run by the worker that measured them ("local": this machine)."""
+        return {
+            w or "local": n
+            for w, n in self.db.execute(
+                "SELECT worker, count(*) FROM cells WHERE run_id=? GROUP BY worker ORDER BY worker",
+                (run_id,),
+            )
+        }
+
     def cells(self, run_ids: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Cells of one run, of several, or (None) of every run, in the order measured."""
         where, args = _where_runs(run_ids)

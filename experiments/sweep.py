@@ -95,6 +95,19 @@ def parser() -> argparse.ArgumentParser:
         help="testbeds measuring at once (default auto: what the machine's cores and "
         "memory allow, printed; 1: one cell at a time)",
     )
+    p.add_argument(
+        "--workers",
+        metavar="INVENTORY",
+        help="spread the grid over the machines of this Ansible inventory (each measures "
+        "on testbeds of its own; see README, 'Sweeps across machines')",
+    )
+    p.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="silence after which a worker is declared hung and its cells re-queued (60)",
+    )
     p.add_argument("--jvm-profile", help="fast (default) or standard")
     p.add_argument(
         "--cluster-warmup", type=int, help="unrecorded writes after each bring-up (default 500)"
@@ -238,6 +251,23 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
     )
 
 
+def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
+    """--workers: its inventory's workers (ConfigError naming every problem), else None."""
+    if args.worker_timeout is not None and not args.workers:
+        raise ConfigError("--worker-timeout needs --workers")
+    if not args.workers:
+        return None
+    if config.backend == "hosts":
+        raise ConfigError("--workers runs testbeds on each worker: not with --backend hosts")
+    if str(args.parallel).strip().lower() != "auto":
+        raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
+    if args.worker_timeout is not None and not 15 <= args.worker_timeout <= 3600:
+        raise ConfigError(f"--worker-timeout must be 15..3600 s, got {args.worker_timeout:g}")
+    from .workers import load_workers
+
+    return load_workers(args.workers)
+
+
 def _terminate(_signum, _frame):
     raise KeyboardInterrupt
 
@@ -253,12 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_store_file(Path(config.out) / DB_NAME)
         parallel = parse_parallel(args.parallel, config)
         pool_from(config.subnet_pool)  # $EDGETB_SUBNET_POOL too: named before a run exists
+        specs = check_workers(args, config)
         calibrate_from(Path(config.out))
         if args.dry_run:
             p, why = choose_parallel(config, config.cells(), parallel)
             print(dry_run(config, p, why, CORES))
             return 0
-        preflight(config)
+        if specs is None:
+            preflight(config)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -292,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
+    if specs is not None:
+        return run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resumed)
     p, why = choose_parallel(config, todo, parallel)
     say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
@@ -341,6 +375,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"results: {store.path.resolve()} (run {run_id})")
         print(f"export:  python -m experiments.export {config.out} --format csv")
+    store.close()
+    owner.release()
+    return code
+
+
+def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resumed) -> int:
+    """The sweep's cells measured by the --workers machines into this store."""
+    from .workers import WORKER_TIMEOUT_S, Dispatcher, Fleet
+
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    done = len(cells) - len(todo)
+    say(
+        f"run {run_id} ({config.name}): {len(cells)} cells, {done} stored, {len(todo)} to "
+        f"measure on {len(specs)} workers; results in {Path(config.out).resolve()}"
+        + (" (resumed)" if resumed else "")
+    )
+    status, code, problem = "failed", 0, ""
+    dispatcher: Any = None
+    progress = Progress(
+        len(cells), done, lambda scale: dispatcher.remaining_s(scale) if dispatcher else 0.0
+    )
+    t0 = time.monotonic()
+    try:
+        fleet = Fleet(specs, Path(config.out), run_id)
+        fleet.trust_host_keys()
+        ready = fleet.provision(say)
+        dispatcher = Dispatcher(
+            config,
+            store,
+            run_id,
+            progress,
+            fleet,
+            list(ready),
+            timeout_s=args.worker_timeout or WORKER_TIMEOUT_S,
+        )
+        store.update_manifest(run_id, parallel={"workers": list(ready), "why": "--workers"})
+        if todo:
+            dispatcher.run(todo)
+        status = "complete"
+    except (KeyboardInterrupt, Stopped):
+        status, code = "interrupted", 130
+        problem = "interrupted: every worker's testbeds are down. "
+    except TestbedError as exc:
+        status, code, problem = "failed", 1, f"error: {exc}\n"
+    finally:
+        progress.close()
+        store.set_status(run_id, status)
+    if problem:
+        say(
+            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
+            f"rerun the same command to resume."
+        )
+    if code == 0:
+        wall = time.monotonic() - t0
+        store.update_manifest(run_id, wall_s=round(wall, 1))
+        print(summary_table(store, run_id))
+        per = store.cells_per_worker(run_id)
+        print(
+            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} on "
+            + ", ".join(f"{w}: {n} cells" for w, n in per.items())
+        )
+        print(f"results: {store.path.resolve()} (run {run_id})")
     store.close()
     owner.release()
     return code

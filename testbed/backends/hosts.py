@@ -49,11 +49,17 @@ def read_inventory(path: str | Path) -> dict[str, dict]:
         raise ConfigError(f"inventory not found: {path}")
     if not path.is_file():
         raise ConfigError(f"inventory {path} is not a file (an INI, YAML or JSON inventory)")
+    from ansible.inventory.helpers import get_group_vars
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
+    from ansible.utils.vars import combine_vars
 
     manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
-    hosts = {h.name: dict(h.get_vars()) for h in manager.get_hosts()}
+    # a host's own variables over its groups' (``[group:vars]``), as Ansible merges them
+    hosts = {
+        h.name: dict(combine_vars(get_group_vars(h.get_groups()), h.get_vars()))
+        for h in manager.get_hosts()
+    }
     if not hosts:
         raise ConfigError(f"inventory {path} lists no hosts")
     return hosts

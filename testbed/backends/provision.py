@@ -63,8 +63,43 @@ def playbook(
     """Run ``playbooks/<name>.yml`` through ansible-runner on every host of ``inv``;
     ProvisionError naming each host it did not complete on (unreachable, a failed task,
     or never reached)."""
+    secs, failures, output = run_playbook(
+        name, private_dir=private_dir, inv=inv, ssh=ssh, extravars=extravars, timeout_s=timeout_s
+    )
+    if failures:
+        detail = "\n".join(failures)
+        if all(line.startswith("*") for line in failures):
+            detail += "\n" + output[-2000:]
+        raise ProvisionError(f"playbook {name} did not complete on every host:\n{detail}")
+    return secs
+
+
+def run_playbook(
+    name: str,
+    *,
+    private_dir: Path,
+    inv: dict,
+    ssh: SSH,
+    extravars: dict,
+    timeout_s: float = 900,
+) -> tuple[float, list[str], str]:
+    """``playbook`` without the error: its time, a line per host it did not complete on
+    ("*" first: the run itself failed), and its output."""
     import ansible_runner
 
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        **_runner_args(private_dir, inv, ssh),
+        playbook=str(PLAYBOOKS / f"{name}.yml"),
+        extravars=extravars,
+        timeout=int(timeout_s),
+    )
+    failures = playbook_failures(r, inventory_hosts(inv))
+    return time.monotonic() - t0, failures, r.stdout.read() if failures else ""
+
+
+def _runner_args(private_dir: Path, inv: dict, ssh: SSH) -> dict:
+    """ansible-runner's arguments shared by playbooks and single commands."""
     private_dir.mkdir(parents=True, exist_ok=True)
     (private_dir / "inventory.json").write_text(json.dumps(inv, indent=1))
     # Ansible adds the ControlPath itself (from ANSIBLE_SSH_CONTROL_PATH): the same tagged
@@ -83,24 +118,43 @@ def playbook(
         "ANSIBLE_LOCAL_TEMP": str(private_dir / "tmp"),
         "ANSIBLE_NOCOLOR": "1",
     }
-    t0 = time.monotonic()
+    return {
+        "private_data_dir": str(private_dir),
+        "inventory": str(private_dir / "inventory.json"),
+        "envvars": envvars,
+        "quiet": True,
+        "suppress_env_files": True,
+    }
+
+
+def command(
+    argv: Sequence[str],
+    *,
+    host: str,
+    private_dir: Path,
+    inv: dict,
+    ssh: SSH,
+    timeout_s: float = 300,
+) -> tuple[bool, str]:
+    """One command on one host of ``inv`` (Ansible's command module): whether it
+    succeeded, and its output (or why not)."""
+    import ansible_runner
+
     r = ansible_runner.run(
-        private_data_dir=str(private_dir),
-        playbook=str(PLAYBOOKS / f"{name}.yml"),
-        inventory=str(private_dir / "inventory.json"),
-        extravars=extravars,
-        envvars=envvars,
-        quiet=True,
+        **_runner_args(private_dir, inv, ssh),
+        host_pattern=host,
+        module="command",
+        module_args=shlex.join(argv),
         timeout=int(timeout_s),
-        suppress_env_files=True,
     )
-    failures = playbook_failures(r, inventory_hosts(inv))
-    if failures:
-        detail = "\n".join(failures)
-        if all(line.startswith("*") for line in failures):
-            detail += "\n" + r.stdout.read()[-2000:]
-        raise ProvisionError(f"playbook {name} did not complete on every host:\n{detail}")
-    return time.monotonic() - t0
+    out = ""
+    for event in r.events:
+        res = event.get("event_data", {}).get("res")
+        if event.get("event") == "runner_on_ok" and isinstance(res, dict):
+            return True, str(res.get("stdout", ""))
+        if event.get("event") in ("runner_on_failed", "runner_on_unreachable") and res:
+            out = one_line(res.get("stderr") or res.get("msg") or res)
+    return False, out or f"ended {r.status} (rc {r.rc})"
 
 
 def inventory_hosts(inv: dict) -> list[str]:
@@ -159,8 +213,9 @@ def playbook_failures(result, hosts: Sequence[str]) -> list[str]:
     return list(lines.values())
 
 
-def project_archive(path: Path) -> Path:
-    """The testbed's Python packages (code and shipped data) as a tarball for the hosts."""
+def project_archive(path: Path, extra: Sequence[str] = ()) -> Path:
+    """The testbed's Python packages (code and shipped data) as a tarball for the hosts;
+    ``extra``: more of the project's files or directories (a worker's set-up)."""
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         name = info.name
@@ -170,7 +225,7 @@ def project_archive(path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w:gz") as tar:
-        for pkg in PROJECT_PACKAGES:
+        for pkg in (*PROJECT_PACKAGES, *extra):
             tar.add(PROJECT_ROOT / pkg, arcname=pkg, filter=keep)
     return path
 

@@ -205,3 +205,17 @@ def test_a_failed_teardown_playbook_is_reported(backend, monkeypatch):
 def test_the_teardown_playbook_leaves_qdiscs_to_the_recorded_restore():
     text = (Path(remote.__file__).parent.parent / "playbooks" / "teardown.yml").read_text()
     assert "qdisc del" not in text
+
+
+def test_group_variables_count_and_a_hosts_own_win(tmp_path, key):
+    """``[group:vars]`` is how an inventory says what its hosts share (Ansible merges a
+    host's own variables over its groups'); read before, they were silently missing."""
+    path = tmp_path / "inv.ini"
+    path.write_text(
+        "[edge]\ne0 ansible_host=10.77.0.11\ne1 ansible_host=10.77.0.12 ansible_port=2200\n"
+        f"[edge:vars]\nansible_ssh_private_key_file={key}\nansible_port=22\n"
+    )
+    inv = hosts.read_inventory(path)
+    assert inv["e0"]["ansible_ssh_private_key_file"] == str(key)
+    assert str(inv["e0"]["ansible_port"]) == "22" and str(inv["e1"]["ansible_port"]) == "2200"
+    hosts.validate_inventory(inv, ["e0", "e1"])
