@@ -54,16 +54,17 @@ async def run_command(process: asyncssh.SSHServerProcess) -> None:
         start_new_session=True,  # like sshd: the session's processes are a group of their own
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
 
     async def feed() -> None:
         try:
             while data := await process.stdin.read(65536):
-                proc.stdin.write(data)
-                await proc.stdin.drain()
+                stdin.write(data)
+                await stdin.drain()
         except (OSError, asyncssh.Error):
             pass
         finally:
-            proc.stdin.close()
+            stdin.close()
 
     async def pump(source: asyncio.StreamReader, target) -> None:
         while data := await source.read(65536):
