@@ -397,8 +397,8 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
         len(cells), done, lambda scale: dispatcher.remaining_s(scale) if dispatcher else 0.0
     )
     t0 = time.monotonic()
+    fleet = Fleet(specs, Path(config.out), run_id)
     try:
-        fleet = Fleet(specs, Path(config.out), run_id)
         fleet.trust_host_keys()
         ready = fleet.provision(say)
         dispatcher = Dispatcher(
@@ -421,6 +421,7 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
         progress.close()
+        fleet.close()
         store.set_status(run_id, status)
     if problem:
         say(

@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -147,7 +148,22 @@ class Fleet:
     def __init__(self, specs: list[WorkerSpec], out: Path, run_id: str):
         self.specs = {s.name: s for s in specs}
         self.dir = out / "workers"
-        self.ssh = SSH(f"workers-{run_id}", self.dir / "ssh", specs[0].key, strict=True)
+        # The SSH directory (trusted keys, Ansible's connection masters) is short-lived and
+        # short-named: a socket path must stay under 108 bytes. Its tag is no testbed run
+        # id, so `testbed clean` leaves these masters alone.
+        self.ssh = SSH(
+            f"wk-{run_id[-6:]}", home() / "workers" / run_id[-6:], specs[0].key, strict=True
+        )
+
+    def close(self) -> None:
+        """End Ansible's connection masters and remove the SSH directory."""
+        for s in self.specs.values():
+            subprocess.run(
+                ["ssh", "-O", "exit", "-o", f"ControlPath={self.ssh.control_path}",
+                 "-p", str(s.host.port), f"{s.host.user}@{s.host.address}"],
+                capture_output=True, timeout=10, check=False,
+            )  # fmt: skip
+        shutil.rmtree(self.ssh.dir, ignore_errors=True)
 
     def inventory(self, names: list[str] | None = None) -> dict:
         hosts = {}
@@ -625,7 +641,6 @@ class Dispatcher:
             return
         code = s.proc.poll()
         s.lost = "its session ended" + (f" (ssh exit {code})" if code is not None else "")
-        self.progress.note(f"worker {s.name} lost: {s.lost}", shard=s.name)
         self.finish_worker(s, "lost", s.lost)
 
     def finish_worker(self, s: Session, status: str, error: Any) -> None:

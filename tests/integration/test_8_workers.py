@@ -1,0 +1,177 @@
+"""Shards across machines: `python -m experiments.sweep --workers INVENTORY` with two
+workers that are this machine reached over SSH (a loopback SSH server of the test's own,
+``tests.support.sshd``: the system's sshd and ~/.ssh are not touched), each under its own
+directory, EDGETB_HOME and subnet pool. Provisioned through Ansible, both measure; one is
+killed with kill -9 while it holds cells; the grid still completes into the one store,
+every cell once and whole, the dead worker's unfinished cells measured by the other, and
+nothing of either worker left on the machine."""
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.store import Store
+from testbed.clean import residue
+
+WRITES = 40
+GRID = [
+    "--nodes", "2,3", "--rf", "1,2", "--latency", "20,40,60", "--loss", "0.5",
+    "--profile", "uniform", "--writes", str(WRITES), "--warmup", "5",
+    "--cluster-warmup", "40", "--verify-probes", "20",
+]  # fmt: skip
+CELLS = {f"n{n}-rf{rf}-l{lat}-p0.5-r1" for n in (2, 3) for rf in (1, 2) for lat in (20, 40, 60)}
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """A loopback SSH server accepting a key made for this test only: (port, key, known_hosts)."""
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host", "client"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
+        )
+    (d / "authorized_keys").write_text((d / "client.pub").read_text())
+    log = open(d / "sshd.log", "w")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.sshd", "--host-key", str(d / "host"),
+         "--authorized-keys", str(d / "authorized_keys"), "--port-file", str(d / "port")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (d / "port").exists():
+            assert server.poll() is None and time.monotonic() < deadline, (
+                d / "sshd.log"
+            ).read_text()
+            time.sleep(0.1)
+        port = int((d / "port").read_text())
+        host_key = " ".join((d / "host.pub").read_text().split()[:2])
+        (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key}\n")
+        yield port, d / "client", d / "known_hosts"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def _inventory(tmp_path: Path, port: int, key: Path, known_hosts: Path) -> Path:
+    lines = ["[workers]"]
+    for i, name in enumerate(("w1", "w2"), start=1):
+        lines.append(
+            f"{name} edgetb_worker_dir={tmp_path / name} edgetb_subnet_pool=10.9{i}.0.0/16"
+        )
+    lines += [
+        "[workers:vars]",
+        "ansible_host=127.0.0.1",
+        f"ansible_port={port}",
+        "ansible_user=root",
+        f"ansible_ssh_private_key_file={key}",
+        f"edgetb_known_hosts={known_hosts}",
+        f"edgetb_python={sys.executable}",
+        f"ansible_python_interpreter={sys.executable}",
+        "edgetb_parallel=1",
+    ]
+    path = tmp_path / "workers.ini"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _state(out: Path):
+    if not (out / "results.sqlite").is_file():
+        return None, []
+    with Store(out, read_only=True) as store:
+        runs = store.runs()
+        return (runs[0] if runs else None), store.cells()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_sweep_over_two_ssh_workers_survives_one_killed(tmp_path, sshd):
+    port, key, known_hosts = sshd
+    inventory = _inventory(tmp_path, port, key, known_hosts)
+    out = tmp_path / "results"
+    log_path = tmp_path / "sweep.log"
+    with open(log_path, "w") as log:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "experiments.sweep", *GRID, "--workers", str(inventory),
+             "--out", str(out)],
+            stdout=log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    killed_pid = None
+    try:
+        # w1 has stored a cell and still has cells of its unit (or more) to measure
+        deadline = time.monotonic() + 900
+        while True:
+            assert sweep.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "timed out waiting for a cell of w1"
+            run, cells = _state(out)
+            mine = [c for c in cells if c["worker"] == "w1"]
+            if run is not None and mine and len(cells) < len(CELLS) - 2:
+                killed_pid = run.manifest["workers"]["w1"]["pid"]
+                break
+            time.sleep(0.5)
+        assert _alive(killed_pid)
+        os.kill(killed_pid, signal.SIGKILL)
+        killed_at = time.time()
+        assert sweep.wait(timeout=1200) == 0, log_path.read_text()[-4000:]
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait(timeout=60)
+    text = log_path.read_text()
+    assert "worker w1 lost" in text and "re-queued" in text, text[-3000:]
+
+    with Store(out, read_only=True) as store:
+        (run,) = store.runs()
+        assert run.status == "complete"
+        cells = store.cells(run.run_id)
+        ids = [c["cell_id"] for c in cells]
+        assert sorted(ids) == sorted(CELLS)  # every cell, once
+        assert store.request_count(run.run_id) == len(CELLS) * WRITES  # whole, none twice
+        by_worker = store.cells_per_worker(run.run_id)
+        assert set(by_worker) == {"w1", "w2"} and by_worker["w2"] > 0, by_worker
+        # nothing of w1 arrived after it was killed; what it left, w2 measured
+        assert all(c["finished"] < killed_at for c in cells if c["worker"] == "w1")
+        manifest = run.manifest
+        assert [r["worker"] for r in manifest["requeued"]] == ["w1"], manifest["requeued"]
+        assert set(manifest["requeued"][0]["cells"]) <= {
+            c["cell_id"] for c in cells if c["worker"] == "w2"
+        }
+        assert manifest["workers"]["w1"]["status"] == "lost"
+        assert manifest["workers"]["w2"]["status"] == "complete"
+        assert manifest["workers"]["w1"]["cleaned"]["ok"], manifest["workers"]["w1"]
+        # each worker's testbeds on its own pool
+        for cluster in manifest["clusters"].values():
+            pool = "10.91." if cluster["worker"] == "w1" else "10.92."
+            assert cluster["subnet"].startswith(pool), cluster
+        # shaped as configured on either worker: the median write is two round trips
+        for c in cells:
+            median = statistics.median(store.rtts_ns(run.run_id, c["cell_id"])) / 1e6
+            lat = c["latency_ms"]
+            assert 4 * lat - 2 <= median <= 4 * lat + 0.1 * lat + 15, (c["cell_id"], median)
+    # nothing left: no serve process, and nothing of any testbed of either worker
+    assert not _alive(killed_pid)
+    for name in ("w1", "w2"):
+        left = residue(base=tmp_path / name / "home")
+        assert not any(left[k] for k in ("run_dirs",)), (name, left)
+        with Store(tmp_path / name / "results", read_only=True) as staged:
+            assert staged.testbeds_up() == []
+    for cluster in manifest["clusters"].values():
+        left = residue(cluster["testbed_run"])
+        assert not any(left.values()), (cluster, left)
