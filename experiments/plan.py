@@ -122,6 +122,17 @@ class Planner:
             self.serving[target] += 1
             return self._pop(target)
 
+    def take(self) -> Unit | None:
+        """The next unit whatever it costs to bring its cluster up: for a shard that is
+        the last one left to measure it (the others that served it are gone)."""
+        with self._lock:
+            open_ = [n for n, q in self.queues.items() if q]
+            if not open_:
+                return None
+            target = max(open_, key=lambda n: (self.remaining_s(n), n))
+            self.serving[target] += 1
+            return self._pop(target)
+
     def requeue(self, unit: Unit) -> None:
         """A unit handed out and not finished (its worker died): back in its queue, in
         longest-first order."""

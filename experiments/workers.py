@@ -544,6 +544,8 @@ class Dispatcher:
             s.send("none", id=ident)
             return
         unit = self.planner.next(nodes)
+        if unit is None and not self.leases:
+            unit = self.planner.take()  # nobody else is left to measure it
         if unit is not None:
             self.lease(s, ident, shard, unit)
         elif self.leases:
@@ -572,6 +574,8 @@ class Dispatcher:
             if s.finished:
                 continue
             unit = None if self.aborting else self.planner.next(None)
+            if unit is None and not self.leases and not self.aborting:
+                unit = self.planner.take()
             if unit is not None:
                 self.lease(s, ident, shard, unit)
             elif self.leases and not self.aborting:

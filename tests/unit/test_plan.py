@@ -54,6 +54,21 @@ def test_planner_does_not_bring_up_a_cluster_for_little_work():
     assert take(p, 3).cost_s == 40
 
 
+def test_a_requeued_unit_goes_back_longest_first_and_a_dead_shard_is_released():
+    """--workers: a dead worker's unit returns to the queue in order; its shard no longer
+    counts as serving the node count, so another shard is sent there."""
+    p = plan.Planner([unit(3, 100), unit(3, 40)], bringup_s=lambda n: 30)
+    lost = take(p, None)
+    assert p.next(None) is None  # 40 s left, shared with the first shard: not worth it
+    p.requeue(lost)
+    assert [u.cost_s for u in p.left()] == [100, 40] and p.remaining_s(3) == 140
+    p.release(3)  # the first shard's worker died
+    assert take(p, None).cost_s == 100  # the node count has nobody now: worth a bring-up
+    last = p.take()
+    assert last is not None and last.cost_s == 40  # the last shard left takes what remains, whatever it costs
+    assert p.take() is None
+
+
 def test_gate_admits_by_demand_in_arrival_order_and_setup_apart():
     gate = plan.Gate(budget=1.0)
     log: list[str] = []
