@@ -64,8 +64,8 @@ def test_a_requeued_unit_goes_back_longest_first_and_a_dead_shard_is_released():
     assert [u.cost_s for u in p.left()] == [100, 40] and p.remaining_s(3) == 140
     p.release(3)  # the first shard's worker died
     assert take(p, None).cost_s == 100  # the node count has nobody now: worth a bring-up
-    last = p.take()
-    assert last is not None and last.cost_s == 40  # the last shard left takes what remains, whatever it costs
+    last = p.take()  # the last shard left takes what remains, whatever it costs
+    assert last is not None and last.cost_s == 40
     assert p.take() is None
 
 
