@@ -277,10 +277,12 @@ def wall_s(
     parallel: int,
     cores: int,
     up: list[int | None] | None = None,
+    machines: list[int] | None = None,
 ) -> float:
     """The sweep's wall time for ``cells`` on ``parallel`` testbeds: the scheduler's own
     rules (``plan``) replayed in virtual time over this model's costs (``up``: the node
-    counts of clusters already running, one per shard)."""
+    counts of clusters already running, one per shard; ``machines``: testbeds per
+    ``--workers`` machine, each assumed to have ``cores`` and this model's costs)."""
     if not cells:
         return 0.0
     todo = units(config, cells)
@@ -294,6 +296,7 @@ def wall_s(
         bringup_s=bringup_s,
         prepare_s=lambda n: prepare_s(config, n),
         up=up or (),
+        machines=machines or (),
     )
 
 

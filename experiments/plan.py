@@ -253,34 +253,43 @@ def simulate(
     prepare_s: Callable[[int], float],
     setup_slots: int = 2,
     up: Sequence[int | None] = (),
+    machines: Sequence[int] = (),
 ) -> float:
     """Wall seconds until every unit is measured by ``shards`` testbeds under the
     Planner's and the Gate's rules (``prepare_s(nodes)``: warm-up and baseline after a
-    bring-up, measured alone; ``up``: node counts of the clusters already running)."""
+    bring-up, measured alone; ``up``: node counts of the clusters already running, on the
+    first machine). ``machines``: shards per machine (``--workers``), each machine with a
+    gate of its own and the planner shared; default one machine with ``shards``."""
+    sizes = list(machines) or [shards]
+    owner = [m for m, k in enumerate(sizes) for _ in range(k)]
     planner = Planner(todo, bringup_s)
-    gate = Gate(budget, setup_slots)
+    gates = [Gate(budget, setup_slots) for _ in sizes]
     for n in up:
         if n is not None:
             planner.serving[n] += 1
-            gate.idle += idle_cores(n)
+            gates[0].idle += idle_cores(n)
     now = 0.0
     seq = itertools.count()
     # (time, seq, shard, "release", (ticket, then))
     events: list[tuple[float, int, int, str, tuple[_Ticket, tuple]]] = []
-    waiting: deque = deque()  # (shard, ticket, duration, then)
-    clusters: dict[int, int | None] = {s: None for s in range(shards)}
+    waiting: list[deque] = [deque() for _ in sizes]  # per machine: (shard, ticket, duration, then)
+    clusters: dict[int, int | None] = {s: None for s in range(len(owner))}
     clusters.update(enumerate(up))
 
     def request(shard: int, ticket: _Ticket, duration: float, then: tuple) -> None:
-        waiting.append((shard, ticket, duration, then))
+        waiting[owner[shard]].append((shard, ticket, duration, then))
 
     def admit() -> None:
-        while waiting and gate.admits(waiting[0][1]):
-            shard, ticket, duration, then = waiting.popleft()
-            gate._take(ticket, +1)
-            heapq.heappush(events, (now + duration, next(seq), shard, "release", (ticket, then)))
+        for gate, queue in zip(gates, waiting, strict=True):
+            while queue and gate.admits(queue[0][1]):
+                shard, ticket, duration, then = queue.popleft()
+                gate._take(ticket, +1)
+                heapq.heappush(
+                    events, (now + duration, next(seq), shard, "release", (ticket, then))
+                )
 
     def plan(shard: int) -> None:
+        gate = gates[owner[shard]]
         current = clusters[shard]
         unit = planner.next(current)
         if unit is None or unit.nodes != current:  # this cluster goes down
@@ -296,12 +305,12 @@ def simulate(
         else:
             request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))
 
-    for s in range(shards):
+    for s in range(len(owner)):
         plan(s)
     admit()
     while events:
         now, _, shard, _, (ticket, then) = heapq.heappop(events)
-        gate._take(ticket, -1)
+        gates[owner[shard]]._take(ticket, -1)
         step, unit = then
         if step == "prepare":  # warm-up and baseline: alone
             request(

@@ -53,7 +53,14 @@ def summary_table(store: Store, run_id: str) -> str:
     return "\n".join(lines)
 
 
-def dry_run(config: SweepConfig, parallel: int = 1, why: str = "", cores: int = 1) -> str:
+def dry_run(
+    config: SweepConfig,
+    parallel: int = 1,
+    why: str = "",
+    cores: int = 1,
+    machines: dict[str, int] | None = None,
+) -> str:
+    """The cells and the estimated wall time (``machines``: --workers, name -> testbeds)."""
     cells = config.cells()
     lines = [
         f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
@@ -71,11 +78,22 @@ def dry_run(config: SweepConfig, parallel: int = 1, why: str = "", cores: int = 
             lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} ms/write")
     for n, r in config.skipped():
         lines.append(f"  skipped: RF {r} on {n} nodes (more replicas than nodes)")
-    wall = estimate.wall_s(config, cells, parallel, cores)
+    if machines:
+        sizes = list(machines.values())
+        wall = estimate.wall_s(config, cells, sum(sizes), cores, machines=sizes)
+        where = (
+            f" on {len(machines)} workers ("
+            + ", ".join(f"{w}: {p} at once" for w, p in machines.items())
+            + f"; each assumed to have this machine's {cores} cores and costs)"
+        )
+    else:
+        wall = estimate.wall_s(config, cells, parallel, cores)
+        where = f" on {parallel} testbed{'s' if parallel > 1 else ''} at once" + (
+            f" ({why})" if why else ""
+        )
     lines.append(
         f"estimated duration: {estimate.fmt_duration(wall)}"
-        f" on {parallel} testbed{'s' if parallel > 1 else ''} at once"
-        + (f" ({why})" if why else "")
+        + where
         + f"; one at a time: {estimate.fmt_duration(estimate.sweep_s(config))} "
         f"(model: {estimate.COSTS.base_write_ms:g} ms per write at 0 ms + round trips + "
         f"TCP retransmissions under loss; bring-up per cluster; "

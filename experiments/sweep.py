@@ -268,6 +268,13 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
     return load_workers(args.workers)
 
 
+def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
+    """Testbeds per worker for the estimate: its edgetb_parallel, else what auto gives on
+    this machine (a worker's own auto decides on the worker)."""
+    auto, _why = choose_parallel(config, config.cells(), None)
+    return {s.name: int(s.parallel) if s.parallel != "auto" else auto for s in specs}
+
+
 def _terminate(_signum, _frame):
     raise KeyboardInterrupt
 
@@ -287,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibrate_from(Path(config.out))
         if args.dry_run:
             p, why = choose_parallel(config, config.cells(), parallel)
-            print(dry_run(config, p, why, CORES))
+            machines = worker_parallel(config, specs) if specs is not None else None
+            print(dry_run(config, p, why, CORES, machines))
             return 0
         if specs is None:
             preflight(config)
@@ -386,10 +394,12 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     done = len(cells) - len(todo)
+    sizes = list(worker_parallel(config, specs).values())
+    wall = estimate.wall_s(config, todo, sum(sizes), CORES, machines=sizes)
     say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {done} stored, {len(todo)} to "
-        f"measure on {len(specs)} workers; results in {Path(config.out).resolve()}"
-        + (" (resumed)" if resumed else "")
+        f"measure on {len(specs)} workers; estimated {estimate.fmt_duration(wall)}; "
+        f"results in {Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
     )
     status, code, problem = "failed", 0, ""
     dispatcher: Any = None

@@ -513,6 +513,7 @@ class Dispatcher:
             links = Path(self.config.links_file).read_text() if self.config.links_file else None
             s.send("begin", run_id=self.run_id, config=self.config.to_dict(), links=links)
         elif kind == "started":
+            s.hello["p"] = m.get("p")
             self._worker_entry(s, p=m.get("p"), why=m.get("why"))
             self.progress.note(f"worker {s.name}: {m.get('p')} testbeds at once ({m.get('why')})")
         elif kind == "want":
@@ -706,5 +707,9 @@ class Dispatcher:
         cells += [c for lease in list(self.leases.values()) for c in lease.left()]
         if not cells:
             return 0.0
-        shards = max(1, len(self.leases))
-        return scale * estimate.wall_s(self.config, cells, shards, os.cpu_count() or 1)
+        # the testbeds of the workers still measuring, each machine with a gate of its own
+        sizes = [int(s.hello.get("p") or 1) for s in self.sessions.values() if not s.finished] or [
+            1
+        ]
+        cores = os.cpu_count() or 1
+        return scale * estimate.wall_s(self.config, cells, sum(sizes), cores, machines=sizes)

@@ -158,6 +158,17 @@ def test_simulation_of_one_testbed_is_the_sequential_sum():
     assert wall == pytest.approx(20 + 5 + 5 + 190)
 
 
+def test_simulation_of_machines_gives_each_its_own_gate():
+    """--workers: CPU-bound units that run alone on one machine run side by side on two;
+    set-ups on one machine do not wait for measurements on the other."""
+    todo = [unit(3, 100, demand=plan.EXCLUSIVE), unit(3, 90, demand=plan.EXCLUSIVE)]
+    kw = dict(budget=1, idle_cores=lambda n: 0.0, bringup_s=lambda n: 20, prepare_s=lambda n: 5)
+    one_machine = plan.simulate(todo, 2, **kw)  # type: ignore[arg-type]
+    two_machines = plan.simulate(todo, 2, machines=[1, 1], **kw)  # type: ignore[arg-type]
+    assert one_machine == pytest.approx(20 + 5 + 5 + 190)
+    assert two_machines == pytest.approx(20 + 5 + 100)
+
+
 def test_dry_run_estimate_shrinks_with_parallel_testbeds():
     config = SweepConfig(nodes=(3,), latency_ms=(50.0, 100.0), loss_pct=(0.5, 7.5))
     cells = config.cells()
