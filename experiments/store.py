@@ -425,6 +425,10 @@ class Store:
         with self._writing():
             self.db.execute("UPDATE testbeds SET status='down' WHERE testbed_run=?", (testbed_run,))
 
+    def testbed_runs(self) -> list[str]:
+        """Every testbed the store's runs started, up or down."""
+        return [r[0] for r in self.db.execute("SELECT testbed_run FROM testbeds ORDER BY started")]
+
     def testbeds_up(self) -> list[str]:
         """Testbeds a run started and did not record as down (a killed sweep's)."""
         return [

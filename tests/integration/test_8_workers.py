@@ -175,3 +175,59 @@ def test_a_sweep_over_two_ssh_workers_survives_one_killed(tmp_path, sshd):
     for cluster in manifest["clusters"].values():
         left = residue(cluster["testbed_run"])
         assert not any(left.values()), (cluster, left)
+
+
+SMALL = [
+    "--nodes", "2", "--rf", "1,2", "--latency", "20,40", "--loss", "0.5", "--profile",
+    "uniform", "--writes", "30", "--warmup", "5", "--cluster-warmup", "30",
+    "--verify-probes", "0",
+]  # fmt: skip
+
+
+def test_a_killed_controller_leaves_nothing_on_the_workers_and_resumes(tmp_path, sshd):
+    """kill -9 of the controller closes the workers' sessions: each worker tears its
+    testbeds down and exits on its own; rerunning the command completes the grid."""
+    port, key, known_hosts = sshd
+    inventory = _inventory(tmp_path, port, key, known_hosts)
+    out = tmp_path / "results"
+    argv = [sys.executable, "-m", "experiments.sweep", *SMALL, "--workers", str(inventory),
+            "--out", str(out)]  # fmt: skip
+    log_path = tmp_path / "sweep.log"
+    with open(log_path, "w") as log:
+        sweep = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 900
+        while True:
+            assert sweep.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "timed out waiting for a first cell"
+            run, cells = _state(out)
+            if cells:
+                break
+            time.sleep(0.5)
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait(timeout=30)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert run is not None
+    pids = [w["pid"] for w in run.manifest["workers"].values()]
+    deadline = time.monotonic() + 120
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a worker outlived its controller by 120 s"
+        time.sleep(1)
+    for name in ("w1", "w2"):
+        with Store(tmp_path / name / "results", read_only=True) as staged:
+            assert staged.testbeds_up() == [], name
+            for testbed_run in staged.testbed_runs():
+                left = residue(testbed_run)
+                assert not any(left.values()), (name, testbed_run, left)
+
+    resumed = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(resumed)" in resumed.stderr
+    with Store(out, read_only=True) as store:
+        (run,) = store.runs()
+        assert run.status == "complete"
+        ids = sorted(c["cell_id"] for c in store.cells(run.run_id))
+        assert ids == sorted(f"n2-rf{rf}-l{lat}-p0.5-r1" for rf in (1, 2) for lat in (20, 40))
+        assert store.request_count(run.run_id) == 4 * 30
