@@ -136,6 +136,25 @@ CASES = [
     case("parallel-zero", "experiments.sweep", "--parallel 0", "'0'"),
     case("parallel-word", "experiments.sweep", "--parallel two", "'two'"),
     case("parallel-huge", "experiments.sweep", "--parallel 1000", "'1000'"),
+    case("workers-missing", "experiments.sweep", "--workers {files}/none.ini", "none.ini"),
+    case("workers-bad-port", "experiments.sweep", "--workers {files}/port.ini", "'abc'"),
+    case("workers-bad-dir", "experiments.sweep", "--workers {files}/wdir.ini", "absolute path"),
+    case(
+        "workers-parallel",
+        "experiments.sweep",
+        "--workers {files}/wdir.ini --parallel 2",
+        "edgetb_parallel",
+    ),
+    case(
+        "workers-hosts", "experiments.sweep", "--workers {files}/wdir.ini --backend hosts", "hosts"
+    ),
+    case("worker-timeout-alone", "experiments.sweep", "--worker-timeout 30", "--workers"),
+    case(
+        "worker-timeout-small",
+        "experiments.sweep",
+        "--workers {files}/wdir.ini --worker-timeout 1",
+        "got 1",
+    ),
     case("sweep-pool-small", "experiments.sweep", "--subnet-pool 10.1.0.0/25", "10.1.0.0/25"),
     case("sweep-vm-off-libvirt", "experiments.sweep", "--vm-vcpus 2", "--vm-vcpus"),
     case("config-scalar", "experiments.sweep", "--config {files}/scalar.toml", "got 3"),
@@ -192,6 +211,8 @@ def make_files(files: Path) -> None:
         "port.ini": INVENTORY.format(e0="10.77.0.11 ansible_port=abc"),
         "user.ini": INVENTORY.format(e0="10.77.0.11 ansible_user=-oProxyCommand=x"),
         "host.ini": INVENTORY.format(e0="-oProxyCommand=y"),
+        "wdir.ini": "w1 ansible_host=127.0.0.1 ansible_ssh_private_key_file=/etc/hostname "
+        "edgetb_worker_dir=relative\n",
         "links.toml": "[default]\ndelay_ms = 5\n",
         "scalar_links.toml": "default = 3\n",
         "badhost.toml": '[[link]]\nsrc = "e0"\ndst = "e99"\ndelay_ms = 1\n',
