@@ -48,10 +48,13 @@ test: install
 unit: python
 	$(PY) -m pytest -ra tests/unit
 
-# The main job: the seed paper's sweep (396 cells, ~14 h here; resumable: rerun to
-# continue), then the figures, the comparison with φ and the HTML report.
-# `make sweep SWEEP_ARGS=--quick` runs the ~12-minute preset instead.
-SWEEP_ARGS ?= --config experiments/configs/paper.toml
+# The main job: the seed paper's sweep (396 cells, ~13 h here on 2 testbeds; resumable:
+# rerun to continue), then the figures, the comparison with φ and the HTML report. It
+# starts with a ~10-minute preview (every RF and loss at 0/50/100 ms, 30 writes a cell:
+# results/preview/report.html), then measures 0/50/100 ms first and writes
+# results/report.html once those are stored, refreshed every 15 minutes.
+# `make sweep SWEEP_ARGS=--quick` runs the ~10-minute preset instead.
+SWEEP_ARGS ?= --config experiments/configs/paper.toml --preview
 RESULTS ?= results
 sweep: install
 	$(PY) -m experiments.sweep $(SWEEP_ARGS) --out $(RESULTS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ STRING_FIELDS = (
 )
 # Testbed options that do not change a measurement's definition when left out: absent
 # from the fingerprint while None, so runs stored before they existed still resume.
+PREVIEW_WRITES = 30  # per cell of --preview
 TESTBED_FIELDS = ("vm_vcpus", "vm_memory_mb", "inventory", "subnet_pool")
 
 
@@ -99,6 +100,9 @@ class SweepConfig:
     vm_memory_mb: int | None = None  # libvirt: memory per edge VM
     inventory: str | None = None  # hosts: the Ansible inventory of the machines
     subnet_pool: str | None = None  # where each testbed gets its subnet
+    # latencies whose cells (every RF and loss) are measured before all others, so the
+    # figures of a long grid exist early; an order only, not part of the fingerprint
+    first_pass: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         self._validate()
@@ -129,6 +133,14 @@ class SweepConfig:
                 )
         set_(self, "latency_ms", _floats("latency_ms", self.latency_ms, 0, MAX_DELAY_MS))
         set_(self, "loss_pct", _floats("loss_pct", self.loss_pct, 0, 99.999))
+        if self.first_pass is not None:
+            set_(self, "first_pass", _floats("first_pass", self.first_pass, 0, MAX_DELAY_MS))
+            extra = [x for x in self.first_pass if x not in self.latency_ms]
+            if extra:
+                raise ConfigError(
+                    f"first_pass latency {extra[0]:g} ms is not in the grid's latencies "
+                    f"({', '.join(f'{x:g}' for x in self.latency_ms)})"
+                )
         if self.profile not in PROFILES:
             raise ConfigError(
                 f"unknown profile {self.profile!r} (choose from {', '.join(PROFILES)})"
@@ -259,6 +271,34 @@ class SweepConfig:
             for r in self.rfs(n)
         ]
 
+    def preview(self) -> SweepConfig:
+        """The short run ``--preview`` measures first: every node count, RF and loss at the
+        first-pass latencies (else 0, 50 and 100 ms where the grid has them) with few
+        writes and short checks, into ``OUT/preview``: the shape of the figures in minutes
+        (each cell's median from 30 writes), not numbers to report."""
+        latencies = (
+            self.first_pass
+            or tuple(x for x in (0.0, 50.0, 100.0) if x in self.latency_ms)
+            or self.latency_ms[:: max(1, len(self.latency_ms) // 3)]
+        )
+        return replace(
+            self,
+            latency_ms=tuple(latencies),
+            writes=min(self.writes, PREVIEW_WRITES),
+            warmup=min(self.warmup, 10),
+            verify_probes=min(self.verify_probes, 20),
+            cluster_warmup=min(self.cluster_warmup, 100),
+            baseline_writes=min(self.baseline_writes, 100),
+            repetitions=1,
+            first_pass=None,
+            name=f"{self.name}-preview",
+            out=str(Path(self.out) / "preview"),
+        )
+
+    def phase(self, cell: Cell) -> int:
+        """0 for a cell of the first pass (or when there is none), else 1."""
+        return 0 if self.first_pass is None or cell.latency_ms in self.first_pass else 1
+
     def fingerprint(self) -> str:
         """Hash of everything that defines the measurements (not where they are stored):
         rerunning with the same fingerprint resumes the same run."""
@@ -266,6 +306,7 @@ class SweepConfig:
         data.pop("out")
         data.pop("name")
         data.pop("subnet_pool")  # where the addresses come from changes no measurement
+        data.pop("first_pass")  # the order cells are measured in changes none either
         for name in TESTBED_FIELDS:
             if name in data and data[name] is None:
                 data.pop(name)
@@ -276,7 +317,7 @@ class SweepConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("nodes", "rf", "latency_ms", "loss_pct"):
+        for key in ("nodes", "rf", "latency_ms", "loss_pct", "first_pass"):
             if data[key] is not None:
                 data[key] = list(data[key])
         return data
@@ -290,7 +331,7 @@ class SweepConfig:
                 f"unknown sweep settings {sorted(unknown)} (known: {', '.join(sorted(known))})"
             )
         values = dict(data)
-        for key in ("nodes", "rf", "latency_ms", "loss_pct"):
+        for key in ("nodes", "rf", "latency_ms", "loss_pct", "first_pass"):
             if key in values and values[key] is not None:
                 values[key] = _as_tuple(key, values[key])
         return cls(**values)

@@ -268,6 +268,7 @@ def units(config: SweepConfig, cells: list[Cell]) -> list[plan.Unit]:
         lambda c: cell_s(config, c),
         lambda c: verify_s(config, c),
         lambda c: cpu_cores(config, c),
+        config.phase,
     )
 
 

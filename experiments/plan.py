@@ -42,6 +42,7 @@ class Unit:
     cells: tuple[Cell, ...]
     cost_s: float  # the model's time for the unit (its emulation check and cells)
     demand: float  # cores its writes keep busy (EXCLUSIVE: measured alone)
+    phase: int = 0  # units of a lower phase are handed out first (the sweep's first pass)
 
     @property
     def label(self) -> str:
@@ -54,8 +55,10 @@ def units(
     cost_s: Callable[[Cell], float],
     check_s: Callable[[Cell], float],
     demand: Callable[[Cell], float],
+    phase: Callable[[Cell], int] = lambda c: 0,
 ) -> list[Unit]:
-    """``cells`` grouped by network setting (RFs ascending inside each), longest first."""
+    """``cells`` grouped by network setting (RFs ascending inside each), by phase, then
+    longest first."""
     groups: dict[tuple, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.network, []).append(cell)
@@ -66,21 +69,30 @@ def units(
             cells=tuple(sorted(g, key=lambda c: c.rf)),
             cost_s=check_s(g[0]) + sum(cost_s(c) for c in g),
             demand=max(demand(c) for c in g),
+            phase=min(phase(c) for c in g),
         )
         for net, g in groups.items()
     ]
-    return sorted(out, key=lambda u: -u.cost_s)
+    return sorted(out, key=_order)
+
+
+def _order(u: Unit) -> tuple[int, float]:
+    return (u.phase, -u.cost_s)
 
 
 class Planner:
     """Hands out units to shards (thread-safe). ``bringup_s(nodes)``: what a new cluster
-    costs; a shard moves to another node count only for more work than that."""
+    costs; a shard moves to another node count only for more work than that.
+
+    Phases: every unit of the lowest phase left is handed out before any unit of a later
+    one, except that a shard for which no unit of that phase is worth a bring-up takes
+    the next unit of its own node count rather than stopping (it runs ahead)."""
 
     def __init__(self, todo: Sequence[Unit], bringup_s: Callable[[int], float]):
         self._lock = threading.Lock()
         self.queues: dict[int, deque[Unit]] = {}
         self._total: dict[int, float] = {}  # cost of each queue, kept as units leave
-        for u in sorted(todo, key=lambda u: -u.cost_s):
+        for u in sorted(todo, key=_order):
             self.queues.setdefault(u.nodes, deque()).append(u)
             self._total[u.nodes] = self._total.get(u.nodes, 0.0) + u.cost_s
         self.serving: Counter[int] = Counter()
@@ -88,6 +100,9 @@ class Planner:
 
     def remaining_s(self, nodes: int) -> float:
         return max(0.0, self._total.get(nodes, 0.0)) if self.queues.get(nodes) else 0.0
+
+    def _phase_s(self, nodes: int, phase: int) -> float:
+        return sum(u.cost_s for u in self.queues.get(nodes, ()) if u.phase == phase)
 
     def _pop(self, nodes: int) -> Unit:
         unit = self.queues[nodes].popleft()
@@ -103,19 +118,24 @@ class Planner:
         cluster). A unit of another node count means: tear down, bring up that one.
         None: this shard is done (its cluster goes down)."""
         with self._lock:
-            if current is not None and self.queues.get(current):
-                return self._pop(current)
-            open_ = [n for n, q in self.queues.items() if q]
-            if not open_:
+            heads = {n: q[0] for n, q in self.queues.items() if q}
+            if not heads:
                 self._leave(current)
                 return None
+            phase = min(u.phase for u in heads.values())
+            own = heads.get(current) if current is not None else None
+            if own is not None and own.phase == phase:
+                return self._pop(own.nodes)
+            open_ = [n for n, u in heads.items() if u.phase == phase]
 
             def share(n: int) -> float:
-                return self.remaining_s(n) / (self.serving[n] + 1)
+                return self._phase_s(n, phase) / (self.serving[n] + 1)
 
             target = max(open_, key=lambda n: (share(n), n))
             if self.serving[target] > 0 and share(target) < 2 * self.bringup_s(target):
                 # others are on it already, and a new cluster would cost more than it saves
+                if own is not None:
+                    return self._pop(own.nodes)  # run ahead on this cluster
                 self._leave(current)
                 return None
             self._leave(current)
@@ -126,19 +146,19 @@ class Planner:
         """The next unit whatever it costs to bring its cluster up: for a shard that is
         the last one left to measure it (the others that served it are gone)."""
         with self._lock:
-            open_ = [n for n, q in self.queues.items() if q]
-            if not open_:
+            heads = {n: q[0] for n, q in self.queues.items() if q}
+            if not heads:
                 return None
-            target = max(open_, key=lambda n: (self.remaining_s(n), n))
+            target = min(heads, key=lambda n: (heads[n].phase, -self.remaining_s(n), -n))
             self.serving[target] += 1
             return self._pop(target)
 
     def requeue(self, unit: Unit) -> None:
         """A unit handed out and not finished (its worker died): back in its queue, in
-        longest-first order."""
+        phase and longest-first order."""
         with self._lock:
             q = self.queues.setdefault(unit.nodes, deque())
-            at = next((i for i, u in enumerate(q) if u.cost_s < unit.cost_s), len(q))
+            at = next((i for i, u in enumerate(q) if _order(u) > _order(unit)), len(q))
             q.insert(at, unit)
             self._total[unit.nodes] = self._total.get(unit.nodes, 0.0) + unit.cost_s
 

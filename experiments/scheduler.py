@@ -112,6 +112,7 @@ class Sweep:
         self.gate: plan.Gate | None = None
         self.shards: list[Shard] = []
         self._eta: tuple[float, float] | None = None  # (when, the replay's wall seconds)
+        self.on_cell: Any = None  # called with each cell id once it is stored
 
     def remaining_s(self, scale: float) -> float:
         """The model's wall time for the units not handed out yet, plus what the running
@@ -605,6 +606,8 @@ class Shard:
         )
         with sweep.lock:
             sweep.finished.add(cell.cell_id)
+        if sweep.on_cell is not None:
+            sweep.on_cell(cell.cell_id)
         s = stats_ms([r["rtt_ns"] for r in rows])
         errors = sum(r["error"] is not None for r in rows)
         sweep.progress.cell_done(

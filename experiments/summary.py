@@ -10,6 +10,7 @@ import numpy as np
 
 from . import estimate
 from .config import SweepConfig
+from .figures import REFRESH_EVERY_S
 from .store import Store
 
 # -- summaries -------------------------------------------------------------------------------
@@ -101,4 +102,15 @@ def dry_run(
         f"testbed {estimate.idle_cores(max(config.nodes)):.2f} cores, CPU-bound cells alone; "
         f"costs: {estimate.COSTS.source})"
     )
+    if config.first_pass is not None:
+        first = [c for c in cells if config.phase(c) == 0]
+        first_sizes = list(machines.values()) if machines else None
+        shards = sum(first_sizes) if first_sizes else parallel
+        ahead = estimate.wall_s(config, first, shards, cores, machines=first_sizes)
+        lines.append(
+            f"first pass ({', '.join(f'{x:g}' for x in config.first_pass)} ms): {len(first)} "
+            f"cells first, so the figures are written after about "
+            f"{estimate.fmt_duration(ahead)} and refreshed every "
+            f"{REFRESH_EVERY_S / 60:.0f} min while cells arrive"
+        )
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -32,7 +33,8 @@ from testbed.subnets import pool_from
 
 from . import estimate
 from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
-from .plan import Stopped
+from .figures import Figures
+from .plan import Gate, Stopped
 from .progress import Progress
 from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
 from .store import DB_NAME, Store, check_store_file, check_writable_dir
@@ -66,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--latency", help="one-way edge latencies in ms (default 0..100..10)")
     p.add_argument("--loss", help="packet loss in %% (default 0.5,2.5,7.5)")
     p.add_argument("--profile", help="paper (default), uniform or file")
+    p.add_argument(
+        "--first-pass",
+        metavar="LATENCIES",
+        help="measure these latencies (every RF and loss) before the others, and write the "
+        "figures once they are stored (e.g. 0,50,100; 'none': grid order)",
+    )
     p.add_argument("--links", metavar="FILE", help="link matrix TOML for --profile file")
     p.add_argument("--cl", help="consistency level (default LOCAL_QUORUM)")
     p.add_argument("--writes", type=int, help="recorded writes per cell (default 1000)")
@@ -119,6 +127,12 @@ def parser() -> argparse.ArgumentParser:
         help="print the cells and an estimated duration, run nothing",
     )
     p.add_argument(
+        "--preview",
+        action="store_true",
+        help="first a short run (every node count, RF and loss at the first-pass "
+        "latencies, 30 writes a cell) into OUT/preview, with its figures, then the grid",
+    )
+    p.add_argument(
         "--new-run",
         action="store_true",
         help="measure again even if this configuration is stored complete",
@@ -131,6 +145,7 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "nodes": ("nodes", int),
     "rf": ("rf", "rf"),
     "latency": ("latency_ms", float),
+    "first_pass": ("first_pass", float),
     "loss": ("loss_pct", float),
     "profile": ("profile", None),
     "links": ("links_file", None),
@@ -169,6 +184,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         flag = "--" + dest.replace("_", "-")
         if kind == "rf":  # integers, ranges or k (the node count)
             values[name] = parse_rf(flag, raw)
+        elif dest == "first_pass" and raw.strip().lower() == "none":
+            values[name] = None
         else:
             values[name] = parse_list(flag, raw, kind) if kind else raw
     if args.links:
@@ -292,36 +309,66 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool_from(config.subnet_pool)  # $EDGETB_SUBNET_POOL too: named before a run exists
         specs = check_workers(args, config)
         calibrate_from(Path(config.out))
+        preview = config.preview() if args.preview else None
+        if preview is not None:
+            check_writable_dir(preview.out, "--out")
+            if (Path(preview.out) / DB_NAME).exists():
+                check_store_file(Path(preview.out) / DB_NAME)
         if args.dry_run:
-            p, why = choose_parallel(config, config.cells(), parallel)
             machines = worker_parallel(config, specs) if specs is not None else None
-            print(dry_run(config, p, why, CORES, machines))
+            for c in (preview, config):
+                if c is not None:
+                    p, why = choose_parallel(c, c.cells(), parallel)
+                    print(dry_run(c, p, why, CORES, machines))
             return 0
         if specs is None:
             preflight(config)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    if preview is not None:
+        say(
+            f"preview first: {len(preview.cells())} cells of {preview.writes} writes "
+            f"into {preview.out}"
+        )
+        code = execute(args, argv, preview, parallel, specs, new_run=False)
+        if code != 0:
+            return code
+        plots = subprocess.run(
+            [sys.executable, "-m", "analysis.plots", preview.out], capture_output=True, text=True
+        )
+        if plots.returncode == 0:
+            where = Path(preview.out)
+            say(f"preview figures: {where / 'analysis'}, {where / 'report.html'}")
+        else:
+            say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
+        calibrate_from(Path(config.out))
+    return execute(args, argv, config, parallel, specs, new_run=args.new_run)
+
+
+def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool) -> int:
+    """Measure ``config``'s grid into its results directory (resuming its run)."""
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
         owner = lock_results(Path(config.out))
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
     store = Store(config.out)
     fingerprint = config.fingerprint()
     cells = config.cells()
     latest = store.latest_run(fingerprint)
-    if latest is not None and latest.status == "complete" and not args.new_run:
+    if latest is not None and latest.status == "complete" and not new_run:
         print(
             f"run {latest.run_id} of this configuration is already complete in "
             f"{config.out} ({len(cells)} cells); --new-run measures it again"
         )
         print(summary_table(store, latest.run_id))
+        store.close()
+        owner.release()
         return 0
-    resumed = (
-        latest if latest is not None and latest.status != "complete" and not args.new_run else None
-    )
+    resumed = latest if latest is not None and latest.status != "complete" and not new_run else None
     if resumed:
         run_id = resumed.run_id
         store.set_status(run_id, "running")
@@ -343,6 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     progress = Progress(len(cells), len(done), lambda scale: sweep.remaining_s(scale))
     sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
+    figures = Figures(
+        config,
+        run_id,
+        done,
+        progress.note,
+        hold=lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures"),
+    )
+    sweep.on_cell = figures.cell_stored
     store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
     t0 = time.monotonic()
     cpu0 = cpu_times()
@@ -359,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TestbedError as exc:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
+        figures.close()
         progress.close()
         try:
             store.set_status(run_id, status)
@@ -403,6 +459,7 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
     )
     status, code, problem = "failed", 0, ""
     dispatcher: Any = None
+    figures: Figures | None = None
     progress = Progress(
         len(cells), done, lambda scale: dispatcher.remaining_s(scale) if dispatcher else 0.0
     )
@@ -420,6 +477,9 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
             list(ready),
             timeout_s=args.worker_timeout or WORKER_TIMEOUT_S,
         )
+        # this machine does not measure: the figures need no gate
+        figures = Figures(config, run_id, store.done_cells(run_id), progress.note)
+        dispatcher.on_cell = figures.cell_stored
         store.update_manifest(run_id, parallel={"workers": list(ready), "why": "--workers"})
         if todo:
             dispatcher.run(todo)
@@ -430,6 +490,8 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
     except TestbedError as exc:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
+        if figures is not None:
+            figures.close()
         progress.close()
         fleet.close()
         store.set_status(run_id, status)

@@ -406,6 +406,7 @@ class Dispatcher:
         self.cleaned: dict[str, dict[str, Any]] = {}  # worker -> outcome of `worker clean`
         self.aborting = False
         self.lock = threading.Lock()
+        self.on_cell: Any = None  # called with each cell id once it is stored
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -605,6 +606,8 @@ class Dispatcher:
             if w == s.name and any(c.cell_id == cell_id for c in lease.unit.cells):
                 lease.committed.add(cell_id)
                 break
+        if stored and self.on_cell is not None:
+            self.on_cell(cell_id)
         if stored and cell_id in self.cells:
             rtts = sorted(r["rtt_ns"] for r in requests)
             errors = sum(r["error"] is not None for r in requests)

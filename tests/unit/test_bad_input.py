@@ -136,6 +136,8 @@ CASES = [
     case("parallel-zero", "experiments.sweep", "--parallel 0", "'0'"),
     case("parallel-word", "experiments.sweep", "--parallel two", "'two'"),
     case("parallel-huge", "experiments.sweep", "--parallel 1000", "'1000'"),
+    case("first-pass-off-grid", "experiments.sweep", "--latency 0,50 --first-pass 20", "20"),
+    case("first-pass-word", "experiments.sweep", "--first-pass fast", "'fast'"),
     case("workers-missing", "experiments.sweep", "--workers {files}/none.ini", "none.ini"),
     case("workers-bad-port", "experiments.sweep", "--workers {files}/port.ini", "'abc'"),
     case("workers-bad-dir", "experiments.sweep", "--workers {files}/wdir.ini", "absolute path"),

@@ -10,9 +10,9 @@ from experiments import estimate, plan
 from experiments.config import Cell, SweepConfig
 
 
-def unit(nodes, cost, demand=0.1, latency=50.0):
+def unit(nodes, cost, demand=0.1, latency=50.0, phase=0):
     cell = Cell(nodes, 1, latency, 0.5, 1)
-    return plan.Unit(nodes, cell.network, (cell,), cost, demand)
+    return plan.Unit(nodes, cell.network, (cell,), cost, demand, phase)
 
 
 def take(p: plan.Planner, current: int | None) -> plan.Unit:
@@ -67,6 +67,41 @@ def test_a_requeued_unit_goes_back_longest_first_and_a_dead_shard_is_released():
     last = p.take()  # the last shard left takes what remains, whatever it costs
     assert last is not None and last.cost_s == 40
     assert p.take() is None
+
+
+def test_the_first_pass_is_handed_out_before_the_rest():
+    """Units of phase 0 (the first-pass latencies) go first, across node counts, even
+    when later units are longer; a shard with no first-pass unit worth a bring-up runs
+    ahead on its own node count instead of stopping."""
+    todo = [
+        unit(5, 500, latency=90, phase=1),
+        unit(5, 100, latency=100),
+        unit(3, 400, latency=90, phase=1),
+        unit(3, 80, latency=100),
+        unit(3, 10, latency=0),
+    ]
+    p = plan.Planner(todo, bringup_s=lambda n: 30)
+    a = take(p, None)
+    assert (a.nodes, a.cost_s) == (5, 100)  # phase 0 first, though 5 nodes' 500 is longer
+    b = take(p, None)
+    assert (b.nodes, b.cost_s) == (3, 80)
+    # a: its node count has only phase 1 left; phase 0 of 3 nodes (10 s) is not worth a
+    # bring-up beside b, so a runs ahead on its own cluster
+    assert take(p, 5).cost_s == 500
+    assert take(p, 3).cost_s == 10  # b finishes the first pass
+    assert take(p, 3).cost_s == 400
+    assert p.next(3) is None and p.next(5) is None
+
+
+def test_units_carry_the_phase_of_their_cells():
+    config = SweepConfig(
+        nodes=(3,), latency_ms=(0.0, 50.0, 100.0), loss_pct=(0.5,), first_pass=(0.0, 100.0)
+    )
+    units = estimate.units(config, config.cells())
+    assert [(u.cells[0].latency_ms, u.phase) for u in units][:2] == [(100.0, 0), (0.0, 0)]
+    assert [(u.cells[0].latency_ms, u.phase) for u in units][2] == (50.0, 1)
+    plain = SweepConfig(nodes=(3,), latency_ms=(0.0, 50.0, 100.0), loss_pct=(0.5,))
+    assert config.fingerprint() == plain.fingerprint()  # an order, not another measurement
 
 
 def test_gate_admits_by_demand_in_arrival_order_and_setup_apart():

@@ -235,3 +235,18 @@ def test_estimate_grows_with_latency_and_loss():
     assert by[(50, 0)] - by[(0, 0)] == pytest.approx(100)
     assert by[(50, 0.5)] > by[(50, 0)]
     assert by[(50, 7.5)] > by[(50, 0.5)]
+
+
+def test_the_preview_is_the_first_pass_in_miniature():
+    from experiments.config import load_toml
+
+    paper = SweepConfig.from_dict(load_toml("experiments/configs/paper.toml"))
+    assert paper.first_pass == (0.0, 50.0, 100.0)
+    preview = paper.preview()
+    assert preview.latency_ms == (0.0, 50.0, 100.0) and preview.loss_pct == paper.loss_pct
+    assert preview.nodes == paper.nodes and len(preview.cells()) == 108
+    assert (preview.writes, preview.warmup, preview.verify_probes) == (30, 10, 20)
+    assert preview.out == "results/preview" and preview.name == "paper-preview"
+    assert preview.fingerprint() != paper.fingerprint()
+    # without a first pass: 0, 50 and 100 ms where the grid has them
+    assert SweepConfig(latency_ms=(0.0, 20.0, 100.0)).preview().latency_ms == (0.0, 100.0)

@@ -1,0 +1,60 @@
+"""The sweep's figures while it runs (``experiments.figures``): nothing before the first
+pass is stored, then real figures and report from the stored cells (analysis.plots in a
+process of its own, under the sweep's gate), refreshed only when new cells arrived."""
+
+import json
+import threading
+from contextlib import contextmanager
+
+from analysis.synthetic import make_store
+from experiments.config import SweepConfig
+from experiments.figures import Figures
+
+
+def test_figures_come_after_the_first_pass_and_refresh_with_new_cells(tmp_path):
+    config = SweepConfig(
+        nodes=(3,),
+        latency_ms=(0.0, 50.0, 100.0),
+        loss_pct=(0.5,),
+        first_pass=(0.0, 100.0),
+        out=str(tmp_path),
+    )
+    make_store(tmp_path, nodes=(3,), losses=(0.5,), latencies=(0, 50, 100), writes=30,
+               run_id="run1", status="running")  # fmt: skip
+    held = []
+
+    @contextmanager
+    def hold():
+        held.append(threading.current_thread().name)
+        yield
+
+    notes: list[str] = []
+    figures = Figures(config, "run1", [], notes.append, hold=hold, every_s=0.0)
+    first = [c.cell_id for c in config.cells() if c.latency_ms in (0.0, 100.0)]
+    assert len(first) == 6
+    for cell_id in first[:-1]:
+        figures.cell_stored(cell_id)
+    figures.close()
+    assert figures.refreshes == 0 and not (tmp_path / "analysis").exists()
+    figures.cell_stored(first[-1])  # the first pass is whole
+    figures.close()
+    assert figures.refreshes == 1 and held == ["figures"], (notes, figures.failures)
+    index = json.loads((tmp_path / "analysis" / "figures.json").read_text())
+    assert index["runs"] == ["run1"] and index["figures"]
+    assert (tmp_path / "report.html").is_file()
+    assert notes and notes[-1].startswith("first pass stored: figures (6 cells)")
+    figures.cell_stored(first[0])  # stored before: nothing new, no refresh
+    figures.close()
+    assert figures.refreshes == 1
+    figures.cell_stored("n3-rf1-l50-p0.5-r1")
+    figures.close()
+    assert figures.refreshes == 2 and notes[-1].startswith("figures refreshed (7 cells)")
+
+
+def test_no_first_pass_means_no_figures_during_the_sweep(tmp_path):
+    config = SweepConfig(nodes=(3,), latency_ms=(0.0,), loss_pct=(0.5,), out=str(tmp_path))
+    figures = Figures(config, "run1", [], print)
+    for cell in config.cells():
+        figures.cell_stored(cell.cell_id)
+    figures.close()
+    assert figures.refreshes == 0
