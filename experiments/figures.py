@@ -101,10 +101,20 @@ class Figures:
         )
 
     def close(self) -> None:
-        """Wait for a refresh under way (the sweep's end writes its own figures)."""
+        """Wait for a refresh under way."""
         thread = self._thread
         if thread is not None:
             thread.join(timeout=300)
+
+    def finish(self) -> None:
+        """At the end of a complete sweep: figures with every cell, if the sweep has been
+        keeping them (a first pass) and cells arrived since the last refresh."""
+        self.close()
+        with self._lock:
+            if self.written_at is None or len(self.stored) <= self.written_with:
+                return
+            self.written_at, self.written_with = time.monotonic(), len(self.stored)
+        self._refresh(first=False)
 
 
 def _first(config: SweepConfig, cell: Cell) -> bool:

@@ -119,28 +119,33 @@ class Planner:
         None: this shard is done (its cluster goes down)."""
         with self._lock:
             heads = {n: q[0] for n, q in self.queues.items() if q}
-            if not heads:
-                self._leave(current)
-                return None
-            phase = min(u.phase for u in heads.values())
             own = heads.get(current) if current is not None else None
-            if own is not None and own.phase == phase:
-                return self._pop(own.nodes)
-            open_ = [n for n, u in heads.items() if u.phase == phase]
+            for phase in sorted({u.phase for q in self.queues.values() for u in q}):
+                if own is not None and own.phase == phase:
+                    return self._pop(own.nodes)
+                open_ = [n for n, q in self.queues.items() if any(u.phase == phase for u in q)]
 
-            def share(n: int) -> float:
-                return self._phase_s(n, phase) / (self.serving[n] + 1)
+                def share(n: int, phase: int = phase) -> float:
+                    return self._phase_s(n, phase) / (self.serving[n] + 1)
 
-            target = max(open_, key=lambda n: (share(n), n))
-            if self.serving[target] > 0 and share(target) < 2 * self.bringup_s(target):
-                # others are on it already, and a new cluster would cost more than it saves
+                target = max(open_, key=lambda n: (share(n), n))
+                if self.serving[target] == 0 or share(target) >= 2 * self.bringup_s(target):
+                    self._leave(current)
+                    self.serving[target] += 1
+                    return self._pop(target)
+                # others are on it already, and a new cluster would cost more than it
+                # saves: run ahead on this cluster, or look at the next phase
                 if own is not None:
-                    return self._pop(own.nodes)  # run ahead on this cluster
-                self._leave(current)
-                return None
+                    return self._pop(own.nodes)
             self._leave(current)
-            self.serving[target] += 1
-            return self._pop(target)
+            return None
+
+    def rejoin(self, nodes: int | None) -> None:
+        """A shard whose cluster stayed up after ``next`` returned None (a --workers shard
+        waiting for re-queued work) counts as serving ``nodes`` again."""
+        with self._lock:
+            if nodes is not None:
+                self.serving[nodes] += 1
 
     def take(self) -> Unit | None:
         """The next unit whatever it costs to bring its cluster up: for a shard that is

@@ -107,6 +107,7 @@ class Sweep:
         self.stop = threading.Event()  # no new cells (a failure elsewhere, Ctrl-C)
         self.abort = threading.Event()  # leave the current cell too (Ctrl-C)
         self.errors: list[BaseException] = []
+        self.failed_shards: list[str] = []  # shards that failed (not merely stopped)
         self.cores = cores or os.cpu_count() or 1
         self.planner: Any = None  # plan.Planner, or a worker's remote one
         self.gate: plan.Gate | None = None
@@ -193,6 +194,8 @@ class Sweep:
         with self.lock:
             self.errors.append(exc)
         if not isinstance(exc, plan.Stopped):
+            with self.lock:
+                self.failed_shards.append(shard.name)
             self.stop.set()  # the others finish their current cell, then stop
 
     def check_abort(self) -> None:

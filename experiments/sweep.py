@@ -327,6 +327,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)
+    try:
+        owner = lock_results(Path(config.out))  # before the preview: OUT may be in use
+    except TestbedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, argv, config, parallel, specs, preview, owner)
+    except KeyboardInterrupt:  # between runs (the preview's figures): nothing to tear down
+        say("interrupted")
+        return 130
+    finally:
+        owner.release()
+
+
+def _run(args, argv, config, parallel, specs, preview, owner) -> int:
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     if preview is not None:
         say(
             f"preview first: {len(preview.cells())} cells of {preview.writes} writes "
@@ -344,17 +360,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
         calibrate_from(Path(config.out))
-    return execute(args, argv, config, parallel, specs, new_run=args.new_run)
+    return execute(args, argv, config, parallel, specs, new_run=args.new_run, owner=owner)
 
 
-def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool) -> int:
-    """Measure ``config``'s grid into its results directory (resuming its run)."""
+def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, owner=None) -> int:
+    """Measure ``config``'s grid into its results directory (resuming its run); ``owner``:
+    the directory's lock, when the caller holds it already."""
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        owner = lock_results(Path(config.out))
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if owner is None:
+        try:
+            owner = lock_results(Path(config.out))
+        except TestbedError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     store = Store(config.out)
     fingerprint = config.fingerprint()
     cells = config.cells()
@@ -407,6 +425,7 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool) 
     try:
         remove_stale_testbeds(store, say)
         sweep.run(todo)
+        figures.finish()
         status = "complete"
     except (KeyboardInterrupt, Stopped):
         status, code = "interrupted", 130
@@ -444,6 +463,10 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool) 
     return code
 
 
+class _Nothing(Exception):
+    """Nothing left to measure."""
+
+
 def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resumed) -> int:
     """The sweep's cells measured by the --workers machines into this store."""
     from .workers import WORKER_TIMEOUT_S, Dispatcher, Fleet
@@ -466,6 +489,8 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
     t0 = time.monotonic()
     fleet = Fleet(specs, Path(config.out), run_id)
     try:
+        if not todo:  # a run whose cells are all stored (killed before it was marked)
+            raise _Nothing()
         fleet.trust_host_keys()
         ready = fleet.provision(say)
         dispatcher = Dispatcher(
@@ -481,8 +506,10 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
         figures = Figures(config, run_id, store.done_cells(run_id), progress.note)
         dispatcher.on_cell = figures.cell_stored
         store.update_manifest(run_id, parallel={"workers": list(ready), "why": "--workers"})
-        if todo:
-            dispatcher.run(todo)
+        dispatcher.run(todo)
+        figures.finish()
+        status = "complete"
+    except _Nothing:
         status = "complete"
     except (KeyboardInterrupt, Stopped):
         status, code = "interrupted", 130

@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from testbed.errors import TestbedError
-from testbed.state import OwnerLock
+from testbed.errors import RunInUseError, TestbedError
+from testbed.state import OwnerLock, describe_holder
 
 from . import estimate, plan
 from .config import Cell, SweepConfig
@@ -50,6 +50,7 @@ from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static
 from .store import Store
 
 ALIVE_EVERY_S = 10.0  # the heartbeat; the controller declares a worker hung after --worker-timeout
+LOCK_WAIT_S = 120.0  # for the staging directory a previous serve may still hold
 WROTE_EVERY_S = 1.0  # progress of a running cell, at most this often per shard
 
 
@@ -87,8 +88,9 @@ class Channel:
 class RemotePlanner:
     """``plan.Planner``'s ``next`` for the worker's shards: the controller decides."""
 
-    def __init__(self, channel: Channel, config: SweepConfig):
+    def __init__(self, channel: Channel, config: SweepConfig, stopping=lambda: False):
         self.channel = channel
+        self.stopping = stopping  # the sweep is stopping (a shard failed, a signal)
         self.config = config
         self.cells: dict[str, Cell] = {c.cell_id: c for c in config.cells()}
         self._ids = itertools.count(1)
@@ -104,7 +106,7 @@ class RemotePlanner:
             self._waiting[ident] = [event, None]
         self.channel.send("want", id=ident, shard=shard, nodes=current)
         while not event.wait(0.5):
-            if self.stop.is_set() or self.channel.closed.is_set():
+            if self.stop.is_set() or self.channel.closed.is_set() or self.stopping():
                 return None
         with self._lock:
             answer = self._waiting.pop(ident)[1]
@@ -202,7 +204,7 @@ def _protocol_stdout() -> IO[str]:
 
 
 def serve(root: Path, name: str, parallel: str) -> int:
-    from .sweep import CORES, calibrate_from, choose_parallel, lock_results, parse_parallel
+    from .sweep import CORES, LOCK_NAME, calibrate_from, choose_parallel, parse_parallel
 
     channel = Channel(sys.stdin, _protocol_stdout())
     channel.send(
@@ -216,6 +218,16 @@ def serve(root: Path, name: str, parallel: str) -> int:
         versions=_versions(),
         clock=time.time(),
     )
+
+    def alive() -> None:
+        before = cpu_times()
+        while not channel.closed.wait(ALIVE_EVERY_S):
+            now = cpu_times()
+            channel.send("alive", cpu=cpu_busy(before, now))
+            before = now
+
+    # from the start: removing a killed run's testbeds may take longer than the timeout
+    threading.Thread(target=alive, daemon=True, name="alive").start()
     begin = channel.recv()
     if begin is None or begin.get("kind") != "begin":
         return 2  # the controller left before it began
@@ -229,12 +241,21 @@ def serve(root: Path, name: str, parallel: str) -> int:
             data["links_file"] = str(root / "links.toml")
         data["subnet_pool"] = os.environ.get("EDGETB_SUBNET_POOL") or data.get("subnet_pool")
         config = SweepConfig.from_dict(data)
-        owner = lock_results(out)
+        out.mkdir(parents=True, exist_ok=True)
+        owner = OwnerLock(out / LOCK_NAME)
+        # the previous serve of this directory may still be tearing its testbeds down
+        if not owner.acquire(blocking=False, wait_s=LOCK_WAIT_S):
+            raise RunInUseError(
+                f"{out} is in use ({describe_holder(owner.holder() or {})}) after "
+                f"{LOCK_WAIT_S:.0f} s"
+            )
     except TestbedError as exc:
         channel.send("done", status="failed", error=str(exc))
         return 2
     store = Store(out)
     run_id = begin["run_id"]
+    failed_shards: list[str] = []  # the shards whose failure ended the sweep
+    sweep: Sweep | None = None
     try:
         if run_id in {r.run_id for r in store.runs()}:
             store.set_status(run_id, "running")
@@ -248,7 +269,7 @@ def serve(root: Path, name: str, parallel: str) -> int:
         channel.send("started", p=p, why=why)
         progress = RemoteProgress(channel)
         sweep = Sweep(config, ForwardingStore(store, channel), run_id, progress, parallel=p)  # type: ignore[arg-type]
-        planner = RemotePlanner(channel, config)
+        planner = RemotePlanner(channel, config, stopping=lambda: sweep.stop.is_set())
 
         def stop() -> None:
             planner.stop.set()
@@ -264,32 +285,26 @@ def serve(root: Path, name: str, parallel: str) -> int:
                 if message["kind"] in ("unit", "none"):
                     planner.answer(message)
 
-        def alive() -> None:
-            before = cpu_times()
-            while not channel.closed.wait(ALIVE_EVERY_S):
-                now = cpu_times()
-                channel.send("alive", cpu=cpu_busy(before, now))
-                before = now
-
         signal.signal(signal.SIGHUP, lambda _s, _f: stop())
-        for target in (read, alive):
-            threading.Thread(target=target, daemon=True, name=target.__name__).start()
+        threading.Thread(target=read, daemon=True, name="read").start()
         sweep.run([], planner=planner)
-        if planner.stop.is_set():  # the controller aborted or is gone
+        if planner.stop.is_set() or channel.closed.is_set():  # aborted, or the controller is gone
             raise plan.Stopped()
         status, code = "complete", 0
     except (KeyboardInterrupt, plan.Stopped):
         status, code = "interrupted", 130
     except TestbedError as exc:
         status, error = "failed", str(exc)
+        failed_shards = list(sweep.failed_shards) if sweep is not None else []
     except Exception as exc:  # noqa: BLE001 - the controller must hear why
         status, error = "failed", f"{type(exc).__name__}: {exc}"
+        failed_shards = list(sweep.failed_shards) if sweep is not None else []
         raise
     finally:
         try:
             store.set_status(run_id, status)
         finally:
-            channel.send("done", status=status, error=error)
+            channel.send("done", status=status, error=error, shards=failed_shards)
             store.close()
             owner.release()
     return code
@@ -332,10 +347,15 @@ def clean_root(root: Path) -> int:
     if not lock.acquire(blocking=False, wait_s=1.0):
         holder = lock.holder() or {}
         pid = holder.get("pid")
-        if isinstance(pid, int) and "experiments.worker" in str(holder.get("command")):
+        command = str(holder.get("command"))
+        # under -m, sys.argv[0] is the module's file: .../experiments/worker.py serve ...
+        if isinstance(pid, int) and "experiments/worker.py serve" in command:
             print(f"ending the worker that still holds {out} (pid {pid})")
-            os.kill(pid, signal.SIGKILL)
-        if not lock.acquire(blocking=True, wait_s=30.0):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not lock.acquire(blocking=False, wait_s=30.0):
             print(f"error: {out} is still in use ({holder})", file=sys.stderr)
             return 1
     try:

@@ -18,6 +18,7 @@ worker side is ``experiments.worker``; the design is docs/design/workers.md).
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
@@ -137,6 +138,8 @@ def load_workers(path: str | Path) -> list[WorkerSpec]:
     ]
     if len({s.key for s in specs}) > 1:
         problems.append("the workers must share one ansible_ssh_private_key_file")
+    if len({s.known_hosts for s in specs} - {None}) > 1:
+        problems.append("the workers name several edgetb_known_hosts files; use one")
     if problems:
         raise ConfigError(f"{path}: " + "; ".join(problems))
     return specs
@@ -151,9 +154,8 @@ class Fleet:
         # The SSH directory (trusted keys, Ansible's connection masters) is short-lived and
         # short-named: a socket path must stay under 108 bytes. Its tag is no testbed run
         # id, so `testbed clean` leaves these masters alone.
-        self.ssh = SSH(
-            f"wk-{run_id[-6:]}", home() / "workers" / run_id[-6:], specs[0].key, strict=True
-        )
+        key = hashlib.sha256(f"{out.resolve()}:{run_id}".encode()).hexdigest()[:10]
+        self.ssh = SSH(f"wk-{key}", home() / "workers" / key, specs[0].key, strict=True)
 
     def close(self) -> None:
         """End Ansible's connection masters and remove the SSH directory."""
@@ -187,9 +189,7 @@ class Fleet:
     def trust_host_keys(self) -> None:
         """The workers' host keys from the inventory's known_hosts, else the user's or
         the first-contact store (the hosts backend's rules, ``hostkeys``)."""
-        explicit = {s.known_hosts for s in self.specs.values()} - {None}
-        if len(explicit) > 1:
-            raise ConfigError("the workers name several edgetb_known_hosts files; use one")
+        explicit = {s.known_hosts for s in self.specs.values()} - {None}  # one (load_workers)
         self.ssh.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         hostkeys.trust(
             [s.host for s in self.specs.values()],
@@ -244,7 +244,7 @@ class Fleet:
         return provision.command(
             ["env", *s.env(), *argv],
             host=name,
-            private_dir=self.dir / "ansible",
+            private_dir=self.dir / f"ansible-{name}",  # cleaners run at once: one dir each
             inv=self.inventory([name]),
             ssh=self.ssh,
         )
@@ -318,6 +318,7 @@ class Session:
                 message = json.loads(line)
             except ValueError:
                 continue
+            self.last = time.monotonic()  # when it arrived, not when the loop got to it
             self.events.put((self, message))
         self.events.put((self, None))
 
@@ -396,7 +397,7 @@ class Dispatcher:
         self.events: queue.Queue = queue.Queue()
         self.sessions: dict[str, Session] = {}
         self.leases: dict[tuple[str, str], Lease] = {}
-        self.deferred: list[tuple[Session, int, str]] = []
+        self.deferred: list[tuple[Session, int, str, int | None]] = []  # (…, its nodes)
         self.planner: plan.Planner | None = None
         self.failures: Counter[tuple] = Counter()  # unit network -> workers it failed on
         self.errors: list[str] = []
@@ -416,13 +417,6 @@ class Dispatcher:
         that no worker can measure."""
         self.planner = plan.Planner(estimate.units(self.config, todo), estimate.bringup_s)
         logs = Path(self.config.out) / "logs"
-        for name in self.names:
-            self.sessions[name] = Session(
-                name,
-                self.fleet.session_argv(name),
-                logs / f"{self.run_id}-worker-{name}.log",
-                self.events,
-            )
         signals = [0]
 
         def on_signal(_signum: int, _frame: Any) -> None:
@@ -434,6 +428,13 @@ class Dispatcher:
                 previous[sig] = signal.signal(sig, on_signal)
         deadline = None
         try:
+            for name in self.names:
+                self.sessions[name] = Session(
+                    name,
+                    self.fleet.session_argv(name),
+                    logs / f"{self.run_id}-worker-{name}.log",
+                    self.events,
+                )
             while not all(s.finished for s in self.sessions.values()):
                 if signals[0] and not self.aborting:
                     self.abort("interrupted: the workers tear their testbeds down")
@@ -449,7 +450,6 @@ class Dispatcher:
                 if message is None:
                     self.ended(session)
                 else:
-                    session.last = time.monotonic()
                     self.handle(session, message)
                 self.check_silence()
         finally:
@@ -477,7 +477,7 @@ class Dispatcher:
         for s in self.sessions.values():
             if not s.finished:
                 s.send("abort")
-        for s, ident, _shard in self.deferred:
+        for s, ident, _shard, _nodes in self.deferred:
             s.send("none", id=ident)
         self.deferred.clear()
 
@@ -550,9 +550,11 @@ class Dispatcher:
             unit = self.planner.take()  # nobody else is left to measure it
         if unit is not None:
             self.lease(s, ident, shard, unit)
-        elif self.leases:
+            return
+        s.shard_nodes[shard] = None  # the planner no longer counts it as serving
+        if self.leases:
             # another worker may die: this shard waits (its testbed stays up) for a re-queue
-            self.deferred.append((s, ident, shard))
+            self.deferred.append((s, ident, shard, nodes))
         else:
             s.send("none", id=ident)
             self.release_deferred()
@@ -572,16 +574,19 @@ class Dispatcher:
         """Hand re-queued work to the shards waiting for it, or tell them the grid is done."""
         assert self.planner is not None
         waiting, self.deferred = self.deferred, []
-        for s, ident, shard in waiting:
+        for s, ident, shard, nodes in waiting:
             if s.finished:
                 continue
-            unit = None if self.aborting else self.planner.next(None)
-            if unit is None and not self.leases and not self.aborting:
-                unit = self.planner.take()
+            unit = None
+            if not self.aborting and self.planner.left():
+                self.planner.rejoin(nodes)  # its cluster is still up: affinity counts
+                unit = self.planner.next(nodes)
+                if unit is None and not self.leases:
+                    unit = self.planner.take()
             if unit is not None:
                 self.lease(s, ident, shard, unit)
             elif self.leases and not self.aborting:
-                self.deferred.append((s, ident, shard))
+                self.deferred.append((s, ident, shard, nodes))
             else:
                 s.send("none", id=ident)
 
@@ -654,20 +659,22 @@ class Dispatcher:
     def finish_worker(self, s: Session, status: str, error: Any) -> None:
         assert self.planner is not None
         mine = [k for k in self.leases if k[0] == s.name]
+        blamed = set((s.done or {}).get("shards") or [])  # the shards whose failure it was
         for key in mine:
             lease = self.leases.pop(key)
             left = lease.left()
             if not left:
                 continue
-            if status == "failed":
+            if status == "failed" and (not blamed or key[1] in blamed):
                 self.failures[lease.unit.network] += 1
                 if self.failures[lease.unit.network] >= 2:
                     self.errors.append(f"{lease.unit.label} failed on two workers: {error}")
                     self.abort(f"{lease.unit.label} failed on two workers; stopping")
                     continue
             self.requeue(s.name, left, why=f"worker {status}: {error}")
-        for _shard, nodes in s.shard_nodes.items():
-            self.planner.release(nodes)
+        for nodes in s.shard_nodes.values():
+            if nodes is not None:  # shards the planner still counts as serving
+                self.planner.release(nodes)
         s.shard_nodes.clear()
         self._worker_entry(s, status=status, reason=error)
         if status in ("lost", "failed"):

@@ -124,6 +124,9 @@ def _runner_args(private_dir: Path, inv: dict, ssh: SSH) -> dict:
         "envvars": envvars,
         "quiet": True,
         "suppress_env_files": True,
+        # no cancel through signals: ansible-runner would install SIGINT/SIGTERM handlers
+        # of its own and never restore ours; Ctrl-C stays a KeyboardInterrupt here
+        "cancel_callback": lambda: False,
     }
 
 

@@ -49,6 +49,14 @@ def test_figures_come_after_the_first_pass_and_refresh_with_new_cells(tmp_path):
     figures.cell_stored("n3-rf1-l50-p0.5-r1")
     figures.close()
     assert figures.refreshes == 2 and notes[-1].startswith("figures refreshed (7 cells)")
+    figures.finish()  # nothing new since: no refresh
+    assert figures.refreshes == 2
+    figures.every_s = 3600.0
+    figures.cell_stored("n3-rf2-l50-p0.5-r1")  # not due for an hour...
+    figures.close()
+    assert figures.refreshes == 2
+    figures.finish()  # ...but the sweep's end writes the last cells in
+    assert figures.refreshes == 3 and notes[-1].startswith("figures refreshed (8 cells)")
 
 
 def test_no_first_pass_means_no_figures_during_the_sweep(tmp_path):

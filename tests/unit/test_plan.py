@@ -93,6 +93,20 @@ def test_the_first_pass_is_handed_out_before_the_rest():
     assert p.next(3) is None and p.next(5) is None
 
 
+def test_a_new_shard_takes_later_work_when_the_first_pass_is_not_worth_joining():
+    """The first pass's last unit is another shard's; a new shard must not stop while
+    hours of the second phase are left (it would leave the grid to one testbed)."""
+    todo = [unit(5, 100, latency=100), unit(5, 90, latency=50)]
+    todo += [unit(n, 5000, latency=lat, phase=1) for n in (3, 5) for lat in (10, 20)]
+    p = plan.Planner(todo, bringup_s=lambda n: 120)
+    assert take(p, None).cost_s == 100
+    second = take(p, None)  # 90 s of phase 0 left, shared: not worth it; phase 1 is
+    assert (second.nodes, second.phase) == (3, 1)
+    third = take(p, None)  # a 5-node cluster for phase 1 finishes 5 nodes' first pass first
+    assert (third.nodes, third.cost_s) == (5, 90)
+    assert take(p, 5).phase == 1
+
+
 def test_units_carry_the_phase_of_their_cells():
     config = SweepConfig(
         nodes=(3,), latency_ms=(0.0, 50.0, 100.0), loss_pct=(0.5,), first_pass=(0.0, 100.0)
