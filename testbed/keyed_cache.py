@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -20,10 +21,12 @@ def publish(root: Path, key: str) -> None:
     """Point ``root/current`` at ``root/key`` atomically and delete other builds (names
     starting with "." are builds in progress and are left alone)."""
     link = root / "current"
-    tmp = root / ".current.tmp"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(key)
-    os.replace(tmp, link)
+    if not (link.is_symlink() and os.readlink(link) == key):
+        # a name of this call's own: two processes publishing at once (two workers set
+        # up on one machine) must not take each other's link away before the rename
+        tmp = root / f".current.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        tmp.symlink_to(key)
+        os.replace(tmp, link)
     for old in root.iterdir():
         if (
             old.is_dir()

@@ -199,6 +199,10 @@ def playbook_failures(result, hosts: Sequence[str]) -> list[str]:
         host = str(data.get("host"))
         res = data.get("res") or {}
         msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
+        if msg == "non-zero return code" and (res.get("stderr") or res.get("stdout")):
+            # a command's own words say more than Ansible's: its last line of output
+            tail = str(res.get("stderr") or res.get("stdout")).strip().splitlines()[-1:]
+            msg = f"{msg} {res.get('rc')}: {tail[0] if tail else ''}"
         what = "unreachable" if kind == "runner_on_unreachable" else f"task '{data.get('task')}'"
         lines.setdefault(host, f"{host}: {what}: {one_line(msg)}")
     stats = result.stats or {}

@@ -200,3 +200,23 @@ def test_builds_take_turns_on_one_cache(tmp_path, monkeypatch):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_publishing_at_once_never_fails(tmp_path):
+    """Two workers set up on one machine publish the cached gateway image together: a
+    shared temporary link name made one of them fail (FileNotFoundError on the rename)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from testbed.keyed_cache import publish
+
+    key = "a" * 16
+    (tmp_path / key).mkdir()
+    barrier = threading.Barrier(8)
+    for _ in range(100):
+        (tmp_path / "current").unlink(missing_ok=True)
+        (tmp_path / "current").symlink_to("b" * 16)  # an older build was current
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: (barrier.wait(), publish(tmp_path, key)), range(8)))
+        assert os.readlink(tmp_path / "current") == key
+    assert not list(tmp_path.glob(".current.*"))
