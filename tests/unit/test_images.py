@@ -216,7 +216,12 @@ def test_publishing_at_once_never_fails(tmp_path):
     for _ in range(100):
         (tmp_path / "current").unlink(missing_ok=True)
         (tmp_path / "current").symlink_to("b" * 16)  # an older build was current
+
+        def at_once(_: int) -> None:
+            barrier.wait()
+            publish(tmp_path, key)
+
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda _: (barrier.wait(), publish(tmp_path, key)), range(8)))
+            list(pool.map(at_once, range(8)))
         assert os.readlink(tmp_path / "current") == key
     assert not list(tmp_path.glob(".current.*"))
