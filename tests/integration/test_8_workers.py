@@ -161,7 +161,11 @@ def test_a_sweep_over_two_ssh_workers_survives_one_killed(tmp_path, sshd):
             pool = "10.91." if cluster["worker"] == "w1" else "10.92."
             assert cluster["subnet"].startswith(pool), cluster
         # shaped as configured on either worker: the median write is two round trips
+        # (not RF 1 on 2 nodes: there half the writes find their replica in the
+        # coordinator and take one round trip, so the median is either)
         for c in cells:
+            if (c["nodes"], c["rf"]) == (2, 1):
+                continue
             median = statistics.median(store.rtts_ns(run.run_id, c["cell_id"])) / 1e6
             lat = c["latency_ms"]
             assert 4 * lat - 2 <= median <= 4 * lat + 0.1 * lat + 15, (c["cell_id"], median)
