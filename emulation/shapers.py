@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+import secrets
 import subprocess
 import time
 from collections.abc import Sequence
@@ -49,7 +51,9 @@ def netem_available() -> bool:
     """Whether this kernel can run netem: tried once on a veth in a scratch namespace."""
     global _netem_cache
     if _netem_cache is None:
-        ns = f"tb-netemprobe{int(time.time() * 1000) % 100000}-x"
+        # this process's own name: two processes probing at once (two workers set up on
+        # one machine) collided on a name made from the clock
+        ns = f"tb-netemprobe{os.getpid()}-{secrets.token_hex(2)}"
         run(["ip", "netns", "add", ns])
         try:
             run(["ip", "-n", ns, "link", "add", "name", "p0", "type", "veth", "peer", "name", "p1"])

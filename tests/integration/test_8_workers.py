@@ -235,3 +235,21 @@ def test_a_killed_controller_leaves_nothing_on_the_workers_and_resumes(tmp_path,
         ids = sorted(c["cell_id"] for c in store.cells(run.run_id))
         assert ids == sorted(f"n2-rf{rf}-l{lat}-p0.5-r1" for rf in (1, 2) for lat in (20, 40))
         assert store.request_count(run.run_id) == 4 * 30
+
+
+def test_machines_probed_at_once_do_not_collide():
+    """Two workers set up on one machine probe netem at the same moment: the probe's
+    scratch namespace was named from the clock, so one of them failed (found by CI)."""
+    start = time.time() + 3  # every process imported by then: they probe together
+    code = (
+        "import time; from emulation import shapers; "
+        f"time.sleep(max(0.0, {start} - time.time())); print(shapers.netem_available())"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    answers = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(answers) == 1, answers
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "tb-netemprobe" not in left
