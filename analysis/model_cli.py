@@ -316,6 +316,13 @@ def format_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def save(data: dict[str, Any], out: Path) -> None:
+    """model.txt and model.json in ``out`` (the results' analysis directory)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model.txt").write_text(format_text(data) + "\n")
+    (out / "model.json").write_text(json.dumps(data, indent=1))
+
+
 # -- what-if ---------------------------------------------------------------------------------
 
 
@@ -519,9 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     text = format_text(data)
     out = results.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "model.txt").write_text(text + "\n")
-    (out / "model.json").write_text(json.dumps(data, indent=1))
+    save(data, out)
     if args.json:
         print(json.dumps(data, indent=1))
     else:

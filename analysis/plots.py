@@ -2,7 +2,8 @@
 
 Writes to RESULTS_DIR/analysis/ (PNG and SVG of each):
 - ``rtt_n{N}_loss{P}``: mean write RTT vs one-way latency, one line per RF with its 95 %
-  confidence band (the paper's Figures 2 and 3), for every (nodes, loss);
+  confidence band (the paper's Figures 2 and 3), for every (nodes, loss), and beside each
+  the mean the model predicts (dashed; analysis.model, saved as model.{txt,json});
 - ``high_rf_n{N}``: the average of RF 3-5 vs latency, one line per loss (Figure 4);
 - ``phi_vs_excess``: φ of each (nodes, RF) against the RTT that loss added to it (mean
   over latencies of RTT at loss p minus RTT at the lowest loss measured).
@@ -27,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.store import check_writable_dir  # noqa: E402
-from testbed.errors import TestbedError  # noqa: E402
+from testbed.errors import ConfigError, TestbedError  # noqa: E402
 
 from . import phi as phi_mod  # noqa: E402
 from .results import Results, add_run_option, load, run_ids  # noqa: E402
@@ -55,12 +56,25 @@ def _label(cells: list[dict[str, Any]]) -> str:
     return f"{'/'.join(levels)}, {'/'.join(policies)}, profile {'/'.join(profiles)}"
 
 
-def rtt_vs_latency(results: Results, out: Path) -> list[dict[str, Any]]:
-    """Figures 2/3: one per (nodes, loss); returns [{name, paths, series}]."""
+def predicted_means(model: dict[str, Any] | None) -> dict[tuple, float]:
+    """(nodes, loss, rf, latency) -> the model's mean RTT (cells of a point averaged)."""
+    acc: dict[tuple, list[float]] = defaultdict(list)
+    for r in (model or {}).get("cells", []):
+        acc[(r["nodes"], r["loss_pct"], r["rf"], r["latency_ms"])].append(r["predicted_mean_ms"])
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def rtt_vs_latency(
+    results: Results, out: Path, model: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Figures 2/3: one per (nodes, loss), with the model's prediction (dashed) beside
+    each measured RF line when ``model`` (analysis.model_cli.compare) is given; returns
+    [{name, paths, series}]."""
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for (n, loss, rf, lat), rtts in pooled(results.cells).items():
         s = cell_stats(rtts)
         groups[(n, loss)][rf].append((lat, s["mean"], s["ci_low"], s["ci_high"]))
+    predicted = predicted_means(model)
     made = []
     label = _label(results.cells)
     for (n, loss), by_rf in sorted(groups.items()):
@@ -73,13 +87,25 @@ def rtt_vs_latency(results: Results, out: Path) -> list[dict[str, Any]]:
             lo = [p[2] if np.isfinite(p[2]) else p[1] for p in pts]
             hi = [p[3] if np.isfinite(p[3]) else p[1] for p in pts]
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+            model_pts = [
+                (lat, predicted[(n, loss, rf, lat)]) for lat in x if (n, loss, rf, lat) in predicted
+            ]
+            if model_pts:
+                ax.plot(
+                    [p[0] for p in model_pts],
+                    [p[1] for p in model_pts],
+                    ls="--",
+                    lw=1,
+                    color=line.get_color(),
+                    gid="model",  # one per RF; the caption says what dashes are
+                )
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
         ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=10)
         ax.text(
             0.01,
             0.99,
-            label + "; bands: 95 % CI of the mean",
+            label + "; bands: 95 % CI of the mean" + ("; dashed: model" if predicted else ""),
             transform=ax.transAxes,
             fontsize=7,
             va="top",
@@ -88,7 +114,8 @@ def rtt_vs_latency(results: Results, out: Path) -> list[dict[str, Any]]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"rtt_n{n}_loss{loss:g}"
-        series = len(ax.get_lines())  # what was drawn, not what was asked for
+        # what was drawn, not what was asked for: the measured lines
+        series = sum(1 for x in ax.get_lines() if x.get_gid() != "model")
         made.append(
             {
                 "name": name,
@@ -193,18 +220,39 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
     return [{"name": "phi_vs_excess", "paths": _save(fig, out, "phi_vs_excess"), "series": series}]
 
 
+def _model(results: Results, out: Path) -> dict[str, Any] | None:
+    """The model's comparison (analysis.model), saved beside the figures; None (and a
+    note on stderr) when the cells give it nothing to work from."""
+    from . import model_cli
+
+    try:
+        data = model_cli.compare(results)
+    except ConfigError as exc:
+        print(f"note: no model curves: {exc}", file=sys.stderr)
+        return None
+    model_cli.save(data, out)
+    return data
+
+
 def make_all(results: Results) -> list[dict[str, Any]]:
     """Every figure of ``results`` into its output directory, replacing those of an
     earlier call (which may have drawn other runs, or other node counts and losses)."""
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / FIGURES_INDEX).unlink(missing_ok=True)
+    for stale in ("model.txt", "model.json"):
+        (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
             for old in out.glob(f"{pattern}.{fmt}"):
                 old.unlink()
-    made = rtt_vs_latency(results, out) + high_rf(results, out) + phi_vs_excess(results, out)
-    index = {"runs": results.run_ids, "figures": [m["name"] for m in made]}
+    model = _model(results, out)
+    made = rtt_vs_latency(results, out, model) + high_rf(results, out) + phi_vs_excess(results, out)
+    index = {
+        "runs": results.run_ids,
+        "figures": [m["name"] for m in made],
+        "model": model is not None,
+    }
     (out / FIGURES_INDEX).write_text(json.dumps(index, indent=1))
     return made
 

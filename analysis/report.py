@@ -58,6 +58,65 @@ def _made_from(index: Path, runs: list[str]) -> dict | None:
     return data if isinstance(data, dict) and data.get("runs") == runs else None
 
 
+def _model_section(results: Results, rerun: str) -> str:
+    """Predicted vs measured (analysis.model): the error table, where the model fails,
+    and every cell, when model.json was made from these runs."""
+    data = _made_from(results.output_dir / "model.json", results.run_ids)
+    head = "<h2>Predicted vs measured RTT (analysis.model)</h2>"
+    if not data:
+        return head + (
+            f"<p>Run <code>python -m analysis.model {html.escape(str(results.directory))} "
+            f"{html.escape(rerun)}</code> (or analysis.plots) to add it.</p>"
+        )
+    tcp = data["tcp"]
+    groups = [
+        {
+            "nodes": g["nodes"],
+            "loss %": g["loss_pct"],
+            "profile": g["profile"],
+            "cells": g["cells"],
+            "MARE of the mean %": 100 * g["mare_mean"],
+            "MARE of p99 %": 100 * g["mare_p99"],
+            "worst cell": g["worst_cell"],
+            "its error %": 100 * g["worst_error_mean"],
+        }
+        for g in data["groups"]
+    ]
+    cells = [
+        {
+            "nodes": r["nodes"],
+            "RF": r["rf"],
+            "latency ms": r["latency_ms"],
+            "loss %": r["loss_pct"],
+            "mean": r["measured_mean_ms"],
+            "predicted mean": r["predicted_mean_ms"],
+            "err %": 100 * r["error_mean"],
+            "p99": r["measured_p99_ms"],
+            "predicted p99": r["predicted_p99_ms"],
+            "p99 err %": 100 * r["error_p99"],
+            "method": r["method"],
+        }
+        for r in data["cells"]
+    ]
+    failing = "".join(
+        f"<li>{len(f['cells'])} cell(s): {html.escape(f['assumption'])}</li>"
+        for f in data["failures"]
+    )
+    return (
+        head + f"<p>The model (<code>analysis/model.py</code>): the 0 ms cell's service time, the "
+        f"configured delays, the k-th fastest replica round trip, and TCP's recovery of "
+        f"each lost message (RTO = srtt + {tcp['rto_min_ms']:g} ms, doubling; in-order "
+        f"delivery). Nothing is fitted to the cells it predicts. Mean absolute relative "
+        f"error of the mean over the cells at &ge; {data['min_latency_ms']:g} ms (target "
+        f"&le; {100 * data['tolerance']:g} %):</p>"
+        + _table(groups, list(groups[0]) if groups else ["nodes"])
+        + (f"<p>Where the model fails:</p><ul>{failing}</ul>" if failing else "")
+        + "<details><summary><b>Every cell</b> (ms)</summary>"
+        + _table(cells, list(cells[0]) if cells else ["nodes"])
+        + "</details>"
+    )
+
+
 def write_report(results: Results) -> Path:
     out = results.directory / "report.html"
     runs = results.run_ids
@@ -105,6 +164,7 @@ def write_report(results: Results) -> Path:
         else f"<p>Run <code>python -m analysis.compare {html.escape(str(results.directory))} "
         f"{html.escape(rerun)}</code> to add it.</p>"
     )
+    parts.append(_model_section(results, rerun))
     slope_rows = [
         {
             "nodes": n,
