@@ -1,10 +1,10 @@
 """How long a sweep will take: a small model, used by --dry-run and for the ETA.
 
-Per write: a CPU-bound base (~5-6 ms here at 0 ms), the endpoint <-> coordinator round
-trip, one coordinator <-> replica round trip when the write needs a remote ack (see
-``consistency.remote_round_trip_probability``), and a loss penalty: when a needed packet
-is lost, TCP retransmits after about RTO_MS plus one more round trip. Fixed costs: one
-cluster bring-up and teardown per node count, one emulation check per network setting.
+Per write: the mean RTT that analysis.model computes (a service time, the endpoint <->
+coordinator round trip, the k-th fastest coordinator <-> replica round trip, TCP's
+retransmissions under loss), with the service time this machine's write at 0 ms. Fixed
+costs: one cluster bring-up and teardown per node count, one emulation check per network
+setting.
 The running sweep rescales the model by what it has measured so far.
 
 The machine's costs (``Costs``: the write at 0 ms, CPU per write, an idle testbed's CPU)
@@ -19,7 +19,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from math import comb
 from typing import Any
 
 import numpy as np
@@ -30,9 +29,7 @@ from testbed.topology import Topology
 
 from . import plan
 from .config import Cell, SweepConfig
-from .consistency import required_acks
 
-RTO_MS = 200.0
 CELL_OVERHEAD_S = 0.2
 PROBE_INTERVAL_S = 0.005
 
@@ -111,20 +108,20 @@ def bringup_s(nodes: int) -> float:
     return 1.0 + 3.7 * nodes + 5.0 + 2.0
 
 
-def _miss_probability(available: int, needed: int, loss: float) -> float:
-    """P(fewer than ``needed`` of ``available`` independent round trips succeed)."""
-    if needed <= 0:
-        return 0.0
-    ok = 1 - loss
-    got = sum(
-        comb(available, k) * ok**k * loss ** (available - k) for k in range(needed, available + 1)
-    )
-    return 1 - got
+@lru_cache(maxsize=1)
+def _tcp():  # the host's TCP timers, read once
+    from analysis import model
+
+    return model.tcp_from_proc()
 
 
 @lru_cache(maxsize=4096)
 def write_ms(config: SweepConfig, cell: Cell) -> float:
-    """Expected time of one write of ``cell``."""
+    """Expected time of one write of ``cell``: the mean of analysis.model's exact
+    computation (independent writes) with the service time COSTS.base_write_ms; with
+    jitter, its simulation."""
+    from analysis import model
+
     topo = Topology(edge_nodes=cell.nodes)
     matrix = links.build(
         config.profile,
@@ -133,28 +130,10 @@ def write_ms(config: SweepConfig, cell: Cell) -> float:
         loss_pct=cell.loss_pct,
         path=config.links_file,
     )
-    ep = topo.endpoint.name
-    edges = [h.name for h in topo.edges]
-    client_rtt = sum(matrix.rtt_ms(ep, e) for e in edges) / len(edges)
-    client_loss = sum(matrix.round_trip_loss_pct(ep, e) for e in edges) / len(edges) / 100
-    pairs = [(a, b) for a in edges for b in edges if a != b]
-    edge_rtt = sum(matrix.rtt_ms(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
-    edge_loss = (
-        sum(matrix.round_trip_loss_pct(a, b) for a, b in pairs) / len(pairs) / 100 if pairs else 0.0
-    )
-    acks = required_acks(config.cl, cell.rf)
-    p_c = cell.rf / cell.nodes
-    remote_needed = p_c * (1.0 if acks > 1 else 0.0) + (1 - p_c)
-    miss = p_c * _miss_probability(cell.rf - 1, acks - 1, edge_loss) + (
-        1 - p_c
-    ) * _miss_probability(cell.rf, acks, edge_loss)
-    return (
-        COSTS.base_write_ms
-        + client_rtt
-        + remote_needed * edge_rtt
-        + client_loss * (RTO_MS + client_rtt)
-        + miss * (RTO_MS + edge_rtt)
-    )
+    scenario = model.Scenario(matrix, cell.rf, config.cl, config.policy, _tcp())
+    method = "simulation" if scenario.jittered else "exact"
+    service = model.Service.constant(COSTS.base_write_ms)
+    return model.predict(scenario, service, method=method).mean
 
 
 def cell_s(config: SweepConfig, cell: Cell) -> float:

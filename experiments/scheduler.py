@@ -48,6 +48,12 @@ def _version(package: str) -> str | None:
         return None
 
 
+def tcp_from_proc():
+    from analysis.model import tcp_from_proc as read
+
+    return read()
+
+
 def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
     return {
         "command": ["python", "-m", "experiments.sweep", *argv],
@@ -61,6 +67,8 @@ def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
         "hostname": platform.node(),
         "clusters": {},
         "baseline": {},
+        # what analysis.model takes from the measuring host (not the analysing one)
+        "tcp": tcp_from_proc().to_dict(),
     }
 
 
