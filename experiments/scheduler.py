@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from analysis.model import tcp_from_proc
 from emulation import api as emulation
 from emulation import links, shapers
 from emulation.verify import measure_pair
@@ -46,12 +47,6 @@ def _version(package: str) -> str | None:
         return version(package)
     except PackageNotFoundError:
         return None
-
-
-def tcp_from_proc():
-    from analysis.model import tcp_from_proc as read
-
-    return read()
 
 
 def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
