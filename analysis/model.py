@@ -206,8 +206,9 @@ def kth_smallest(dists: Sequence[Discrete], k: int) -> Discrete:
         count[1:] = count[1:] * (1 - f) + count[:-1] * f
         count[0] = count[0] * (1 - f)
     at_least = count[k:].sum(axis=0)
-    probs = np.diff(np.concatenate([[0.0], at_least]))
-    return Discrete.of(support, np.clip(probs, 0, None))
+    probs = np.clip(np.diff(np.concatenate([[0.0], at_least])), 0, None)
+    keep = probs > 1e-15
+    return Discrete.of(support[keep], probs[keep])
 
 
 # -- the cell -------------------------------------------------------------------------------
@@ -316,13 +317,23 @@ def rto_ms(tcp: Tcp, there: Link, back: Link, one_way: bool) -> float:
     return tcp.rto_ms(srtt, sigma * math.sqrt(2 / math.pi))
 
 
+def _pair_key(pair: tuple[Link, Link]) -> tuple[float, ...]:
+    return tuple(
+        v
+        for link in pair
+        for v in (link.delay_ms, link.jitter_ms, link.loss_pct, link.rate_mbit or 0)
+    )
+
+
 def network(s: Scenario) -> list[tuple[float, bool, Discrete, float]]:
     """The network part of a write per class of placements: (probability, whether it
     waits for a remote ack, its distribution, its value without loss). Exact; no jitter."""
     groups: dict[tuple, float] = defaultdict(float)
     for weight, c, replicas in s.placements():
         k = s.acks - (1 if c in replicas else 0)
-        remote = tuple(sorted((s.link(c, r), s.link(r, c)) for r in replicas if r != c))
+        remote = tuple(
+            sorted(((s.link(c, r), s.link(r, c)) for r in replicas if r != c), key=_pair_key)
+        )
         client = (s.link(s.endpoint, c), s.link(c, s.endpoint))
         groups[(client, remote, k)] += weight
     memo: dict[tuple, Discrete] = {}

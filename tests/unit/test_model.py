@@ -1,0 +1,274 @@
+"""analysis.model: exact limits, the exact computation against the simulation, the CLI.
+
+Pure: no testbed. The integration test (test_3_sweep) checks the model against a real
+sweep."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis import model as m
+from analysis import model_cli
+from analysis.results import load
+from analysis.synthetic import make_store
+from emulation import links
+from testbed.errors import ConfigError
+from testbed.topology import Topology
+
+S = 5.0  # a constant service time, ms
+SERVICE = m.Service.constant(S)
+
+
+def scenario(nodes, rf, latency, loss=0.0, profile="uniform", cl="LOCAL_QUORUM", **kw):
+    matrix = links.build(profile, Topology(edge_nodes=nodes), delay_ms=latency, loss_pct=loss)
+    return m.Scenario(matrix, rf, cl, tcp=m.Tcp(), **kw)
+
+
+# -- exact limits without loss ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rf", [2, 3, 4, 5])
+def test_no_loss_uniform_is_two_round_trips_for_every_write(rf):
+    """uniform: ep <-> c is 2L; LOCAL_QUORUM with RF >= 2 always waits for one more 2L."""
+    p = m.predict(scenario(5, rf, 20), SERVICE)
+    assert p.method == "exact"
+    for value in p.summary().values():
+        assert value == pytest.approx(S + 2 * 20 + 2 * 20)
+
+
+def test_no_loss_rf1_paper_profile_mixes_local_and_remote_writes():
+    """paper: 10 ms back to the endpoint; RF 1's coordinator is the replica 1 time in 5."""
+    p = m.predict(scenario(5, 1, 30, profile="paper"), SERVICE)
+    assert p.mean == pytest.approx(S + 10 + 0.8 * 60)
+    assert p.quantile(0.1) == pytest.approx(S + 10)  # local writes: the lowest 20 %
+    assert p.quantile(0.5) == pytest.approx(S + 10 + 60)
+    assert p.cdf(S + 10) == pytest.approx(0.2)
+
+
+def test_cl_one_against_all():
+    """RF 3 of 5: ONE answers locally when the coordinator is a replica (3/5); ALL waits
+    for every replica: always one remote round trip (they are all 2L here)."""
+    one = m.predict(scenario(5, 3, 25, cl="ONE"), SERVICE)
+    every = m.predict(scenario(5, 3, 25, cl="ALL"), SERVICE)
+    assert one.mean == pytest.approx(S + 50 + 0.4 * 50)
+    assert every.mean == pytest.approx(S + 50 + 50)
+
+
+def test_token_aware_coordinator_is_always_a_replica():
+    p = m.predict(scenario(5, 1, 40, policy="token-aware"), SERVICE)
+    assert p.summary()["p99"] == pytest.approx(S + 80)  # never a remote round trip
+    p3 = m.predict(scenario(5, 3, 40, policy="token-aware"), SERVICE)
+    assert p3.mean == pytest.approx(S + 80 + 80)  # QUORUM: one remote ack, always
+
+
+def test_asymmetric_matrix_waits_for_the_kth_fastest_replica():
+    topo = Topology(edge_nodes=3)
+    near, far = links.Link(5), links.Link(50)
+    table = {
+        ("e0", "e1"): near, ("e1", "e0"): near,
+        ("e0", "e2"): far, ("e2", "e0"): far,
+        ("e1", "e2"): far, ("e2", "e1"): far,
+    }  # fmt: skip
+    s = m.Scenario(links.LinkMatrix(topo, table), 3, "ALL", "token-aware")
+    # ALL: the slowest remote round trip of the coordinator; e0: max(10, 100), e1: 100,
+    # e2: 100 -> every write 100 ms plus S (the endpoint links are unshaped)
+    assert m.predict(s, SERVICE).mean == pytest.approx(S + 100)
+    q = m.Scenario(links.LinkMatrix(topo, table), 3, "QUORUM", "token-aware")
+    # QUORUM (2 of 3, one local): the fastest remote: e0 10, e1 10, e2 100
+    assert m.predict(q, SERVICE).mean == pytest.approx(S + (10 + 10 + 100) / 3)
+
+
+# -- the pieces -----------------------------------------------------------------------------
+
+
+def test_retransmission_chain_probabilities_and_backoff():
+    d = m.retransmission_delay(0.1, 300.0, m.Tcp())
+    assert d.probs.sum() == pytest.approx(1)
+    assert d.values[:3].tolist() == [0, 300, 900]  # RTO, then RTO + 2 RTO
+    assert d.probs[:3] == pytest.approx([0.9, 0.09, 0.009])
+    linear = m.retransmission_delay(0.1, 300.0, m.Tcp(thin_linear_timeouts=True))
+    assert linear.values[:3].tolist() == [0, 300, 600]
+
+
+def test_rto_is_srtt_plus_rto_min_with_the_delayed_ack_on_one_way_connections():
+    tcp = m.Tcp()
+    link = links.Link(50)
+    assert m.rto_ms(tcp, link, link, one_way=True) == pytest.approx(100 + 40 + 200)
+    assert m.rto_ms(tcp, link, link, one_way=False) == pytest.approx(100 + 200)
+    big = links.Link(100, 80)  # a jitter whose 4·mdev exceeds rto_min
+    mdev = math.hypot(80, 80) * math.sqrt(2 / math.pi)
+    assert m.rto_ms(tcp, big, big, one_way=False) == pytest.approx(200 + 4 * mdev)
+
+
+def test_kth_smallest_is_exact_against_enumeration():
+    a = m.Discrete.of([1, 4, 9], [0.5, 0.3, 0.2])
+    b = m.Discrete.of([2, 4], [0.6, 0.4])
+    c = m.Discrete.of([0, 10], [0.1, 0.9])
+    for k in (1, 2, 3):
+        got = m.kth_smallest([a, b, c], k)
+        brute: dict[float, float] = {}
+        for (x, px), (y, py), (z, pz) in itertools.product(
+            zip(a.values, a.probs, strict=True),
+            zip(b.values, b.probs, strict=True),
+            zip(c.values, c.probs, strict=True),
+        ):
+            v = sorted([x, y, z])[k - 1]
+            brute[v] = brute.get(v, 0) + px * py * pz
+        assert dict(zip(got.values.tolist(), got.probs.tolist(), strict=True)) == pytest.approx(
+            {float(v): p for v, p in brute.items() if p > 0}
+        )
+
+
+def test_tcp_settings_from_proc(tmp_path):
+    (tmp_path / "tcp_rto_min_us").write_text("50000\n")
+    (tmp_path / "tcp_thin_linear_timeouts").write_text("1\n")
+    tcp = m.tcp_from_proc(tmp_path)
+    assert tcp.rto_min_ms == 50 and tcp.thin_linear_timeouts and tcp.rto_max_ms == 120_000
+    assert m.tcp_from_proc(tmp_path / "missing").rto_min_ms == 200  # older kernels
+    assert m.Tcp.from_dict(tcp.to_dict()) == tcp
+
+
+# -- exact against simulation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodes", "rf", "latency", "loss", "profile"),
+    [(5, 2, 50, 7.5, "paper"), (5, 3, 20, 2.5, "uniform"), (3, 1, 100, 7.5, "paper")],
+)
+def test_simulation_without_in_order_delivery_agrees_with_the_exact_computation(
+    nodes, rf, latency, loss, profile
+):
+    s = scenario(nodes, rf, latency, loss, profile)
+    service = m.Service(np.array([3.0, 4.0, 8.0]), np.array([2.0, 3.0]), "test")
+    exact = m.predict(s, service, method="exact")
+    sim = m.simulate(s, service, hol=False, writes=60, chains=1000, seed=3)
+    samples = sim._samples
+    assert samples is not None
+    se = samples.std() / math.sqrt(samples.size)
+    assert abs(sim.mean - exact.mean) < 4 * se, (sim.mean, exact.mean, se)
+    for q in (0.5, 0.9):  # the body is discrete here: the same atoms
+        assert sim.quantile(q) == pytest.approx(exact.quantile(q), abs=1.0)
+    assert exact.cdf(exact.no_loss_max + 8.0) < 1  # loss left some writes above
+
+
+def test_simulation_equals_the_exact_computation_when_nothing_can_wait_in_line():
+    """Loss only on the client's links: nothing is in flight behind a lost message (the
+    client sends the next write after the answer), so in-order delivery changes nothing."""
+    topo = Topology(edge_nodes=4)
+    lossy, edge = links.Link(10, loss_pct=5), links.Link(20)
+    table = {(a.name, b.name): edge for a in topo.edges for b in topo.edges if a != b}
+    for e in topo.edges:
+        table[("ep", e.name)] = table[(e.name, "ep")] = lossy
+    s = m.Scenario(links.LinkMatrix(topo, table), 3)
+    exact = m.predict(s, SERVICE)
+    assert exact.method == "exact"
+    sim = m.simulate(s, SERVICE, writes=60, chains=1000, seed=4)
+    se = sim._samples.std() / math.sqrt(sim._samples.size)
+    assert abs(sim.mean - exact.mean) < 4 * se
+
+
+def test_in_order_delivery_makes_a_spare_replicas_loss_cost_later_writes():
+    """At high RF a write does not wait for a spare replica's lost mutation, but the next
+    writes on that connection do: the simulation's mean is above the exact one's."""
+    s = scenario(5, 4, 50, 7.5, "paper")
+    exact = m.predict(s, SERVICE, method="exact")
+    sim = m.predict(s, SERVICE)
+    assert sim.method == "simulation"
+    assert sim.mean > exact.mean * 1.02
+
+
+def test_jitter_is_simulated_and_spreads_the_body():
+    topo = Topology(edge_nodes=3)
+    s = m.Scenario(links.uniform(topo, 30, 0, jitter_ms=5), 2)
+    p = m.predict(s, SERVICE)
+    assert p.method == "simulation"
+    assert p.mean == pytest.approx(S + 120, abs=1.5)
+    assert p.quantile(0.95) > p.quantile(0.05) + 10
+
+
+# -- what the paper reports for 5 nodes ------------------------------------------------------
+
+
+def test_the_model_orders_rf2_worst_at_high_loss_and_rf1_best_at_low_loss():
+    for latency in (20, 50, 100):
+        high = {
+            rf: m.predict(scenario(5, rf, latency, 7.5, "paper"), SERVICE).mean
+            for rf in range(1, 6)
+        }
+        assert max(high, key=high.get) == 2, high
+        low = {
+            rf: m.predict(scenario(5, rf, latency, 0.5, "paper"), SERVICE).mean
+            for rf in range(1, 6)
+        }
+        assert min(low, key=low.get) == 1, low
+
+
+# -- the service time from a baseline --------------------------------------------------------
+
+
+def test_service_time_subtracts_the_configured_delay_and_drops_retransmitted_writes():
+    base = scenario(5, 3, 0, 0.5, "paper")
+    rtt = np.array([15.0, 16.0, 14.0, 260.0, 15.5])  # paper: 10 ms to the endpoint at 0 ms
+    service = m.service_from_baseline(rtt, np.array([1, 0, 1, 1, 0]), base, "b")
+    assert sorted(service.remote.tolist()) == pytest.approx([4.0, 5.0, 5.5, 6.0])
+    assert "1 above" in service.source or "(1 above" in service.source
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def test_bad_scenarios_are_one_line_errors():
+    with pytest.raises(ConfigError, match="RF 6"):
+        scenario(5, 6, 10)
+    with pytest.raises(ConfigError, match="THREE needs 3 acks"):
+        scenario(5, 2, 10, cl="THREE")
+    with pytest.raises(ConfigError, match="policy"):
+        scenario(5, 2, 10, policy="nearest")
+    with pytest.raises(ConfigError, match="every packet"):
+        scenario(3, 2, 10, loss=100)
+
+
+def test_predict_cli_json_and_bad_input(capsys, tmp_path):
+    args = ["predict", "--nodes", "5", "--rf", "1..5", "--latency", "0..100..50"]
+    assert model_cli.main([*args, "--loss", "7.5", "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert len(cells) == 15
+    assert {
+        "nodes",
+        "rf",
+        "latency_ms",
+        "loss_pct",
+        "predicted_mean_ms",
+        "predicted_p99_ms",
+    } <= set(cells[0])
+    assert model_cli.main([*args, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "model_predict.png").is_file()
+    for bad in (["--nodes", "0"], ["--loss", "100"], ["--latency", "50..10"], ["--cl", "SERIAL"]):
+        assert model_cli.main(["predict", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err
+
+
+def test_compare_on_a_store(tmp_path, capsys):
+    """The CLI's data: every cell, the issue's keys, errors grouped per (nodes, loss,
+    profile). The synthetic RTTs are not the model's, so this checks the plumbing only."""
+    make_store(tmp_path, nodes=(3,), losses=(0.5,), latencies=(0, 20), writes=50)
+    assert model_cli.main([str(tmp_path), "--json", "--no-report"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    keys = {
+        "cell_id", "nodes", "rf", "latency_ms", "loss_pct", "profile", "measured_mean_ms",
+        "predicted_mean_ms", "measured_p99_ms", "predicted_p99_ms",
+    }  # fmt: skip
+    assert len(data["cells"]) == 6 and keys <= set(data["cells"][0])
+    assert [(g["nodes"], g["loss_pct"], g["cells"]) for g in data["groups"]] == [(3, 0.5, 3)]
+    assert (tmp_path / "analysis" / "model.json").is_file()
+    results = load(tmp_path)
+    again = model_cli.compare(results)
+    assert [r["predicted_mean_ms"] for r in again["cells"]] == [
+        r["predicted_mean_ms"] for r in data["cells"]
+    ]  # seeded: the same numbers every time
