@@ -399,6 +399,13 @@ class Prediction:
             self._s = [np.sort(a) for a in services]
             self._cum = [np.concatenate([[0.0], np.cumsum(a)]) for a in self._s]
 
+    @property
+    def samples(self) -> np.ndarray:
+        """The simulated RTTs (sorted); a ValueError for an exact prediction."""
+        if self._samples is None:
+            raise ValueError("an exact prediction has no samples")
+        return self._samples
+
     def cdf(self, t: float) -> float:
         if self._samples is not None:
             return float(np.searchsorted(self._samples, t, side="right") / self._samples.size)

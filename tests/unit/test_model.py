@@ -147,9 +147,7 @@ def test_simulation_without_in_order_delivery_agrees_with_the_exact_computation(
     service = m.Service(np.array([3.0, 4.0, 8.0]), np.array([2.0, 3.0]), "test")
     exact = m.predict(s, service, method="exact")
     sim = m.simulate(s, service, hol=False, writes=60, chains=1000, seed=3)
-    samples = sim._samples
-    assert samples is not None
-    se = samples.std() / math.sqrt(samples.size)
+    se = sim.samples.std() / math.sqrt(sim.samples.size)
     assert abs(sim.mean - exact.mean) < 4 * se, (sim.mean, exact.mean, se)
     for q in (0.5, 0.9):  # the body is discrete here: the same atoms
         assert sim.quantile(q) == pytest.approx(exact.quantile(q), abs=1.0)
@@ -168,7 +166,7 @@ def test_simulation_equals_the_exact_computation_when_nothing_can_wait_in_line()
     exact = m.predict(s, SERVICE)
     assert exact.method == "exact"
     sim = m.simulate(s, SERVICE, writes=60, chains=1000, seed=4)
-    se = sim._samples.std() / math.sqrt(sim._samples.size)
+    se = sim.samples.std() / math.sqrt(sim.samples.size)
     assert abs(sim.mean - exact.mean) < 4 * se
 
 
@@ -200,12 +198,12 @@ def test_the_model_orders_rf2_worst_at_high_loss_and_rf1_best_at_low_loss():
             rf: m.predict(scenario(5, rf, latency, 7.5, "paper"), SERVICE).mean
             for rf in range(1, 6)
         }
-        assert max(high, key=high.get) == 2, high
+        assert max(high, key=lambda rf: high[rf]) == 2, high
         low = {
             rf: m.predict(scenario(5, rf, latency, 0.5, "paper"), SERVICE).mean
             for rf in range(1, 6)
         }
-        assert min(low, key=low.get) == 1, low
+        assert min(low, key=lambda rf: low[rf]) == 1, low
 
 
 # -- the service time from a baseline --------------------------------------------------------
