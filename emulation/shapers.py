@@ -303,7 +303,9 @@ class DirectShaper:
     """
 
     name = "direct"
-    loss_location = "at the sender's egress (local drops: TCP sees them at once)"
+    # netem returns success for a random drop (net/sched/sch_netem.c): TCP is not told and
+    # recovers by its timer, as it does from a drop in the gateway (analysis.model)
+    loss_location = "at the sender's egress (netem reports success: TCP recovers by its timer)"
 
     def __init__(self, tb: Testbed):
         self.tb = tb

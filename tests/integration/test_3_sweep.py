@@ -5,6 +5,7 @@ Each test runs `python -m experiments.sweep` as a user would (its own cluster).
 """
 
 import csv
+import json
 import os
 import signal
 import sqlite3
@@ -152,6 +153,34 @@ def test_round_robin_coordinators_and_replica_fraction(small_grid):
         assert all(len(r["replicas"]) == rf for r in both)
         fraction = sum(r["cir"] for r in both) / len(both)
         assert fraction == pytest.approx(rf / NODES, abs=0.15), (rf, fraction)
+
+
+def test_the_model_predicts_the_measured_cells(small_grid):
+    """`python -m analysis.model` as a user runs it: the prediction at 20 ms (from the
+    0 ms cells and the configured links, nothing fitted) agrees with the measurement.
+
+    Tolerance: the median within 5 % (a wrong round-trip count would be off by 25-50 %),
+    and the mean within the model's 10 % or inside the measured mean's 95 % bootstrap
+    CI: at 50 writes and 0.5 % loss, one write more or less that waited for TCP's 250 ms
+    retransmission moves the mean by 5 ms of ~85."""
+    out, *_ = small_grid
+    proc = subprocess.run(
+        [sys.executable, "-m", "analysis.model", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    at_20 = [c for c in data["cells"] if c["latency_ms"] == LATENCY]
+    assert sorted(c["rf"] for c in at_20) == [1, 2, 3]
+    for c in at_20:
+        assert abs(c["error_median"]) <= 0.05, c
+        assert abs(c["error_mean"]) <= 0.10 or c["within_ci"], c
+    (group,) = data["groups"]
+    assert (group["nodes"], group["cells"], group["profile"]) == (NODES, 3, "uniform")
+    report = (out / "report.html").read_text()
+    assert "Predicted vs measured RTT" in report and "predicted mean" in report
 
 
 def test_export_to_csv(small_grid):
