@@ -21,6 +21,7 @@ from pathlib import Path
 from experiments.store import check_writable_dir
 from testbed.errors import TestbedError
 
+from . import claims
 from . import phi as phi_mod
 from .results import Results, add_run_option, load, run_ids
 from .stats import per_cell, slopes, std_across_nodes
@@ -111,6 +112,9 @@ def _model_section(results: Results, rerun: str) -> str:
         f"&le; {100 * data['tolerance']:g} %):</p>"
         + _table(groups, list(groups[0]) if groups else ["nodes"])
         + (f"<p>Where the model fails:</p><ul>{failing}</ul>" if failing else "")
+        + "<h3>The paper's claims against the measurements and the model</h3><pre>"
+        + html.escape(claims.format_text(data.get("claims", [])))
+        + "</pre>"
         + "<details><summary><b>Every cell</b> (ms)</summary>"
         + _table(cells, list(cells[0]) if cells else ["nodes"])
         + "</details>"

@@ -270,3 +270,44 @@ def test_compare_on_a_store(tmp_path, capsys):
     assert [r["predicted_mean_ms"] for r in again["cells"]] == [
         r["predicted_mean_ms"] for r in data["cells"]
     ]  # seeded: the same numbers every time
+
+
+# -- the paper's claims ---------------------------------------------------------------------
+
+
+def _means(fn, nodes=(5,), losses=(0.5, 7.5), lats=(20, 50, 100)):
+    return {
+        (n, loss, rf, lat): fn(n, rf, lat, loss)
+        for n in nodes
+        for loss in losses
+        for rf in range(1, n + 1)
+        for lat in lats
+    }
+
+
+def test_claims_on_means_where_the_answer_is_known():
+    from analysis import claims
+
+    def paperish(n, rf, lat, loss):  # RF 2 pays for loss, RF 1 is cheapest at low loss
+        base = 10 + (1.6 if rf == 1 else 2) * lat
+        return base * (1 + (0.5 if rf == 2 and loss > 1 else 0.02 * rf))
+
+    means = _means(paperish)
+    assert claims.rf2_worst_at_high_loss(means, 5)[0] == "holds"
+    assert claims.rf1_best_at_low_loss(means, 5)[0] == "holds"
+    assert claims.rf2_steepest_at_high_loss(means, 5)[0] == "holds"
+    assert claims.rf2_similar_at_lower_loss(means, 5)[0] == "holds"
+    assert claims.rf5_best_at_high_loss(means, 5)[0] == "does not hold"  # RF 1 is cheaper
+    verdict, numbers = claims.phi_orders_loss_sensitivity(means, 5, "LOCAL_QUORUM")
+    assert verdict == "holds only in part" and "Spearman +0.77" in numbers  # RF 2 alone
+    backwards = _means(lambda n, rf, lat, loss: 10 + 2 * lat * (1 + rf * loss / 100))
+    assert claims.phi_orders_loss_sensitivity(backwards, 5, "LOCAL_QUORUM")[0] == "does not hold"
+    assert claims.rf3_same_across_node_counts(means, 5)[0].startswith("cannot tell")
+    flat = _means(lambda n, rf, lat, loss: 10 + 2 * lat, nodes=(3, 4, 5))
+    assert claims.rf3_same_across_node_counts(flat, 0)[0] == "holds"
+    assert claims.rf345_similar(flat, 5)[0] == "holds"
+    partly = {k: v * (1.5 if k[2] == 2 and k[3] == 100 else 1) for k, v in flat.items()}
+    assert claims.rf2_worst_at_high_loss(partly, 5)[0] == "holds only at latencies 100 ms"
+    rows = claims.check(means, means, means)
+    assert {r["id"] for r in rows} == {c[0] for c in claims.CLAIMS}
+    assert "[5.1a, 5 nodes]" in claims.format_text(rows)

@@ -1,0 +1,302 @@
+"""The seed paper's claims (sections 5.1-5.5 and 6) checked against measurements and
+against the model (pure).
+
+Each claim is a function of mean RTTs keyed (nodes, loss, rf, latency), so the same test
+runs on what was measured and on what ``analysis.model`` predicts for the same cells;
+claims about node counts or losses a run did not measure are checked on the model's
+what-if grid only (the service time of the run's 0 ms cells, or 5 ms). Verdicts: holds,
+does not hold, holds only when ..., or cannot tell (the data a claim needs is missing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import phi as phi_mod
+from .stats import median_line_slope, spearman
+
+Means = Mapping[tuple[int, float, int, float], float]  # (nodes, loss, rf, latency) -> ms
+MIN_LATENCY_MS = 10.0  # the paper's statements are about shaped links
+SIMILAR = 0.10  # "similar": within 10 % of each other
+STD_CLAIM_MS = 1.5
+
+
+def _grid(means: Means, nodes: int, loss: float) -> dict[float, dict[int, float]]:
+    out: dict[float, dict[int, float]] = defaultdict(dict)
+    for (n, l, rf, lat), v in means.items():
+        if n == nodes and l == loss and lat >= MIN_LATENCY_MS:
+            out[lat][rf] = v
+    return dict(sorted(out.items()))
+
+
+def _verdict(ok: list[tuple[float, bool]], what: str = "at latencies") -> str:
+    if not ok:
+        return "cannot tell (no cells for it)"
+    good = [x for x, y in ok if y]
+    if len(good) == len(ok):
+        return "holds"
+    if not good:
+        return "does not hold"
+    return f"holds only {what} {', '.join(f'{x:g}' for x in good)} ms"
+
+
+def _losses(means: Means, nodes: int) -> list[float]:
+    return sorted({k[1] for k in means if k[0] == nodes})
+
+
+def rf2_worst_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
+    losses = _losses(means, nodes)
+    if not losses:
+        return "cannot tell (no cells for it)", ""
+    grid = _grid(means, nodes, losses[-1])
+    ok, parts = [], []
+    for lat, by_rf in grid.items():
+        if 2 not in by_rf or len(by_rf) < 2:
+            continue
+        worst = max(by_rf, key=lambda rf: by_rf[rf])
+        runner = max((rf for rf in by_rf if rf != 2), key=lambda rf: by_rf[rf])
+        ok.append((lat, worst == 2))
+        parts.append(f"{lat:g} ms: RF 2 {by_rf[2]:.0f}, next RF {runner} {by_rf[runner]:.0f}")
+    return _verdict(ok), f"{losses[-1]:g} % loss; " + "; ".join(parts)
+
+
+def rf2_similar_at_lower_loss(means: Means, nodes: int) -> tuple[str, str]:
+    held, parts = {}, []
+    for loss in _losses(means, nodes)[:-1]:
+        for lat, by_rf in _grid(means, nodes, loss).items():
+            others = [v for rf, v in by_rf.items() if rf >= 3]
+            if 2 not in by_rf or not others:
+                continue
+            excess = by_rf[2] / float(np.mean(others)) - 1
+            held[loss] = held.get(loss, True) and abs(excess) <= SIMILAR
+            parts.append(f"{loss:g} %/{lat:g} ms {100 * excess:+.0f} %")
+    if not held:
+        return "cannot tell (no cells for it)", ""
+    good = [loss for loss, ok in held.items() if ok]
+    verdict = (
+        "holds"
+        if len(good) == len(held)
+        else "does not hold"
+        if not good
+        else f"holds only at {', '.join(f'{x:g}' for x in good)} % loss"
+    )
+    return verdict, "RF 2 against the mean of RF >= 3: " + ", ".join(parts)
+
+
+def _slopes(means: Means, nodes: int, loss: float) -> dict[int, float]:
+    series: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for lat, by_rf in _grid(means, nodes, loss).items():
+        for rf, v in by_rf.items():
+            series[rf].append((lat, v))
+    return {
+        rf: median_line_slope([p[0] for p in pts], [p[1] for p in pts])
+        for rf, pts in sorted(series.items())
+        if len(pts) >= 2
+    }
+
+
+def rf2_steepest_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
+    losses = _losses(means, nodes)
+    if not losses:
+        return "cannot tell (no cells for it)", ""
+    s = _slopes(means, nodes, losses[-1])
+    if 2 not in s or len(s) < 2:
+        return "cannot tell (fewer than two latencies >= 10 ms)", ""
+    steepest = max(s, key=lambda rf: s[rf])
+    text = ", ".join(f"RF {rf} {v:.2f}" for rf, v in s.items())
+    return ("holds" if steepest == 2 else "does not hold"), f"median-line slopes: {text}"
+
+
+def rf5_best_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
+    losses = _losses(means, nodes)
+    if not losses:
+        return "cannot tell (no cells for it)", ""
+    ok, parts = [], []
+    for lat, by_rf in _grid(means, nodes, losses[-1]).items():
+        if nodes not in by_rf:
+            continue
+        best = min(by_rf, key=lambda rf: by_rf[rf])
+        ok.append((lat, best == nodes))
+        parts.append(f"{lat:g} ms: best RF {best} {by_rf[best]:.0f}, RF {nodes} {by_rf[nodes]:.0f}")
+    return _verdict(ok), f"{losses[-1]:g} % loss; " + "; ".join(parts)
+
+
+def rf1_best_at_low_loss(means: Means, nodes: int) -> tuple[str, str]:
+    losses = _losses(means, nodes)
+    if not losses:
+        return "cannot tell (no cells for it)", ""
+    ok, parts = [], []
+    for lat, by_rf in _grid(means, nodes, losses[0]).items():
+        if 1 not in by_rf or len(by_rf) < 2:
+            continue
+        best = min(by_rf, key=lambda rf: by_rf[rf])
+        ok.append((lat, best == 1))
+        parts.append(f"{lat:g} ms: RF 1 {by_rf[1]:.0f}, best RF {best} {by_rf[best]:.0f}")
+    return _verdict(ok), f"{losses[0]:g} % loss; " + "; ".join(parts)
+
+
+def rf1_slope_like_rf345_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
+    losses = _losses(means, nodes)
+    if not losses:
+        return "cannot tell (no cells for it)", ""
+    s = _slopes(means, nodes, losses[-1])
+    high = [s[rf] for rf in (3, 4, 5) if rf in s]
+    if 1 not in s or not high:
+        return "cannot tell (no RF 1 or RF >= 3 slopes)", ""
+    diff = s[1] / float(np.mean(high)) - 1
+    return (
+        "holds" if abs(diff) <= SIMILAR else "does not hold",
+        f"RF 1 slope {s[1]:.2f} vs RF 3-5 mean {np.mean(high):.2f} ({100 * diff:+.0f} %)",
+    )
+
+
+def rf3_same_across_node_counts(means: Means, nodes: int) -> tuple[str, str]:
+    counts = sorted({k[0] for k in means if k[2] == 3})
+    if len(counts) < 2:
+        return "cannot tell (needs two or more node counts)", ""
+    ok, worst = [], (0.0, 0.0, 0.0)
+    for loss in sorted({k[1] for k in means}):
+        for lat in sorted({k[3] for k in means if k[3] >= MIN_LATENCY_MS}):
+            vals = [means[(n, loss, 3, lat)] for n in counts if (n, loss, 3, lat) in means]
+            if len(vals) < 2:
+                continue
+            sd = float(np.std(vals, ddof=1))
+            ok.append((lat, sd < STD_CLAIM_MS))
+            worst = max(worst, (sd, loss, lat))
+    verdict = "holds" if ok and all(y for _, y in ok) else "does not hold" if ok else "cannot tell"
+    return verdict, (
+        f"nodes {', '.join(map(str, counts))}: worst std {worst[0]:.2f} ms "
+        f"({worst[1]:g} %, {worst[2]:g} ms); claim < {STD_CLAIM_MS:g} ms"
+    )
+
+
+def rf345_similar(means: Means, nodes: int) -> tuple[str, str]:
+    ok, worst = [], (0.0, 0.0, 0.0)
+    for loss in _losses(means, nodes):
+        for lat, by_rf in _grid(means, nodes, loss).items():
+            vals = [by_rf[rf] for rf in (3, 4, 5) if rf in by_rf]
+            if len(vals) < 2:
+                continue
+            spread = (max(vals) - min(vals)) / float(np.mean(vals))
+            ok.append((lat, spread <= SIMILAR))
+            worst = max(worst, (spread, loss, lat))
+    if not ok:
+        return "cannot tell (needs two of RF 3-5)", ""
+    verdict = "holds" if all(y for _, y in ok) else "does not hold"
+    return (
+        verdict,
+        f"widest spread of RF 3-5: {100 * worst[0]:.0f} % ({worst[1]:g} %, {worst[2]:g} ms)",
+    )
+
+
+def phi_orders_loss_sensitivity(means: Means, nodes: int, cl: str) -> tuple[str, str]:
+    losses = _losses(means, nodes)
+    if len(losses) < 2:
+        return "cannot tell (needs two losses)", ""
+    low, high = _grid(means, nodes, losses[0]), _grid(means, nodes, losses[-1])
+    excess: dict[int, list[float]] = defaultdict(list)
+    for lat, by_rf in high.items():
+        for rf, v in by_rf.items():
+            if rf >= 2 and rf in low.get(lat, {}):
+                excess[rf].append(v - low[lat][rf])
+    rfs = sorted(excess)
+    if len(rfs) < 2:
+        return "cannot tell (fewer than two RFs >= 2)", ""
+    phis = [float(phi_mod.phi(nodes, rf, cl)) for rf in rfs]
+    added = [float(np.mean(excess[rf])) for rf in rfs]
+    rho = spearman(phis, added)
+    verdict = (
+        "holds"
+        if rho >= 0.999
+        else "cannot tell"
+        if math.isnan(rho)
+        else "holds only in part"
+        if rho >= 0.5
+        else "does not hold"
+    )
+    text = ", ".join(
+        f"RF {rf} φ {p:.2f} +{a:.0f} ms" for rf, p, a in zip(rfs, phis, added, strict=True)
+    )
+    return (
+        verdict,
+        f"RTT {losses[-1]:g} % loss adds over {losses[0]:g} %: {text}; Spearman {rho:+.2f}",
+    )
+
+
+CLAIMS: list[tuple[str, str, str, Callable[..., tuple[str, str]]]] = [
+    ("5.1a", "5.1", "RF 2 is the worst RF under high packet loss", rf2_worst_at_high_loss),
+    (
+        "5.1b",
+        "5.1",
+        "RF 2 performs like the others under low and medium loss",
+        rf2_similar_at_lower_loss,
+    ),
+    (
+        "5.1c",
+        "5.1",
+        "RF 2's median line is steeper than any other RF's (high loss)",
+        rf2_steepest_at_high_loss,
+    ),
+    ("5.2", "5.2", "RF 5 is the best RF of 5 nodes under high loss", rf5_best_at_high_loss),
+    ("5.3a", "5.3", "RF 1 is best under low loss", rf1_best_at_low_loss),
+    (
+        "5.3b",
+        "5.3",
+        "under high loss RF 1's slope is similar to RF 3-5's",
+        rf1_slope_like_rf345_at_high_loss,
+    ),
+    (
+        "5.4",
+        "5.4",
+        "RF 3's mean RTT varies < 1.5 ms (std) across 3, 4 and 5 nodes",
+        rf3_same_across_node_counts,
+    ),
+    ("5.5", "5.5", "RF 3, 4 and 5 perform similarly (within 10 %)", rf345_similar),
+    (
+        "6",
+        "6",
+        "the higher φ, the more packet loss adds to the RTT (RF >= 2)",
+        phi_orders_loss_sensitivity,
+    ),
+]
+
+
+def check(
+    measured: Means, predicted: Means, what_if: Means, cl: str = "LOCAL_QUORUM"
+) -> list[dict[str, Any]]:
+    """Every claim for every node count, on the measurements, on the model's predictions
+    of the same cells, and (for node counts and losses not measured) on its what-if grid."""
+    out = []
+    node_counts = sorted({k[0] for k in measured} | {k[0] for k in what_if})
+    for cid, section, text, fn in CLAIMS:
+        counts = [0] if cid == "5.4" else [max(node_counts)] if cid == "5.2" else node_counts
+        for n in counts:
+            args = (n, cl) if cid == "6" else (n,)
+            row: dict[str, Any] = {"id": cid, "section": section, "claim": text, "nodes": n or None}
+            for name, means in (("measured", measured), ("model", predicted), ("what_if", what_if)):
+                verdict, numbers = fn(means, *args)
+                row[name] = {"verdict": verdict, "numbers": numbers}
+            out.append(row)
+    return out
+
+
+def format_text(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "The paper's claims (sections 5.1-5.5, 6): measured / the model on the same cells / "
+        "the model's what-if grid (3-5 nodes, the paper's losses)"
+    ]
+    for r in rows:
+        where = f", {r['nodes']} nodes" if r["nodes"] else ""
+        lines.append(f"[{r['id']}{where}] {r['claim']}")
+        for name in ("measured", "model", "what_if"):
+            v = r[name]
+            if v["verdict"].startswith("cannot tell") and name != "measured":
+                continue
+            numbers = f" — {v['numbers']}" if v["numbers"] else ""
+            lines.append(f"    {name:<8} {v['verdict']}{numbers}")
+    return "\n".join(lines)
