@@ -66,7 +66,8 @@ def rf2_worst_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
 
 
 def rf2_similar_at_lower_loss(means: Means, nodes: int) -> tuple[str, str]:
-    held, parts = {}, []
+    held: dict[float, bool] = {}
+    parts: list[str] = []
     for loss in _losses(means, nodes)[:-1]:
         for lat, by_rf in _grid(means, nodes, loss).items():
             others = [v for rf, v in by_rf.items() if rf >= 3]
