@@ -639,6 +639,8 @@ def service_from_baseline(
     needs = k > 0
     remote = rtt[keep & needs] - expected_fixed_ms(baseline, True)
     local = rtt[keep & ~needs] - expected_fixed_ms(baseline, False)
+    if remote.size + local.size == 0:
+        raise ConfigError(f"{source}: no request to take the service time from")
     return Service(
         np.sort(np.maximum(remote, 0.0)),
         np.sort(np.maximum(local, 0.0)),

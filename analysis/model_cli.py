@@ -83,7 +83,11 @@ def _baselines(results: Results, tcp: m.Tcp) -> dict[tuple, tuple[m.Service, str
     out = {}
     for key, c in chosen.items():
         name = f"the 0 ms cell at {c['loss_pct']:g} % loss ({c['cell_id']})"
-        out[key] = (m.service_from_baseline(c["rtt_ms"], c["cir"], _scenario(c, tcp), name), name)
+        try:
+            service = m.service_from_baseline(c["rtt_ms"], c["cir"], _scenario(c, tcp), name)
+        except ConfigError:
+            continue  # no usable request: the run's manifest baseline stands in
+        out[key] = (service, name)
     return out
 
 
