@@ -62,7 +62,6 @@ from testbed.errors import ConfigError
 
 RTO_MIN_MS = 200.0  # Linux TCP_RTO_MIN, unless net.ipv4.tcp_rto_min_us says otherwise
 RTO_MAX_MS = 120_000.0  # Linux TCP_RTO_MAX
-DELACK_MS = 40.0  # Linux TCP_DELACK_MIN: a lone small segment's ACK waits this long
 THIN_LINEAR_RETRIES = 6  # TCP_THIN_LINEAR_RETRIES
 POLICIES = ("round-robin", "token-aware")
 SIM_WRITES = 50  # sequential writes per simulated client (the first SIM_WARMUP unrecorded)
@@ -84,13 +83,11 @@ class Tcp:
     rto_max_ms: float = RTO_MAX_MS
     thin_linear_timeouts: bool = False
     source: str = "Linux defaults"
-    delack_ms: float = DELACK_MS
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rto_min_ms": self.rto_min_ms,
             "rto_max_ms": self.rto_max_ms,
-            "delack_ms": self.delack_ms,
             "thin_linear_timeouts": self.thin_linear_timeouts,
             "source": self.source,
         }
@@ -102,7 +99,6 @@ class Tcp:
             float(data.get("rto_max_ms", RTO_MAX_MS)),
             bool(data.get("thin_linear_timeouts", False)),
             str(data.get("source", "recorded")),
-            float(data.get("delack_ms", DELACK_MS)),
         )
 
     def rto_ms(self, srtt_ms: float, mdev_ms: float = 0.0) -> float:
@@ -276,7 +272,7 @@ class Scenario:
 
     def rto_ms(self, a: str, b: str) -> float:
         """The RTO of the connection a -> b (see ``rto_ms``)."""
-        return rto_ms(self.tcp, self.link(a, b), self.link(b, a), self.endpoint not in (a, b))
+        return rto_ms(self.tcp, self.link(a, b), self.link(b, a))
 
     @property
     def internode_loss(self) -> bool:
@@ -304,17 +300,16 @@ class Scenario:
         return math.comb(n, self.rf) * (self.rf if self.policy == "token-aware" else n)
 
 
-def rto_ms(tcp: Tcp, there: Link, back: Link, one_way: bool) -> float:
+def rto_ms(tcp: Tcp, there: Link, back: Link) -> float:
     """The RTO of a connection whose segments go ``there`` and whose ACKs come ``back``.
 
-    srtt: the configured round trip, plus the delayed ACK (TCP_DELACK_MIN) on a one-way
-    connection (Cassandra's internode ones: the answer comes on another connection, so
-    each message's ACK waits for the timer); the driver's connection carries the answer,
-    which acknowledges at once. mdev: the mean absolute deviation of the round trip under
-    the jitter (netem: normal)."""
-    srtt = there.delay_ms + back.delay_ms + (tcp.delack_ms if one_way else 0.0)
+    srtt: the configured round trip. Cassandra's internode connections are one-way (the
+    answer comes on another connection), but each sees a message far less often than
+    once per RTO here, and Linux acknowledges at once after such a gap (quickack:
+    tcp_event_data_recv), so no delayed ACK enters srtt. mdev: the mean absolute
+    deviation of the round trip under the jitter (netem: normal)."""
     sigma = math.hypot(there.jitter_ms, back.jitter_ms)
-    return tcp.rto_ms(srtt, sigma * math.sqrt(2 / math.pi))
+    return tcp.rto_ms(there.delay_ms + back.delay_ms, sigma * math.sqrt(2 / math.pi))
 
 
 def _pair_key(pair: tuple[Link, Link]) -> tuple[float, ...]:
@@ -342,13 +337,13 @@ def network(s: Scenario) -> list[tuple[float, bool, Discrete, float]]:
         key = (client, remote, k)
         if key not in memo:
             up, down = client
-            rto_client = rto_ms(s.tcp, up, down, one_way=False)
+            rto_client = rto_ms(s.tcp, up, down)
             legs = Discrete.point(up.delay_ms + down.delay_ms)
             legs = legs + retransmission_delay(up.loss_pct / 100, rto_client, s.tcp)
             legs = legs + retransmission_delay(down.loss_pct / 100, rto_client, s.tcp)
             trips = []
             for there, back in remote:
-                rto = rto_ms(s.tcp, there, back, one_way=True)
+                rto = rto_ms(s.tcp, there, back)
                 trip = Discrete.point(there.delay_ms + back.delay_ms)
                 trip = trip + retransmission_delay(there.loss_pct / 100, rto, s.tcp)
                 trips.append(trip + retransmission_delay(back.loss_pct / 100, rto, s.tcp))

@@ -59,7 +59,6 @@ def run_tcp(results: Results) -> m.Tcp:
         tcp.rto_max_ms,
         tcp.thin_linear_timeouts,
         f"{tcp.source} (the runs recorded none)",
-        tcp.delack_ms,
     )
 
 
@@ -136,7 +135,7 @@ def attribute(row: dict[str, Any], tcp: m.Tcp) -> str:
     return (
         f"a write slowed by loss waits {d_tail / max(hit_m, 1e-9):+.0f} ms per such write "
         f"{'more' if d_tail > 0 else 'less'} than modelled: the recovery is not "
-        f"RTO = srtt (+{tcp.delack_ms:g} ms delayed ACK) + {tcp.rto_min_ms:g} ms with "
+        f"RTO = srtt + {tcp.rto_min_ms:g} ms with "
         f"doubling, or RACK's early resend"
     )
 
@@ -313,8 +312,7 @@ def format_cells(data: dict[str, Any]) -> str:
     tcp = data["tcp"]
     lines = [
         "Predicted vs measured write RTT (ms); err: (predicted - measured) / measured, %.",
-        f"Runs: {', '.join(data['runs'])}. TCP: RTO = srtt (+{tcp['delack_ms']:g} ms delayed "
-        f"ACK on internode connections) + {tcp['rto_min_ms']:g} ms, doubling"
+        f"Runs: {', '.join(data['runs'])}. TCP: RTO = srtt + {tcp['rto_min_ms']:g} ms, doubling"
         f"{', linear for thin streams' if tcp['thin_linear_timeouts'] else ''} "
         f"({tcp['source']}).",
         "",

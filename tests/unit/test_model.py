@@ -95,14 +95,13 @@ def test_retransmission_chain_probabilities_and_backoff():
     assert linear.values[:3].tolist() == [0, 300, 600]
 
 
-def test_rto_is_srtt_plus_rto_min_with_the_delayed_ack_on_one_way_connections():
+def test_rto_is_srtt_plus_rto_min_or_four_mean_deviations():
     tcp = m.Tcp()
     link = links.Link(50)
-    assert m.rto_ms(tcp, link, link, one_way=True) == pytest.approx(100 + 40 + 200)
-    assert m.rto_ms(tcp, link, link, one_way=False) == pytest.approx(100 + 200)
+    assert m.rto_ms(tcp, link, links.Link(30)) == pytest.approx(80 + 200)
     big = links.Link(100, 80)  # a jitter whose 4·mdev exceeds rto_min
     mdev = math.hypot(80, 80) * math.sqrt(2 / math.pi)
-    assert m.rto_ms(tcp, big, big, one_way=False) == pytest.approx(200 + 4 * mdev)
+    assert m.rto_ms(tcp, big, big) == pytest.approx(200 + 4 * mdev)
 
 
 def test_kth_smallest_is_exact_against_enumeration():
