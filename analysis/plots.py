@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.store import check_writable_dir  # noqa: E402
-from testbed.errors import ConfigError, TestbedError  # noqa: E402
+from testbed.errors import TestbedError  # noqa: E402
 
 from . import phi as phi_mod  # noqa: E402
 from .results import Results, add_run_option, load, run_ids  # noqa: E402
@@ -227,7 +227,7 @@ def _model(results: Results, out: Path) -> dict[str, Any] | None:
 
     try:
         data = model_cli.compare(results)
-    except ConfigError as exc:
+    except (TestbedError, ValueError) as exc:  # the figures matter more than the curves
         print(f"note: no model curves: {exc}", file=sys.stderr)
         return None
     model_cli.save(data, out)
