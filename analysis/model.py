@@ -312,6 +312,14 @@ def rto_ms(tcp: Tcp, there: Link, back: Link) -> float:
     return tcp.rto_ms(there.delay_ms + back.delay_ms, sigma * math.sqrt(2 / math.pi))
 
 
+def round_trip(tcp: Tcp, there: Link, back: Link) -> Discrete:
+    """A message there and its answer back, each resent on its connection's RTO when lost."""
+    rto = rto_ms(tcp, there, back)
+    trip = Discrete.point(there.delay_ms + back.delay_ms)
+    trip = trip + retransmission_delay(there.loss_pct / 100, rto, tcp)
+    return trip + retransmission_delay(back.loss_pct / 100, rto, tcp)
+
+
 def _pair_key(pair: tuple[Link, Link]) -> tuple[float, ...]:
     return tuple(
         v
@@ -331,27 +339,14 @@ def network(s: Scenario) -> list[tuple[float, bool, Discrete, float]]:
         )
         client = (s.link(s.endpoint, c), s.link(c, s.endpoint))
         groups[(client, remote, k)] += weight
-    memo: dict[tuple, Discrete] = {}
     out = []
-    for (client, remote, k), weight in groups.items():
-        key = (client, remote, k)
-        if key not in memo:
-            up, down = client
-            rto_client = rto_ms(s.tcp, up, down)
-            legs = Discrete.point(up.delay_ms + down.delay_ms)
-            legs = legs + retransmission_delay(up.loss_pct / 100, rto_client, s.tcp)
-            legs = legs + retransmission_delay(down.loss_pct / 100, rto_client, s.tcp)
-            trips = []
-            for there, back in remote:
-                rto = rto_ms(s.tcp, there, back)
-                trip = Discrete.point(there.delay_ms + back.delay_ms)
-                trip = trip + retransmission_delay(there.loss_pct / 100, rto, s.tcp)
-                trips.append(trip + retransmission_delay(back.loss_pct / 100, rto, s.tcp))
-            memo[key] = legs + kth_smallest(trips, k)
+    for (client, remote, k), weight in groups.items():  # each class once
+        trips = [round_trip(s.tcp, there, back) for there, back in remote]
+        dist = round_trip(s.tcp, *client) + kth_smallest(trips, k)
         no_loss = client[0].delay_ms + client[1].delay_ms
         if k:
             no_loss += sorted(t.delay_ms + b.delay_ms for t, b in remote)[k - 1]
-        out.append((weight, k > 0, memo[key], no_loss))
+        out.append((weight, k > 0, dist, no_loss))
     return out
 
 

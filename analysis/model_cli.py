@@ -21,6 +21,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +55,7 @@ def run_tcp(results: Results) -> m.Tcp:
         if isinstance(recorded, dict):
             return m.Tcp.from_dict(recorded)
     tcp = m.tcp_from_proc()
-    return m.Tcp(
-        tcp.rto_min_ms,
-        tcp.rto_max_ms,
-        tcp.thin_linear_timeouts,
-        f"{tcp.source} (the runs recorded none)",
-    )
+    return replace(tcp, source=f"{tcp.source} (the runs recorded none)")
 
 
 def _scenario(cell: dict[str, Any], tcp: m.Tcp) -> m.Scenario:
