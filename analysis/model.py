@@ -31,6 +31,10 @@ measurement contradicts):
   (net/sched/sch_netem.c), so TCP learns of it only by its timer, at the sender's egress
   (direct shaper) as in the gateway.
 - **Delays** are the configured ones (netem's jitter: normal, truncated at 0).
+- **Timeouts**: a link that loses every packet (a partition) delivers nothing; the
+  coordinator answers WriteTimeout ``write_timeout_ms`` after the request reached it
+  when too few acks came, and the client gives up ``client_timeout_ms`` after sending.
+  A request that errs so counts with the time it took, as the sweep records it.
 
 Without jitter the distribution is computed exactly: every link is a discrete
 distribution (its delay plus 0, RTO, 3·RTO, ... with geometric probabilities), the k-th
@@ -63,6 +67,9 @@ from testbed.errors import ConfigError
 RTO_MIN_MS = 200.0  # Linux TCP_RTO_MIN, unless net.ipv4.tcp_rto_min_us says otherwise
 RTO_MAX_MS = 120_000.0  # Linux TCP_RTO_MAX
 THIN_LINEAR_RETRIES = 6  # TCP_THIN_LINEAR_RETRIES
+TCP_RETRIES2 = 15  # net.ipv4.tcp_retries2: Linux gives a connection up after this many resends
+WRITE_TIMEOUT_MS = 2000.0  # Cassandra's write_request_timeout: the coordinator stops waiting
+CLIENT_TIMEOUT_MS = 12_000.0  # the driver's request timeout (the sweep's --timeout default)
 POLICIES = ("round-robin", "token-aware")
 SIM_WRITES = 50  # sequential writes per simulated client (the first SIM_WARMUP unrecorded)
 SIM_WARMUP = 10
@@ -105,10 +112,12 @@ class Tcp:
         return min(srtt_ms + max(4 * mdev_ms, self.rto_min_ms), self.rto_max_ms)
 
     def backoff(self, retry: int) -> float:
-        """The factor of the RTO before retransmission ``retry`` (0: the first)."""
+        """The factor of the RTO before retransmission ``retry`` (0: the first); past
+        TCP_RETRIES2 the connection is given up, so the exponent stops there."""
         if self.thin_linear_timeouts and retry < THIN_LINEAR_RETRIES:
             return 1.0
-        return float(2 ** (retry - (THIN_LINEAR_RETRIES if self.thin_linear_timeouts else 0)))
+        shift = THIN_LINEAR_RETRIES if self.thin_linear_timeouts else 0
+        return float(2 ** (min(retry, TCP_RETRIES2) - shift))
 
 
 def _read(path: Path) -> str | None:
@@ -159,6 +168,10 @@ class Discrete:
             np.multiply.outer(self.probs, other.probs).ravel(),
         )
 
+    def clip(self, high: float) -> Discrete:
+        """min(X, high): what a timeout at ``high`` makes of X."""
+        return Discrete.of(np.minimum(self.values, high), self.probs)
+
     def cdf(self, t: np.ndarray) -> np.ndarray:
         c = np.cumsum(self.probs)
         i = np.searchsorted(self.values, t, side="right")
@@ -174,10 +187,12 @@ def retransmission_delay(loss: float, rto_ms: float, tcp: Tcp) -> Discrete:
     RTO, then the RTO plus the backed-off one, ... (geometric)."""
     if loss <= 0:
         return Discrete.point(0.0)
+    if loss >= 1:  # a partition: nothing arrives (the timeouts end the write)
+        return Discrete.point(math.inf)
     values, probs, wait, p_here = [0.0], [1 - loss], 0.0, loss
     for retry in itertools.count():
         wait = wait + min(rto_ms * tcp.backoff(retry), tcp.rto_max_ms)
-        if p_here * loss < TAIL_PROB or retry > 60:
+        if p_here * loss < TAIL_PROB or retry >= TCP_RETRIES2:
             values.append(wait)
             probs.append(p_here)  # this and every longer chain
             break
@@ -238,6 +253,8 @@ class Scenario:
     cl: str = "LOCAL_QUORUM"
     policy: str = "round-robin"
     tcp: Tcp = field(default_factory=Tcp)
+    write_timeout_ms: float = WRITE_TIMEOUT_MS
+    client_timeout_ms: float = CLIENT_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         n = len(self.matrix.topology.edges)
@@ -248,12 +265,11 @@ class Scenario:
             raise ConfigError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
         if self.acks > self.rf:
             raise ConfigError(f"{self.cl} needs {self.acks} acks; RF {self.rf} has {self.rf}")
-        for s, d, link in self.matrix.shaped():
-            if link.loss_pct >= 100:
-                raise ConfigError(
-                    f"link {s} -> {d} loses every packet: the model predicts writes that "
-                    "complete (loss must be < 100 %)"
-                )
+        if not 0 < self.write_timeout_ms <= self.client_timeout_ms:
+            raise ConfigError(
+                f"timeouts: need 0 < write {self.write_timeout_ms:g} ms <= "
+                f"client {self.client_timeout_ms:g} ms"
+            )
 
     @property
     def acks(self) -> int:
@@ -342,7 +358,8 @@ def network(s: Scenario) -> list[tuple[float, bool, Discrete, float]]:
     out = []
     for (client, remote, k), weight in groups.items():  # each class once
         trips = [round_trip(s.tcp, there, back) for there, back in remote]
-        dist = round_trip(s.tcp, *client) + kth_smallest(trips, k)
+        acked = kth_smallest(trips, k).clip(s.write_timeout_ms)
+        dist = (round_trip(s.tcp, *client) + acked).clip(s.client_timeout_ms)
         no_loss = client[0].delay_ms + client[1].delay_ms
         if k:
             no_loss += sorted(t.delay_ms + b.delay_ms for t, b in remote)[k - 1]
@@ -350,15 +367,35 @@ def network(s: Scenario) -> list[tuple[float, bool, Discrete, float]]:
     return out
 
 
+def no_loss_max_ms(s: Scenario) -> float:
+    """The slowest placement's network time without loss (configured delays only):
+    per coordinator, the k-th fastest of the slowest possible replica set."""
+    worst = 0.0
+    for c in s.edges:
+        client = s.link(s.endpoint, c).delay_ms + s.link(c, s.endpoint).delay_ms
+        others = sorted(
+            (s.link(c, r).delay_ms + s.link(r, c).delay_ms for r in s.edges if r != c),
+            reverse=True,
+        )
+        cases = [(s.rf - 1, s.acks - 1)]  # c a replica: k of the rf - 1 others
+        if s.policy != "token-aware" and s.rf < len(s.edges):
+            cases.append((s.rf, s.acks))  # c not a replica
+        for m, k in cases:
+            remote = min(others[m - k], s.write_timeout_ms) if k > 0 else 0.0
+            worst = max(worst, client + remote)
+    return worst
+
+
 def expected_fixed_ms(s: Scenario, needs_remote: bool) -> float:
     """The mean configured delay (no loss) of the writes that do (not) wait for a remote
     ack: what a baseline request spent on the network besides its service time."""
-    total = weight = 0.0
+    total = weight = every = 0.0
     for w, remote, _dist, no_loss in network(s):
+        every += w * no_loss
         if remote == needs_remote:
             total += w * no_loss
             weight += w
-    return total / weight if weight else 0.0
+    return total / weight if weight else every  # no such write here: all writes' mean
 
 
 # -- predictions ----------------------------------------------------------------------------
@@ -533,14 +570,16 @@ def simulate(
         d = delay[src, dst]
         if jitter.any():
             d = np.maximum(d + jitter[src, dst] * rng.standard_normal(d.shape), 0.0)
-        lost = rng.geometric(1 - loss[src, dst]) - 1
+        p = loss[src, dst]
+        dead = p >= 1
+        lost = np.minimum(rng.geometric(np.where(dead, 1.0, 1 - p)) - 1, TCP_RETRIES2)
         wait = np.zeros(d.shape)
         r = rto[src, dst]
         for retry in range(int(lost.max()) if lost.size else 0):
             wait += np.where(
                 lost > retry, np.minimum(r * s.tcp.backoff(retry), s.tcp.rto_max_ms), 0
             )
-        return d, wait
+        return d, np.where(dead, np.inf, wait)
 
     order = np.argsort(rng.random((writes, chains, n)), axis=2)
     replica = np.zeros((writes, chains, n), dtype=bool)
@@ -581,7 +620,8 @@ def simulate(
         blocked = np.where(behind, np.minimum(before, resend), before)
         done = np.maximum(arrive, blocked)
         np.put_along_axis(delivered, conn, np.where(mask, done, before), axis=1)
-        now_lost = np.where(behind, lost_before, np.where(wait > 0, at, np.inf))
+        # the latest loss still unrecovered sets when a later SACK can get it resent
+        now_lost = np.where(wait > 0, at, np.where(behind, lost_before, np.inf))
         np.put_along_axis(pending, conn, np.where(mask, now_lost, lost_before), axis=1)
         return done
 
@@ -596,12 +636,12 @@ def simulate(
         acked = deliver(arrive, back_d[i], back_w[i], d_cr[i], rtt, conn_back[i], to_r[i])
         acked = np.sort(np.where(to_r[i], acked, np.inf), axis=1)
         ready = np.where(k[i] > 0, acked[rows, np.maximum(k[i] - 1, 0)], t)
-        end = ready + down_d[i] + down_w[i]
+        ready = np.minimum(ready, t + s.write_timeout_ms)  # WriteTimeout
+        end = np.minimum(ready + down_d[i] + down_w[i], now + s.client_timeout_ms)
         if i >= writes - recorded:
             out[i - (writes - recorded)] = end - now
         now = end
-    no_loss = math.nan if s.jittered else max(f for _w, _r, _d, f in network(s))
-    return Prediction(samples=out.ravel(), no_loss_max=no_loss, method="simulation")
+    return Prediction(samples=out.ravel(), no_loss_max=no_loss_max_ms(s), method="simulation")
 
 
 # -- the service time from a baseline ------------------------------------------------------
@@ -623,9 +663,10 @@ def service_from_baseline(
     cut = float(np.median(rtt)) + baseline.tcp.rto_min_ms / 2
     keep = rtt <= cut
     k = baseline.acks - np.where(cir == 1, 1, 0)
-    if (cir < 0).any():  # coordinator unknown: the likelier kind
-        p_local = baseline.rf / len(baseline.edges) if baseline.acks == 1 else 0.0
-        k = np.where(cir < 0, 0 if p_local > 0.5 else 1, k)
+    if (cir < 0).any():  # coordinator unknown: the likelier kind of placement
+        token_aware = baseline.policy == "token-aware"
+        p_replica = 1.0 if token_aware else baseline.rf / len(baseline.edges)
+        k = np.where(cir < 0, baseline.acks - (1 if p_replica > 0.5 else 0), k)
     needs = k > 0
     remote = rtt[keep & needs] - expected_fixed_ms(baseline, True)
     local = rtt[keep & ~needs] - expected_fixed_ms(baseline, False)

@@ -227,8 +227,8 @@ def _model(results: Results, out: Path) -> dict[str, Any] | None:
 
     try:
         data = model_cli.compare(results)
-    except (TestbedError, ValueError) as exc:  # the figures matter more than the curves
-        print(f"note: no model curves: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the figures matter more than the curves
+        print(f"note: no model curves: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
     model_cli.save(data, out)
     return data

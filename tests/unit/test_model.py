@@ -186,6 +186,51 @@ def test_jitter_is_simulated_and_spreads_the_body():
     assert p.method == "simulation"
     assert p.mean == pytest.approx(S + 120, abs=1.5)
     assert p.quantile(0.95) > p.quantile(0.05) + 10
+    # the threshold between writes loss touched and the others: the configured delays
+    assert p.no_loss_max == pytest.approx(120)
+
+
+# -- partitions and extreme loss --------------------------------------------------------------
+
+
+def partitioned(cl="QUORUM", rf=3):
+    """3 nodes, 10 ms everywhere, e0 cut off from e1 and e2 (the endpoint reaches all)."""
+    topo = Topology(edge_nodes=3)
+    cut = links.Link(10, 0, 100)
+    table = {(a, b): cut for a in ("e1", "e2") for b in ("e0",)}
+    table |= {(b, a): cut for a, b in table}
+    matrix = links.LinkMatrix(topo, {**links.uniform(topo, 10, 0).links, **table})
+    return m.Scenario(matrix, rf, cl, tcp=m.Tcp())
+
+
+def test_a_partitioned_coordinator_times_out_after_the_write_timeout():
+    """QUORUM at RF 3: a write coordinated by e0 (1 in 3) needs one remote ack and gets
+    none: Cassandra's write timeout ends it; e1 and e2 have each other."""
+    s = partitioned()
+    exact = m.predict(s, SERVICE, method="exact")
+    expected = S + 20 + (m.WRITE_TIMEOUT_MS + 2 * 20) / 3
+    assert exact.mean == pytest.approx(expected)
+    assert exact.cdf(S + 40) == pytest.approx(2 / 3)
+    simulated = m.predict(s, SERVICE)  # loss between edge nodes: the simulation
+    assert simulated.method == "simulation"
+    assert simulated.mean == pytest.approx(expected, rel=0.03)
+    assert math.isfinite(simulated.no_loss_max)
+
+
+def test_a_client_that_reaches_no_coordinator_waits_for_its_own_timeout():
+    topo = Topology(edge_nodes=3)
+    s = m.Scenario(links.uniform(topo, 10, 100), 1, "ONE", tcp=m.Tcp())
+    for method in ("exact", "simulation"):
+        p = m.predict(s, SERVICE, method=method)
+        assert p.quantile(0.01) >= m.CLIENT_TIMEOUT_MS, method
+
+
+@pytest.mark.parametrize("method", ["exact", "simulation"])
+def test_extreme_loss_gives_finite_predictions(method):
+    """99 % loss: chains of resends past tcp_retries2 no longer overflow the backoff."""
+    p = m.predict(scenario(3, 2, 10, 99), SERVICE, method=method)
+    assert all(math.isfinite(v) for v in p.summary().values())
+    assert m.Tcp().backoff(5000) == 2.0**m.TCP_RETRIES2
 
 
 # -- what the paper reports for 5 nodes ------------------------------------------------------
@@ -216,6 +261,16 @@ def test_service_time_subtracts_the_configured_delay_and_drops_retransmitted_wri
     assert "1 above" in service.source or "(1 above" in service.source
 
 
+def test_an_unknown_coordinator_under_token_aware_is_a_replica():
+    """Token-aware: the coordinator is always a replica, so at RF 1 a request whose
+    coordinator was not recorded (-1) waited for no remote ack: only the endpoint's
+    round trip (paper: 10 ms at 0 ms) is subtracted."""
+    base = scenario(5, 1, 0, 0.5, "paper", policy="token-aware")
+    service = m.service_from_baseline(np.array([15.0, 16.0]), np.array([-1, -1]), base, "b")
+    assert service.local.tolist() == pytest.approx([5.0, 6.0])
+    assert service.remote.size == 0
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 
@@ -226,8 +281,8 @@ def test_bad_scenarios_are_one_line_errors():
         scenario(5, 2, 10, cl="THREE")
     with pytest.raises(ConfigError, match="policy"):
         scenario(5, 2, 10, policy="nearest")
-    with pytest.raises(ConfigError, match="every packet"):
-        scenario(3, 2, 10, loss=100)
+    with pytest.raises(ConfigError, match="timeouts"):
+        scenario(3, 2, 10, write_timeout_ms=20_000)
 
 
 def test_predict_cli_json_and_bad_input(capsys, tmp_path):
@@ -245,7 +300,13 @@ def test_predict_cli_json_and_bad_input(capsys, tmp_path):
     } <= set(cells[0])
     assert model_cli.main([*args, "--out", str(tmp_path)]) == 0
     assert (tmp_path / "model_predict.png").is_file()
-    for bad in (["--nodes", "0"], ["--loss", "100"], ["--latency", "50..10"], ["--cl", "SERIAL"]):
+    # a level RF 1 cannot serve: that RF is left out, not the whole grid
+    capsys.readouterr()
+    two = ["predict", "--rf", "1..3", "--cl", "TWO", "--latency", "50", "--json"]
+    assert model_cli.main(two) == 0
+    rows = json.loads(capsys.readouterr().out)["cells"]
+    assert {r["rf"] for r in rows} == {2, 3}
+    for bad in (["--nodes", "0"], ["--loss", "101"], ["--latency", "50..10"], ["--cl", "SERIAL"]):
         assert model_cli.main(["predict", *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err

@@ -250,3 +250,22 @@ def test_the_preview_is_the_first_pass_in_miniature():
     assert preview.fingerprint() != paper.fingerprint()
     # without a first pass: 0, 50 and 100 ms where the grid has them
     assert SweepConfig(latency_ms=(0.0, 20.0, 100.0)).preview().latency_ms == (0.0, 100.0)
+
+
+def test_a_partitioned_link_file_is_estimated_with_the_write_timeout(tmp_path):
+    """A links file that cuts e0 off from e1 (100 % loss both ways) is a partition, not an
+    error: the writes that need that ack take the coordinator's write timeout."""
+    f = tmp_path / "links.toml"
+    f.write_text(
+        '[[link]]\nsrc = "e0"\ndst = "e1"\nloss_pct = 100\n'
+        '[[link]]\nsrc = "e1"\ndst = "e0"\nloss_pct = 100\n'
+    )
+    c = from_flags(
+        "--profile", "file", "--links", str(f), "--nodes", "3", "--rf", "2",
+        "--latency", "0", "--loss", "0", "--cl", "ALL",
+    )  # fmt: skip
+    (cell,) = c.cells()
+    ms = estimate.write_ms(c, cell)
+    # ALL at RF 2 of 3 times out when the coordinator needs an ack across the cut:
+    # {e0, e1} coordinated by e0 or e1, {e0, e2} by e1, {e1, e2} by e0: 4 in 9 writes
+    assert ms - estimate.COSTS.base_write_ms == pytest.approx(4 / 9 * 2000)
