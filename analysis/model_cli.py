@@ -79,8 +79,11 @@ def _baselines(results: Results, tcp: m.Tcp) -> dict[tuple, tuple[m.Service, str
     out = {}
     for key, c in chosen.items():
         name = f"the 0 ms cell at {c['loss_pct']:g} % loss ({c['cell_id']})"
-        try:
-            service = m.service_from_baseline(c["rtt_ms"], c["cir"], _scenario(c, tcp), name)
+        ok = ~np.asarray(c.get("failed", np.zeros(len(c["rtt_ms"]), dtype=bool)))
+        try:  # S from the writes that succeeded: an error's time is not a write's service
+            service = m.service_from_baseline(
+                np.asarray(c["rtt_ms"])[ok], np.asarray(c["cir"])[ok], _scenario(c, tcp), name
+            )
         except ConfigError:
             continue  # no usable request: the run's manifest baseline stands in
         out[key] = (service, name)

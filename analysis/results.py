@@ -27,7 +27,7 @@ DEFAULT_SELECTION = "the newest complete run and every complete run of its confi
 @dataclass
 class Results:
     directory: Path
-    cells: list[dict[str, Any]]  # cell columns + rtt_ms, cir (arrays), errors, error_types
+    cells: list[dict[str, Any]]  # cell columns + rtt_ms, cir, failed (arrays), errors, error_types
     runs: list[dict[str, Any]]  # the runs used: run_id, fingerprint, status, config, ...
     selection: str = "named"  # how the runs were chosen
     others: tuple[str, ...] = ()  # "RUN (status)" of each run in the store not used
@@ -130,17 +130,20 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
             )
         rtts: dict[tuple, list] = defaultdict(list)
         cirs: dict[tuple, list] = defaultdict(list)
+        failed: dict[tuple, list] = defaultdict(list)
         errors: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for run, cell, rtt, cir, err in store.iter_outcomes(ids):
             key = (run, cell)
             rtts[key].append(rtt)
             cirs[key].append(-1 if cir is None else cir)
+            failed[key].append(err is not None)
             if err is not None:
                 errors[key][err] += 1
     out = []
     for key, cell in cells.items():
         cell["rtt_ms"] = np.asarray(rtts[key], dtype=float) / 1e6
         cell["cir"] = np.asarray(cirs[key], dtype=int)
+        cell["failed"] = np.asarray(failed[key], dtype=bool)
         cell["error_types"] = dict(errors[key])
         cell["errors"] = sum(errors[key].values())
         out.append(cell)
