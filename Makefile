@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install system python cassandra gateway image lint test unit sweep bench clean-testbed
+.PHONY: install system python cassandra ycsb gateway image lint test unit sweep bench clean-testbed
 
-install: cassandra gateway image
+install: cassandra ycsb gateway image
 	$(PY) -m testbed check
 	$(PY) -m emulation gateway check
 
@@ -25,6 +25,10 @@ $(STAMPS)/python: pyproject.toml
 
 cassandra: python
 	$(PY) -m testbed dist install
+
+# YCSB and the Java driver (Maven Central) and the project's CQL binding (javac); cached.
+ycsb: python
+	$(PY) -m experiments.ycsb install
 
 # The netem gateway VM image (kernel, busybox, ip/tc) from Debian packages; cached.
 gateway: python

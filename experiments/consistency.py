@@ -69,3 +69,33 @@ def remote_round_trip_probability(level: str, rf: int, nodes: int) -> float:
     if acks <= 1:
         return 1.0 - rf / nodes
     return 1.0
+
+
+# Levels a read accepts: ANY is for writes only, EACH_QUORUM too (Cassandra rejects it
+# for reads); SERIAL and LOCAL_SERIAL read through Paxos.
+READ_LEVELS = (
+    "ONE",
+    "TWO",
+    "THREE",
+    "QUORUM",
+    "ALL",
+    "LOCAL_QUORUM",
+    "LOCAL_ONE",
+    "SERIAL",
+    "LOCAL_SERIAL",
+)
+
+
+def check_read_level(name: str) -> str:
+    """The upper-case level name; ConfigError for an unknown or write-only level."""
+    level = str(name).upper()
+    if level in ("ANY", "EACH_QUORUM"):
+        raise ConfigError(
+            f"consistency level {level} is for writes only; a read takes one of "
+            f"{', '.join(READ_LEVELS)}"
+        )
+    if level not in READ_LEVELS:
+        raise ConfigError(
+            f"unknown consistency level {name!r} (choose from {', '.join(READ_LEVELS)})"
+        )
+    return level

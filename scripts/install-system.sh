@@ -8,6 +8,7 @@ packages=(
   util-linux          # setpriv (start Cassandra without CAP_IPC_LOCK)
   procps
   openjdk-17-jre-headless
+  openjdk-17-jdk-headless  # javac: the project's YCSB binding is built at set-up
   maven               # assembles Cassandra from Maven Central
   python3 python3-venv python3-pip
   ca-certificates

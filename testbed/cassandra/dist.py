@@ -16,10 +16,9 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from xml.sax.saxutils import escape
 
+from .. import maven
 from ..errors import ConfigError, StateError
-from ..runner import run
 
 log = logging.getLogger(__name__)
 
@@ -164,38 +163,12 @@ def _install(
 
 def maven_pom(version: str) -> str:
     """A throw-away POM whose only dependency is cassandra-all ``version``."""
-    v = escape(version)
-    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>edge-testbed</groupId><artifactId>cassandra-dist</artifactId><version>1</version>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.cassandra</groupId><artifactId>cassandra-all</artifactId>
-      <version>{v}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
+    return maven.pom([("org.apache.cassandra", "cassandra-all", version)], "cassandra-dist")
 
 
 def _maven_copy(version: str, workdir: Path, lib: Path) -> None:
-    if shutil.which("mvn") is None:
-        raise ConfigError("Maven (mvn) is needed to assemble Cassandra: apt-get install maven")
-    pom = workdir / "pom.xml"
-    pom.write_text(maven_pom(version))
-    run(
-        [
-            "mvn",
-            "-B",
-            "-q",
-            "--strict-checksums",
-            "-f",
-            str(pom),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={lib}",
-        ],
-        timeout=1800,
+    maven.copy_dependencies(
+        [("org.apache.cassandra", "cassandra-all", version)], workdir, lib, "Cassandra"
     )
 
 

@@ -1,0 +1,172 @@
+"""YCSB for the testbed: the YCSB engine and the Apache Cassandra Java driver from Maven
+Central (the same resolver as Cassandra, ``testbed.maven``), plus the project's own CQL
+binding (``java/edgetb/ycsb``) compiled with ``javac`` against them. Cached under
+``$EDGETB_CACHE`` (default ~/.cache/edgetb) in a directory named by a digest of every
+input (versions, sources), with a sha256 manifest; rebuilt only when an input changes.
+
+YCSB's own Cassandra binding is not published on Maven Central, hence the binding here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import maven
+from testbed.cassandra.dist import cache_root
+from testbed.errors import CommandError, ConfigError, StateError
+from testbed.runner import run
+
+YCSB_VERSION = "0.17.0"
+DRIVER_VERSION = "4.19.0"
+SLF4J_VERSION = "1.7.26"  # the version YCSB's and the driver's slf4j-api resolve to
+ARTIFACTS: tuple[maven.Artifact, ...] = (
+    ("site.ycsb", "core", YCSB_VERSION),
+    ("org.apache.cassandra", "java-driver-core", DRIVER_VERSION),
+    ("org.slf4j", "slf4j-simple", SLF4J_VERSION),  # the driver's warnings on stderr
+    # HdrHistogram 2.1.4 (YCSB's) writes its logs' base64 with javax.xml.bind, which left
+    # the JDK in Java 11: without it the hdrhistogram export fails at the end of a run
+    ("javax.xml.bind", "jaxb-api", "2.3.1"),
+)
+SOURCES = Path(__file__).resolve().parent / "java"
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+BINDING_JAR = "edgetb-ycsb-binding.jar"
+BINDING_CLASS = "edgetb.ycsb.CqlClient"
+JAVA_RELEASE = "17"
+MANIFEST = "manifest.json"
+
+
+def sources() -> list[Path]:
+    return sorted(SOURCES.rglob("*.java"))
+
+
+def digest() -> str:
+    """What the installation depends on: the artifacts and the binding's sources."""
+    h = hashlib.sha256(json.dumps([ARTIFACTS, JAVA_RELEASE]).encode())
+    for path in sources():
+        h.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class YcsbDist:
+    root: Path
+    jars: dict[str, str]  # lib/NAME -> sha256, the binding's jar included
+
+    @property
+    def classpath(self) -> str:
+        return ":".join(str(self.root / name) for name in sorted(self.jars))
+
+    def verify(self, *, full: bool = False) -> None:
+        for name, want in self.jars.items():
+            path = self.root / name
+            if not path.is_file():
+                raise StateError(
+                    f"YCSB jar missing: {path} (run `python -m experiments.ycsb install`)"
+                )
+            if full and _sha256(path) != want:
+                raise StateError(f"checksum mismatch for {path} (reinstall with --force)")
+
+
+def dist_dir(root: Path | None = None) -> Path:
+    return (root or cache_root()) / f"ycsb-{YCSB_VERSION}-{digest()}"
+
+
+def load(root: Path | None = None) -> YcsbDist:
+    """The installed YCSB of these sources; StateError when it is not installed."""
+    directory = dist_dir(root)
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        raise StateError(
+            f"YCSB {YCSB_VERSION} with this binding is not installed in {directory}: "
+            "run `python -m experiments.ycsb install` (make install does)"
+        )
+    dist = YcsbDist(directory, json.loads(manifest.read_text())["jars"])
+    dist.verify()
+    return dist
+
+
+def find_javac() -> str:
+    """javac of the JDK next to the java in use ($JAVA_HOME, else PATH)."""
+    home = os.environ.get("JAVA_HOME")
+    candidate = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
+    if not candidate or not os.access(candidate, os.X_OK):
+        raise ConfigError(
+            "javac is needed to build the YCSB binding: apt-get install openjdk-17-jdk-headless"
+        )
+    return candidate
+
+
+def install(*, root: Path | None = None, force: bool = False, progress=print) -> YcsbDist:
+    """Fetch YCSB and the driver, build the binding (idempotent; one installer at a time)."""
+    directory = dist_dir(root)
+    if not force:
+        try:
+            return load(root)
+        except StateError:
+            pass
+    javac = find_javac()  # before anything is fetched
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.install.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force:
+            try:
+                return load(root)
+            except StateError:
+                pass
+        with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".install-") as tmp:
+            staging = Path(tmp) / "dist"
+            lib = staging / "lib"
+            lib.mkdir(parents=True)
+            progress(
+                f"fetching YCSB {YCSB_VERSION} and the Java driver {DRIVER_VERSION} (~17 MB, once)"
+            )
+            maven.copy_dependencies(ARTIFACTS, Path(tmp), lib, "YCSB")
+            progress("building the CQL binding (javac)")
+            classes = Path(tmp) / "classes"
+            try:
+                run(
+                    [
+                        javac,
+                        "--release",
+                        JAVA_RELEASE,
+                        "-nowarn",
+                        "-cp",
+                        f"{lib}/*",
+                        "-d",
+                        str(classes),
+                        *map(str, sources()),
+                    ],
+                    timeout=600,
+                )
+                jar = shutil.which("jar") or str(Path(javac).with_name("jar"))
+                run([jar, "cf", str(lib / BINDING_JAR), "-C", str(classes), "."], timeout=120)
+            except CommandError as exc:
+                raise StateError(f"the YCSB binding does not build: {exc}") from exc
+            jars = {f"lib/{p.name}": _sha256(p) for p in sorted(lib.glob("*.jar"))}
+            (staging / MANIFEST).write_text(
+                json.dumps(
+                    {"ycsb": YCSB_VERSION, "driver": DRIVER_VERSION, "digest": digest(),
+                     "artifacts": ARTIFACTS, "jars": jars},
+                    indent=1,
+                )
+            )  # fmt: skip
+            if directory.exists():
+                shutil.rmtree(directory)
+            staging.rename(directory)
+    progress(f"YCSB {YCSB_VERSION}: {len(jars)} jars in {directory / 'lib'}")
+    return load(root)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

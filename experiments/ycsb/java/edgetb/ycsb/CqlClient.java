@@ -1,0 +1,275 @@
+package edgetb.ycsb;
+
+import com.datastax.oss.driver.api.core.ConsistencyLevel;
+import com.datastax.oss.driver.api.core.CqlSession;
+import com.datastax.oss.driver.api.core.CqlSessionBuilder;
+import com.datastax.oss.driver.api.core.DefaultConsistencyLevel;
+import com.datastax.oss.driver.api.core.config.DefaultDriverOption;
+import com.datastax.oss.driver.api.core.config.DriverConfigLoader;
+import com.datastax.oss.driver.api.core.cql.BoundStatement;
+import com.datastax.oss.driver.api.core.cql.ColumnDefinition;
+import com.datastax.oss.driver.api.core.cql.PreparedStatement;
+import com.datastax.oss.driver.api.core.cql.ResultSet;
+import com.datastax.oss.driver.api.core.cql.Row;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.File;
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.Vector;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.LongAdder;
+import site.ycsb.ByteIterator;
+import site.ycsb.DB;
+import site.ycsb.DBException;
+import site.ycsb.Status;
+import site.ycsb.StringByteIterator;
+
+/**
+ * YCSB's {@code DB} for Cassandra over CQL on the Apache Cassandra Java driver 4.
+ *
+ * <p>The table is YCSB's usual one: {@code y_id varchar PRIMARY KEY, field0 varchar, ...}
+ * (the testbed creates it). Every operation is one prepared statement at the read or write
+ * consistency level, never retried ({@link NoRetryPolicy}); coordinators are chosen
+ * round-robin ({@link RoundRobinPolicy}) or token-aware (the driver's basic policy). One
+ * session is shared by all of YCSB's client threads.
+ *
+ * <p>Properties: {@code hosts} (comma-separated addresses, required), {@code port} (9042),
+ * {@code cassandra.keyspace} (ycsb), {@code cassandra.localdc} (datacenter1, the
+ * SimpleSnitch's), {@code cassandra.readconsistencylevel} and {@code
+ * cassandra.writeconsistencylevel} (ONE), {@code edgetb.policy} (round-robin or
+ * token-aware), {@code edgetb.timeout_ms} (12000), {@code edgetb.credentials} (a JSON
+ * file with username and password; default $EDGETB_CREDENTIALS, none: no login).
+ *
+ * <p>At the end the errors by exception class go to stderr as one line: {@code
+ * EDGETB-ERRORS {"READ WriteTimeoutException": 3, ...}}.
+ */
+public class CqlClient extends DB {
+  static final String KEY = "y_id";
+
+  private static final Object LOCK = new Object();
+  private static CqlSession session;
+  private static int users;
+  private static final Map<String, PreparedStatement> PREPARED = new ConcurrentHashMap<>();
+  private static final Map<String, LongAdder> ERRORS = new ConcurrentHashMap<>();
+
+  private ConsistencyLevel readCl;
+  private ConsistencyLevel writeCl;
+
+  @Override
+  public void init() throws DBException {
+    Properties p = getProperties();
+    try {
+      readCl = level(p.getProperty("cassandra.readconsistencylevel", "ONE"));
+      writeCl = level(p.getProperty("cassandra.writeconsistencylevel", "ONE"));
+    } catch (IllegalArgumentException e) {
+      throw new DBException(e.getMessage());
+    }
+    synchronized (LOCK) {
+      if (session == null) {
+        session = connect(p);
+      }
+      users++;
+    }
+  }
+
+  @Override
+  public void cleanup() throws DBException {
+    synchronized (LOCK) {
+      if (--users > 0 || session == null) {
+        return;
+      }
+      session.close();
+      session = null;
+      PREPARED.clear();
+      if (!ERRORS.isEmpty()) {
+        Map<String, Long> counts = new TreeMap<>();
+        ERRORS.forEach((k, v) -> counts.put(k, v.sum()));
+        try {
+          System.err.println("EDGETB-ERRORS " + new ObjectMapper().writeValueAsString(counts));
+        } catch (Exception e) {
+          System.err.println("EDGETB-ERRORS {}");
+        }
+        ERRORS.clear();
+      }
+    }
+  }
+
+  static ConsistencyLevel level(String name) {
+    try {
+      return DefaultConsistencyLevel.valueOf(name.trim().toUpperCase());
+    } catch (IllegalArgumentException e) {
+      throw new IllegalArgumentException("unknown consistency level " + name);
+    }
+  }
+
+  private static CqlSession connect(Properties p) throws DBException {
+    String hosts = p.getProperty("hosts");
+    if (hosts == null || hosts.trim().isEmpty()) {
+      throw new DBException("the property 'hosts' (Cassandra addresses) is required");
+    }
+    int port = Integer.parseInt(p.getProperty("port", "9042"));
+    String policy = p.getProperty("edgetb.policy", "round-robin");
+    String policyClass;
+    if (policy.equals("round-robin")) {
+      policyClass = RoundRobinPolicy.class.getName();
+    } else if (policy.equals("token-aware")) {
+      policyClass = "BasicLoadBalancingPolicy";
+    } else {
+      throw new DBException("unknown edgetb.policy " + policy + " (round-robin, token-aware)");
+    }
+    long timeoutMs = Long.parseLong(p.getProperty("edgetb.timeout_ms", "12000"));
+    DriverConfigLoader loader =
+        DriverConfigLoader.programmaticBuilder()
+            .withString(DefaultDriverOption.LOAD_BALANCING_POLICY_CLASS, policyClass)
+            .withString(
+                DefaultDriverOption.LOAD_BALANCING_LOCAL_DATACENTER,
+                p.getProperty("cassandra.localdc", "datacenter1"))
+            .withString(DefaultDriverOption.RETRY_POLICY_CLASS, NoRetryPolicy.class.getName())
+            .withDuration(DefaultDriverOption.REQUEST_TIMEOUT, Duration.ofMillis(timeoutMs))
+            .withDuration(DefaultDriverOption.CONNECTION_INIT_QUERY_TIMEOUT, Duration.ofSeconds(10))
+            .withDuration(DefaultDriverOption.CONTROL_CONNECTION_TIMEOUT, Duration.ofSeconds(10))
+            .withDuration(
+                DefaultDriverOption.METADATA_SCHEMA_REQUEST_TIMEOUT, Duration.ofSeconds(30))
+            .build();
+    CqlSessionBuilder builder =
+        CqlSession.builder()
+            .withConfigLoader(loader)
+            .withKeyspace(p.getProperty("cassandra.keyspace", "ycsb"));
+    for (String host : hosts.split(",")) {
+      builder.addContactPoint(new InetSocketAddress(host.trim(), port));
+    }
+    String creds = p.getProperty("edgetb.credentials", System.getenv("EDGETB_CREDENTIALS"));
+    if (creds != null && !creds.isEmpty()) {
+      try {
+        JsonNode login = new ObjectMapper().readTree(new File(creds));
+        builder.withAuthCredentials(login.get("username").asText(), login.get("password").asText());
+      } catch (Exception e) {
+        throw new DBException("cannot read the login in " + creds + ": " + e);
+      }
+    }
+    try {
+      return builder.build();
+    } catch (RuntimeException e) {
+      throw new DBException("cannot connect to " + hosts + ": " + e);
+    }
+  }
+
+  private PreparedStatement prepared(String cql) {
+    return PREPARED.computeIfAbsent(cql, q -> session.prepare(q));
+  }
+
+  private Status failed(String op, Exception e) {
+    ERRORS.computeIfAbsent(op + " " + e.getClass().getSimpleName(), k -> new LongAdder())
+        .increment();
+    return Status.ERROR;
+  }
+
+  private static String columns(Set<String> fields) {
+    return fields == null ? "*" : String.join(", ", fields);
+  }
+
+  private static void put(Row row, Map<String, ByteIterator> into) {
+    for (ColumnDefinition column : row.getColumnDefinitions()) {
+      String name = column.getName().asInternal();
+      String value = row.getString(name);
+      if (!name.equals(KEY) && value != null) {
+        into.put(name, new StringByteIterator(value));
+      }
+    }
+  }
+
+  @Override
+  public Status read(String table, String key, Set<String> fields, Map<String, ByteIterator> result) {
+    try {
+      String cql = "SELECT " + columns(fields) + " FROM " + table + " WHERE " + KEY + " = ? LIMIT 1";
+      BoundStatement s = prepared(cql).bind(key).setConsistencyLevel(readCl);
+      Row row = session.execute(s).one();
+      if (row == null) {
+        return Status.NOT_FOUND;
+      }
+      put(row, result);
+      return Status.OK;
+    } catch (Exception e) {
+      return failed("READ", e);
+    }
+  }
+
+  @Override
+  public Status scan(
+      String table, String startkey, int count, Set<String> fields,
+      Vector<HashMap<String, ByteIterator>> result) {
+    try {
+      String cql = "SELECT " + columns(fields) + " FROM " + table + " WHERE token(" + KEY
+          + ") >= token(?) LIMIT ?";
+      BoundStatement s = prepared(cql).bind(startkey, count).setConsistencyLevel(readCl);
+      ResultSet rows = session.execute(s);
+      for (Row row : rows) {
+        HashMap<String, ByteIterator> one = new HashMap<>();
+        put(row, one);
+        result.add(one);
+      }
+      return Status.OK;
+    } catch (Exception e) {
+      return failed("SCAN", e);
+    }
+  }
+
+  @Override
+  public Status update(String table, String key, Map<String, ByteIterator> values) {
+    try {
+      List<String> names = new ArrayList<>(values.keySet());
+      List<Object> bind = new ArrayList<>();
+      StringBuilder set = new StringBuilder();
+      for (String name : names) {
+        set.append(set.length() == 0 ? "" : ", ").append(name).append(" = ?");
+        bind.add(values.get(name).toString());
+      }
+      bind.add(key);
+      String cql = "UPDATE " + table + " SET " + set + " WHERE " + KEY + " = ?";
+      session.execute(prepared(cql).bind(bind.toArray()).setConsistencyLevel(writeCl));
+      return Status.OK;
+    } catch (Exception e) {
+      return failed("UPDATE", e);
+    }
+  }
+
+  @Override
+  public Status insert(String table, String key, Map<String, ByteIterator> values) {
+    try {
+      List<String> names = new ArrayList<>(values.keySet());
+      List<Object> bind = new ArrayList<>();
+      bind.add(key);
+      StringBuilder cols = new StringBuilder(KEY);
+      StringBuilder marks = new StringBuilder("?");
+      for (String name : names) {
+        cols.append(", ").append(name);
+        marks.append(", ?");
+        bind.add(values.get(name).toString());
+      }
+      String cql = "INSERT INTO " + table + " (" + cols + ") VALUES (" + marks + ")";
+      session.execute(prepared(cql).bind(bind.toArray()).setConsistencyLevel(writeCl));
+      return Status.OK;
+    } catch (Exception e) {
+      return failed("INSERT", e);
+    }
+  }
+
+  @Override
+  public Status delete(String table, String key) {
+    try {
+      String cql = "DELETE FROM " + table + " WHERE " + KEY + " = ?";
+      session.execute(prepared(cql).bind(key).setConsistencyLevel(writeCl));
+      return Status.OK;
+    } catch (Exception e) {
+      return failed("DELETE", e);
+    }
+  }
+}

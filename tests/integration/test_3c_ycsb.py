@@ -1,0 +1,109 @@
+"""YCSB on the shared 3-node cluster: the real YCSB engine with the project's CQL binding,
+run from the endpoint through real shaping. Percentiles per operation, the price of a
+QUORUM read at 20 ms links, throughput growing with client threads, bad input refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emulation import api, links
+from experiments import ycsb
+
+from .conftest import run_cli
+
+KEYSPACE = "ycsb_it"
+RECORDS = 500
+
+
+@pytest.fixture(scope="module")
+def loaded(cluster, tmp_path_factory):
+    """YCSB's table at RF 3, loaded once for the module (unshaped links)."""
+    api.clear(cluster)
+    ycsb.create_table(cluster, KEYSPACE, 3)
+    runner = ycsb.Ycsb(cluster)
+    result = runner.load(
+        ycsb.Spec("a", records=RECORDS, threads=4), KEYSPACE, tmp_path_factory.mktemp("load")
+    )
+    assert result.ops["INSERT"]["count"] == RECORDS and result.ops["INSERT"]["errors"] == 0
+    yield runner
+    api.clear(cluster)
+    cluster.client(["cql", f"DROP KEYSPACE IF EXISTS {KEYSPACE}"])
+
+
+def test_workload_a_records_reads_and_updates_with_percentiles(loaded, tmp_path):
+    seen: list[tuple[int, int]] = []
+    spec = ycsb.Spec("a", records=RECORDS, operations=3000, threads=4)
+    result = loaded.run(
+        spec, KEYSPACE, tmp_path, lambda done, total, rate: seen.append((done, total))
+    )
+    ops = result.ops
+    assert set(ops) == {"READ", "UPDATE"}
+    assert ops["READ"]["count"] + ops["UPDATE"]["count"] == 3000
+    assert 0.4 < ops["READ"]["count"] / 3000 < 0.6  # workload A: half and half
+    for op in ops.values():
+        assert op["errors"] == 0, op
+        assert 0 < op["p50_ms"] <= op["p95_ms"] <= op["p99_ms"] <= op["p999_ms"] <= op["max_ms"]
+        with open(op["hdr"]) as f:  # one HdrHistogram log per operation
+            assert "#[StartTime:" in f.read(4096)
+    assert result.throughput_ops > 0
+    assert seen and seen[-1][1] == 3000 and all(d <= t for d, t in seen)
+
+
+def _median_read_ms(runner, tmp_path, level: str) -> float:
+    spec = ycsb.Spec("c", records=RECORDS, operations=200, threads=1, read_cl=level)
+    result = runner.run(spec, KEYSPACE, tmp_path / level)
+    assert result.ops["READ"]["errors"] == 0
+    return result.ops["READ"]["p50_ms"]
+
+
+def test_quorum_read_waits_one_more_round_trip_and_threads_multiply_throughput(
+    cluster, loaded, tmp_path
+):
+    """20 ms uniform links: every read goes ep -> coordinator -> ep (40 ms). RF 3 of 3
+    nodes makes the coordinator a replica, so ONE answers from it; QUORUM also waits for
+    one other replica: one more 40 ms round trip."""
+    api.set_links(cluster, links.uniform(cluster.topology, 20, 0))
+    one = _median_read_ms(loaded, tmp_path, "ONE")
+    quorum = _median_read_ms(loaded, tmp_path, "QUORUM")
+    assert 40 <= one <= 55, one
+    assert 30 <= quorum - one <= 50, (one, quorum)
+
+    def throughput(threads: int) -> float:
+        spec = ycsb.Spec("c", records=RECORDS, operations=150 * threads, threads=threads)
+        return loaded.run(spec, KEYSPACE, tmp_path / f"t{threads}").throughput_ops
+
+    single, eight = throughput(1), throughput(8)
+    assert eight >= 4 * single, (single, eight)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--threads", "0"], "--threads"),
+        (["--workload", "zz"], "unknown workload 'zz'"),
+        (["--read-cl", "ANY"], "ANY is for writes only"),
+        (["--rf", "3", "--write-cl", "FOUR"], "unknown consistency level 'FOUR'"),
+        (["--target", "0"], "--target"),
+    ],
+)
+def test_bad_ycsb_input_is_refused_before_anything_runs(cluster, args, message):
+    proc = run_cli("run", *args, "--json", module="experiments.ycsb", run=cluster.run_id)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and proc.stdout == ""
+    last = proc.stderr.strip().splitlines()[-1]  # after argparse's usage, if any
+    assert "error: " in last and message in last, proc.stderr
+
+
+def test_cli_runs_a_workload_and_prints_json(cluster, loaded, tmp_path):
+    proc = run_cli(
+        "run", "--workload", "b", "--rf", "3", "--keyspace", KEYSPACE, "--no-load",
+        "--records", str(RECORDS), "--operations", "300", "--threads", "2",
+        "--out", str(tmp_path), "--json",
+        module="experiments.ycsb", run=cluster.run_id,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    (phase,) = data["phases"]
+    assert phase["phase"] == "run" and sum(o["count"] for o in phase["ops"].values()) == 300
