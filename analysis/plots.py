@@ -35,7 +35,7 @@ from .results import Results, add_run_option, load, run_ids  # noqa: E402
 from .stats import cell_stats, high_rf_average, mean_rtt, pooled  # noqa: E402
 
 FORMATS = ("png", "svg")
-FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess")
+FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess", "ycsb_*")
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
 
@@ -240,14 +240,25 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / FIGURES_INDEX).unlink(missing_ok=True)
-    for stale in ("model.txt", "model.json"):
+    for stale in ("model.txt", "model.json", "ycsb.txt"):
         (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
             for old in out.glob(f"{pattern}.{fmt}"):
                 old.unlink()
-    model = _model(results, out)
-    made = rtt_vs_latency(results, out, model) + high_rf(results, out) + phi_vs_excess(results, out)
+    made: list[dict[str, Any]] = []
+    model = None
+    if results.cells:  # the paper's writes
+        model = _model(results, out)
+        made += rtt_vs_latency(results, out, model) + high_rf(results, out)
+        made += phi_vs_excess(results, out)
+    if results.ycsb:
+        from . import ycsb as ycsb_mod
+
+        cells = ycsb_mod.cells(results.ycsb)
+        made += ycsb_mod.figures(cells, out)
+        cost = ycsb_mod.format_cost(ycsb_mod.consistency_cost(cells))
+        (out / "ycsb.txt").write_text(f"{cost}\n\n{ycsb_mod.percentiles_table(cells)}\n")
     index = {
         "runs": results.run_ids,
         "figures": [m["name"] for m in made],
@@ -269,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = load(args.results, run_ids(args.run))
         print(results.describe())
-        if not results.cells:
+        if not results.cells and not results.ycsb:
             raise TestbedError(
                 f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
             )

@@ -229,6 +229,16 @@ def write_report(results: Results) -> Path:
         )
         + "</details>"
     )
+    if results.ycsb:
+        from . import ycsb as ycsb_mod
+
+        cells = ycsb_mod.cells(results.ycsb)
+        parts.append(
+            "<h2>YCSB: the cost of consistency</h2>"
+            f"<pre>{html.escape(ycsb_mod.format_cost(ycsb_mod.consistency_cost(cells)))}</pre>"
+            "<details><summary>Latency percentiles per cell and operation (ms)</summary>"
+            f"<pre>{html.escape(ycsb_mod.percentiles_table(cells))}</pre></details>"
+        )
     parts.append("<h2>Runs used</h2>")
     for run in results.runs:
         described = json.dumps({"config": run["config"], "manifest": run["manifest"]}, indent=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,9 @@ class Results:
     runs: list[dict[str, Any]]  # the runs used: run_id, fingerprint, status, config, ...
     selection: str = "named"  # how the runs were chosen
     others: tuple[str, ...] = ()  # "RUN (status)" of each run in the store not used
+    # YCSB's rows (experiments.store.Store.ycsb_ops: per cell and operation, with the
+    # cell's columns); its cells are not in ``cells``, which are the paper's writes
+    ycsb: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def output_dir(self) -> Path:
@@ -46,6 +49,8 @@ class Results:
         count: defaultdict[str, int] = defaultdict(int)
         for c in self.cells:
             count[c["run_id"]] += 1
+        for r in self.ycsb:  # a YCSB cell: one OVERALL row each
+            count[r["run_id"]] += r["op"] == "OVERALL"
         lines = [f"runs used ({self.selection}):"]
         for r in self.runs:
             lines.append(
@@ -123,6 +128,7 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         chosen, selection = select_runs(all_runs, named, directory)
         ids = [r.run_id for r in chosen]
         cells = {(c["run_id"], c["cell_id"]): c for c in store.cells(ids)}
+        ycsb_rows = store.ycsb_ops(ids)
         if not cells:
             raise ConfigError(
                 f"{directory / 'results.sqlite'} holds no measured cells yet for run(s) "
@@ -141,6 +147,8 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
                 errors[key][err] += 1
     out = []
     for key, cell in cells.items():
+        if cell.get("workload") not in (None, "writes"):
+            continue  # a YCSB cell: its numbers are in ycsb_ops
         cell["rtt_ms"] = np.asarray(rtts[key], dtype=float) / 1e6
         cell["cir"] = np.asarray(cirs[key], dtype=int)
         cell["failed"] = np.asarray(failed[key], dtype=bool)
@@ -160,4 +168,4 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         for r in chosen
     ]
     others = tuple(f"{r.run_id} ({r.status})" for r in all_runs if r.run_id not in ids)
-    return Results(directory, out, used, selection, others)
+    return Results(directory, out, used, selection, others, ycsb_rows)

@@ -46,23 +46,57 @@ STRING_FIELDS = (
 # from the fingerprint while None, so runs stored before they existed still resume.
 PREVIEW_WRITES = 30  # per cell of --preview
 TESTBED_FIELDS = ("vm_vcpus", "vm_memory_mb", "inventory", "subnet_pool")
+LIST_FIELDS = (
+    "nodes",
+    "rf",
+    "latency_ms",
+    "loss_pct",
+    "first_pass",
+    "workload",
+    "threads",
+    "target",
+    "read_cl",
+    "write_cl",
+    "records",
+)
+
+
+WRITES = "writes"  # the paper's workload: sequential single-row writes, timed one by one
+YCSB_FIELDS = ("threads", "target", "read_cl", "write_cl", "records", "operations")
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of the grid. Its id is stable across runs (used for resume)."""
+    """One point of the grid. Its id is stable across runs (used for resume). A YCSB
+    cell (``workload`` not ``writes``) also has its client threads, target rate (None:
+    closed loop), read and write levels and the records its keyspace was loaded with."""
 
     nodes: int
     rf: int
     latency_ms: float
     loss_pct: float
     repetition: int
+    workload: str = WRITES
+    threads: int = 1
+    target: float | None = None
+    read_cl: str | None = None
+    write_cl: str | None = None
+    records: int | None = None
+
+    @property
+    def ycsb(self) -> bool:
+        return self.workload != WRITES
 
     @property
     def cell_id(self) -> str:
-        return (
-            f"n{self.nodes}-rf{self.rf}-l{self.latency_ms:g}-p{self.loss_pct:g}-r{self.repetition}"
-        )
+        base = f"n{self.nodes}-rf{self.rf}-l{self.latency_ms:g}-p{self.loss_pct:g}"
+        if self.ycsb:  # the writes cells keep the ids of runs stored before YCSB
+            rate = f"-o{self.target:g}" if self.target is not None else ""
+            base += (
+                f"-{workload_label(self.workload)}-t{self.threads}{rate}-{self.read_cl}"
+                f"-{self.write_cl}-k{self.records}"
+            )
+        return f"{base}-r{self.repetition}"
 
     @property
     def network(self) -> tuple[int, int, float, float]:
@@ -103,6 +137,18 @@ class SweepConfig:
     # latencies whose cells (every RF and loss) are measured before all others, so the
     # figures of a long grid exist early; an order only, not part of the fingerprint
     first_pass: tuple[float, ...] | None = None
+    # YCSB (experiments.ycsb): workloads besides the paper's writes ("ycsb-a".."ycsb-f"
+    # or a properties file), and for their cells client threads, target rates (open
+    # loop; none: closed loop), read and write levels (write None: cl; "read": the
+    # read level of the same cell, so ONE/ONE, QUORUM/QUORUM, ...), the records
+    # each keyspace is loaded with, and the operations of a cell's run phase
+    workload: tuple[str, ...] = (WRITES,)
+    threads: tuple[int, ...] = (1,)
+    target: tuple[float, ...] | None = None
+    read_cl: tuple[str, ...] = ("ONE",)
+    write_cl: tuple[str, ...] | None = None
+    records: tuple[int, ...] = (1000,)
+    operations: int = 1000
 
     def __post_init__(self) -> None:
         self._validate()
@@ -220,7 +266,14 @@ class SweepConfig:
         if not str(self.out).strip():
             raise ConfigError("out must name a results directory")
         pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
-        count = len(pairs) * self.repetitions * len(self.latency_ms) * len(self.loss_pct)
+        self._validate_ycsb(pairs)
+        per_point = (WRITES in self.workload) + len(self.ycsb_workloads()) * math.prod(
+            len(v or (None,))
+            for v in (self.records, self.threads, self.target, self.read_cl, self.write_cl)
+        )
+        count = (
+            len(pairs) * self.repetitions * len(self.latency_ms) * len(self.loss_pct) * per_point
+        )
         if count > MAX_CELLS:
             raise ConfigError(
                 f"the grid has {count} cells, more than {MAX_CELLS} (at 1000 writes of ~10 ms, "
@@ -233,6 +286,49 @@ class SweepConfig:
                 f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
                 f"every write would fail; drop those RFs or choose another level"
             )
+
+    def _validate_ycsb(self, pairs: list[tuple[int, int]]) -> None:
+        """The YCSB dimensions: names, ranges, and every workload x level x records
+        combination checked by experiments.ycsb before anything starts."""
+        from .ycsb import Spec
+
+        set_ = object.__setattr__
+        set_(self, "workload", _strings("workload", self.workload))
+        for w in self.workload:
+            if w != WRITES and not w.startswith("ycsb-") and not Path(w).is_file():
+                raise ConfigError(
+                    f"unknown workload {w!r}: writes (the paper's), ycsb-a..ycsb-f, or a "
+                    f"YCSB properties file"
+                )
+        set_(self, "threads", _ints("threads", self.threads, 1, 1024))
+        if self.target is not None:
+            set_(self, "target", _floats("target", self.target, 0.001, 10**7))
+        set_(self, "read_cl", _strings("read_cl", self.read_cl, upper=True))
+        if self.write_cl is not None:
+            set_(self, "write_cl", _strings("write_cl", self.write_cl, upper=True))
+        set_(self, "records", _ints("records", self.records, 1, 10**9))
+        _int("operations", self.operations, 1)
+        if self.backend != "netns" and self.ycsb_workloads():
+            raise ConfigError("YCSB workloads run on the netns backend so far")
+        for w in self.ycsb_workloads():
+            for n, r in pairs:
+                for read in self.read_cl:
+                    for write in self.write_cls(read):
+                        for k in self.records:
+                            Spec(
+                                w,
+                                records=k,
+                                operations=self.operations,
+                                read_cl=read,
+                                write_cl=write,
+                            ).check(nodes=n, rf=r, heap_mb=self.heap_mb)
+
+    def write_cls(self, read: str) -> tuple[str, ...]:
+        """The write levels paired with the read level ``read``."""
+        return tuple(read if w == "READ" else w for w in self.write_cl or (self.cl,))
+
+    def ycsb_workloads(self) -> tuple[str, ...]:
+        return tuple(w for w in self.workload if w != WRITES)
 
     def backend_options(self) -> dict[str, Any]:
         """The testbed's backend options, as `testbed up` would build them."""
@@ -263,13 +359,37 @@ class SweepConfig:
         """Every cell in execution order: node count (one cluster each), repetition,
         network setting (one emulation change each), then RF (one keyspace each)."""
         return [
-            Cell(n, r, lat, loss, rep)
+            cell
             for n in self.nodes
             for rep in range(1, self.repetitions + 1)
             for lat in self.latency_ms
             for loss in self.loss_pct
             for r in self.rfs(n)
+            for cell in self.workload_cells(Cell(n, r, lat, loss, rep))
         ]
+
+    def workload_cells(self, cell: Cell) -> list[Cell]:
+        """The cells of every workload at one (nodes, RF, network, repetition): the
+        writes cell, then per records count (one keyspace load each) the YCSB cells."""
+        out = [cell] if WRITES in self.workload else []
+        for k in self.records:
+            for w in self.ycsb_workloads():
+                for threads in self.threads:
+                    for target in self.target or (None,):
+                        for read in self.read_cl:
+                            for write in self.write_cls(read):
+                                out.append(
+                                    replace(
+                                        cell,
+                                        workload=w,
+                                        threads=threads,
+                                        target=target,
+                                        read_cl=read,
+                                        write_cl=write,
+                                        records=k,
+                                    )
+                                )
+        return out
 
     def preview(self) -> SweepConfig:
         """The short run ``--preview`` measures first: every node count, RF and loss at the
@@ -307,6 +427,9 @@ class SweepConfig:
         data.pop("name")
         data.pop("subnet_pool")  # where the addresses come from changes no measurement
         data.pop("first_pass")  # the order cells are measured in changes none either
+        if tuple(self.workload) == (WRITES,):  # runs stored before YCSB keep their print
+            for name in ("workload", *YCSB_FIELDS):
+                data.pop(name)
         for name in TESTBED_FIELDS:
             if name in data and data[name] is None:
                 data.pop(name)
@@ -317,7 +440,7 @@ class SweepConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("nodes", "rf", "latency_ms", "loss_pct", "first_pass"):
+        for key in LIST_FIELDS:
             if data[key] is not None:
                 data[key] = list(data[key])
         return data
@@ -331,23 +454,37 @@ class SweepConfig:
                 f"unknown sweep settings {sorted(unknown)} (known: {', '.join(sorted(known))})"
             )
         values = dict(data)
-        for key in ("nodes", "rf", "latency_ms", "loss_pct", "first_pass"):
+        for key in LIST_FIELDS:
             if key in values and values[key] is not None:
                 values[key] = _as_tuple(key, values[key])
         return cls(**values)
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """The ``[sweep]`` table of a TOML file (ConfigError for anything else in it)."""
+def workload_label(workload: str) -> str:
+    """``ycsb-a`` for the shipped ones, the file's stem for a properties file."""
+    return workload if workload.startswith("ycsb-") else f"ycsb-{Path(workload).stem}"
+
+
+def load_toml(path: str | Path, *, quick: bool = False) -> dict[str, Any]:
+    """The ``[sweep]`` table of a TOML file (ConfigError for anything else in it); with
+    ``quick``, updated by the file's ``[quick]`` table (what --quick changes in it)."""
     path = Path(path)
     data = read_toml(path, "config file")
-    if set(data) - {"sweep"}:
+    if set(data) - {"sweep", "quick"}:
         raise ConfigError(
-            f"{path}: unknown tables {sorted(set(data) - {'sweep'})} (settings go in [sweep])"
+            f"{path}: unknown tables {sorted(set(data) - {'sweep', 'quick'})} (settings go "
+            f"in [sweep]; [quick]: what --quick changes in this configuration)"
         )
-    table = data.get("sweep", {})
+    table = _table(path, data, "sweep")
+    if quick:
+        table.update(_table(path, data, "quick"))
+    return table
+
+
+def _table(path: Path, data: dict[str, Any], name: str) -> dict[str, Any]:
+    table = data.get(name, {})
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: sweep must be a table ([sweep] with settings), got {table!r}")
+        raise ConfigError(f"{path}: {name} must be a table ([{name}] with settings), got {table!r}")
     table = dict(table)
     links_file = table.get("links_file")
     if links_file is not None and not isinstance(links_file, str):
@@ -357,6 +494,14 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     inventory = table.get("inventory")
     if isinstance(inventory, str) and inventory:
         table["inventory"] = str((path.parent / inventory).resolve())
+    workloads = table.get("workload")
+    if isinstance(workloads, list):  # YCSB properties files, relative to the config file
+        table["workload"] = [
+            str((path.parent / w).resolve())
+            if isinstance(w, str) and w != WRITES and not w.startswith("ycsb-")
+            else w
+            for w in workloads
+        ]
     return table
 
 
@@ -492,6 +637,20 @@ def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
     if len(set(values)) != len(values):
         raise ConfigError(f"{name} lists a value twice: {list(values)}")
     return tuple(values)
+
+
+def _strings(name: str, values: Any, upper: bool = False) -> tuple[str, ...]:
+    values = _as_tuple(name, values)
+    if not values:
+        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    out = []
+    for v in values:
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(f"{name} values must be names, got {v!r}")
+        out.append(v.strip().upper() if upper else v.strip())
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{name} lists a value twice: {out}")
+    return tuple(out)
 
 
 def _floats(name: str, values: Any, low: float, high: float) -> tuple[float, ...]:

@@ -130,13 +130,28 @@ def write_ms(config: SweepConfig, cell: Cell) -> float:
         loss_pct=cell.loss_pct,
         path=config.links_file,
     )
-    scenario = model.Scenario(matrix, cell.rf, config.cl, config.policy, _tcp())
+    level = cell.write_cl or config.cl  # YCSB cells: its writes' level stands for its ops
+    scenario = model.Scenario(matrix, cell.rf, level, config.policy, _tcp())
     method = "simulation" if scenario.jittered else "exact"
     service = model.Service.constant(COSTS.base_write_ms)
     return model.predict(scenario, service, method=method).mean
 
 
+YCSB_START_S = 4.0  # a YCSB cell's JVM start and driver session (measured ~3 s here)
+YCSB_MAX_OPS = 1800.0  # what this machine serves at 0 ms (benchmarks/ycsb.py, 32 threads)
+
+
+def ycsb_ops_per_s(config: SweepConfig, cell: Cell) -> float:
+    """A YCSB cell's throughput: its threads over the model's time per operation (closed
+    loop), its target (open loop), at most what the machine serves."""
+    closed = cell.threads * 1000 / write_ms(config, cell)
+    rate = min(closed, cell.target) if cell.target is not None else closed
+    return min(rate, YCSB_MAX_OPS)
+
+
 def cell_s(config: SweepConfig, cell: Cell) -> float:
+    if cell.ycsb:
+        return config.operations / ycsb_ops_per_s(config, cell) + YCSB_START_S + CELL_OVERHEAD_S
     return (config.writes + config.warmup) * write_ms(config, cell) / 1000 + CELL_OVERHEAD_S
 
 
@@ -189,7 +204,10 @@ MAX_AUTO_PARALLEL = 8
 
 
 def cpu_cores(config: SweepConfig, cell: Cell) -> float:
-    """Cores a cell's writes keep busy: CPU per write over the time per write."""
+    """Cores a cell's writes keep busy: CPU per write over the time per write. A YCSB
+    cell is measured alone: its threads load the machine as much as it serves."""
+    if cell.ycsb:
+        return plan.EXCLUSIVE
     return COSTS.cpu_ms_per_write / write_ms(config, cell)
 
 

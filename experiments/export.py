@@ -1,8 +1,10 @@
 """`python -m experiments.export DIR --format csv|parquet`: one row per request.
 
 Writes DIR/export/requests.{csv,parquet} (every request joined with its cell: see
-``Store.EXPORT_COLUMNS``), plus cells.csv|parquet (one row per cell, shaping as JSON) and
-runs.json (the manifests). ``--run`` limits the export to one run.
+``Store.EXPORT_COLUMNS``), plus cells.csv|parquet (one row per cell, shaping as JSON),
+ycsb.csv|parquet when there are YCSB cells (one row per cell and operation, OVERALL for
+the cell's throughput: ``YCSB_EXPORT_COLUMNS``) and runs.json (the manifests). ``--run``
+limits the export to one run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,35 @@ from testbed.errors import ConfigError, TestbedError
 from .store import CELL_COLUMNS, COLUMN_TYPES, Store, check_writable_dir
 
 FORMATS = ("csv", "parquet")
+YCSB_EXPORT_COLUMNS = (
+    "run_id",
+    "cell_id",
+    "nodes",
+    "rf",
+    "latency_ms",
+    "loss_pct",
+    "profile",
+    "policy",
+    "repetition",
+    "workload",
+    "threads",
+    "target",
+    "read_cl",
+    "write_cl",
+    "records",
+    "op",
+    "intended",
+    "count",
+    "errors",
+    "throughput_ops",
+    "mean_ms",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "p999_ms",
+    "max_ms",
+    "return_codes",
+)
 CHUNK_ROWS = 100_000  # rows per Parquet row group (bounds the memory an export needs)
 
 
@@ -56,6 +87,18 @@ def export(
             [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
         )
         written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
+        ycsb_rows = store.ycsb_ops(run_id)
+        if ycsb_rows:
+            written["ycsb"] = _write(
+                target / f"ycsb.{fmt}",
+                fmt,
+                YCSB_EXPORT_COLUMNS,
+                (
+                    [json.dumps(r[c]) if c == "return_codes" else r[c] for c in YCSB_EXPORT_COLUMNS]
+                    for r in ycsb_rows
+                ),
+                chunk_rows,
+            )
         runs = [
             {
                 "run_id": r.run_id,

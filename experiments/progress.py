@@ -43,8 +43,12 @@ SCALE_RANGE = (0.3, 5.0)
 
 
 def describe(cell: Cell) -> str:
+    ycsb = ""
+    if cell.ycsb:
+        rate = f" {cell.target:g} ops/s" if cell.target is not None else ""
+        ycsb = f" {cell.workload} {cell.threads}t{rate} {cell.read_cl}/{cell.write_cl}"
     return (
-        f"n={cell.nodes} RF{cell.rf} L={cell.latency_ms:g}ms p={cell.loss_pct:g}% "
+        f"n={cell.nodes} RF{cell.rf} L={cell.latency_ms:g}ms p={cell.loss_pct:g}%{ycsb} "
         f"rep {cell.repetition}"
     )
 

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,7 @@ class Shard:
         self.worker: WriteWorker | None = None
         self.nodes: int | None = None
         self.rfs: list[int] = []
+        self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster
         self.unit: plan.Unit | None = None
         self.thread = threading.Thread(target=self.main, name=f"shard-{name}", daemon=True)
 
@@ -273,6 +275,7 @@ class Shard:
 
     def up(self, nodes: int) -> None:
         cfg, sweep = self.config, self.sweep
+        self.loaded = set()
         assert sweep.gate is not None
         settings = CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile)
 
@@ -546,6 +549,9 @@ class Shard:
         return shaping
 
     def measure(self, cell: Cell, shaping: dict[str, Any]) -> None:
+        if cell.ycsb:
+            self.measure_ycsb(cell, shaping)
+            return
         cfg, sweep, tb, worker = self.config, self.sweep, self.tb, self.worker
         assert tb is not None and worker is not None
         sweep.progress.cell_started(self.name, cell, cfg.writes)
@@ -623,6 +629,137 @@ class Shard:
             f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
             f"{errors} errors, CPU {100 * (cpu or 0):.0f} %",
         )
+
+    def measure_ycsb(self, cell: Cell, shaping: dict[str, Any]) -> None:
+        """A YCSB cell: its keyspace (RF, records) loaded once per cluster, then the run
+        phase; stored as one row per operation (and OVERALL) with YCSB's histogram logs."""
+        from . import ycsb
+
+        cfg, sweep, tb = self.config, self.sweep, self.tb
+        assert tb is not None and cell.records is not None
+        runner = ycsb.Ycsb(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s)
+        spec = ycsb.Spec(
+            cell.workload,
+            records=cell.records,
+            operations=cfg.operations,
+            threads=cell.threads,
+            target=cell.target,
+            read_cl=cell.read_cl or "ONE",
+            write_cl=cell.write_cl or cfg.cl,
+        )
+        out = Path(cfg.out) / "ycsb" / sweep.run_id / cell.cell_id
+        space = ycsb_keyspace(cell.rf, cell.records)
+        if space not in self.loaded:
+            sweep.progress.shard_status(self.name, f"loading {cell.records} records ({space})")
+            t0 = time.monotonic()
+            fields = int(spec.properties().get("fieldcount", ycsb.CORE_DEFAULTS["fieldcount"]))
+            ycsb.create_table(tb, space, cell.rf, fields)
+            loading = replace(spec, threads=ycsb.LOAD_THREADS, target=None)
+            loaded = runner.load(loading, space, out.parent / f"load-{space}")
+            self.loaded.add(space)
+            self.note(
+                f"loaded {cell.records} records into {space} in {time.monotonic() - t0:.1f} s "
+                f"({loaded.throughput_ops:.0f} ops/s)"
+            )
+        sweep.progress.cell_started(self.name, cell, cfg.operations)
+        started = time.time()
+        cpu0 = cpu_times()
+        result = runner.run(
+            spec, space, out, lambda done, total, rate: sweep.progress.wrote(self.name, done)
+        )
+        cpu = cpu_busy(cpu0, cpu_times())
+        check_components(tb, thorough=True)
+        rows = ycsb_rows(sweep.run_id, cell.cell_id, result)
+        sweep.store.commit_cell(
+            {
+                "run_id": sweep.run_id,
+                "cell_id": cell.cell_id,
+                "nodes": cell.nodes,
+                "rf": cell.rf,
+                "cl": spec.write_cl,
+                "policy": cfg.policy,
+                "profile": cfg.profile,
+                "latency_ms": cell.latency_ms,
+                "loss_pct": cell.loss_pct,
+                "repetition": cell.repetition,
+                "writes": cfg.operations,
+                "warmup": 0,
+                "key_seed": f"ycsb:{space}",
+                "shaping": shaping,
+                "testbed_run": tb.run_id,
+                "started": started,
+                "finished": time.time(),
+                "shard": self.name,
+                "cpu_util": cpu,
+                "workload": cell.workload,
+                "threads": cell.threads,
+                "target": cell.target,
+                "read_cl": spec.read_cl,
+                "write_cl": spec.write_cl,
+                "records": cell.records,
+            },
+            [],
+            ycsb_ops=rows,
+        )
+        with sweep.lock:
+            sweep.finished.add(cell.cell_id)
+        if sweep.on_cell is not None:
+            sweep.on_cell(cell.cell_id)
+        errors = sum(r["errors"] for r in rows if r["op"] != "OVERALL" and not r["intended"])
+        parts = ", ".join(
+            f"{op} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f}"
+            for op, d in sorted(result.ops.items())
+            if "p50_ms" in d
+        )
+        sweep.progress.cell_done(
+            self.name,
+            cell,
+            estimate.cell_s(cfg, cell),
+            f"{result.throughput_ops:.0f} ops/s, {parts} ms, {errors} errors",
+        )
+
+
+def ycsb_keyspace(rf: int, records: int) -> str:
+    return f"ycsb_rf{rf}_k{records}"
+
+
+def ycsb_rows(run_id: str, cell_id: str, result: Any) -> list[dict[str, Any]]:
+    """The store's rows of a YCSB result: OVERALL, then each operation (and, open loop,
+    each operation from its intended start), with its HdrHistogram log's text."""
+    rows: list[dict[str, Any]] = [
+        {
+            "run_id": run_id,
+            "cell_id": cell_id,
+            "op": "OVERALL",
+            "intended": 0,
+            "count": result.operations,
+            "errors": sum(d["errors"] for op, d in result.ops.items() if op != "READ-MODIFY-WRITE"),
+            "return_codes": {},
+            "throughput_ops": result.throughput_ops,
+        }
+    ]
+    for intended, table in ((0, result.ops), (1, result.intended)):
+        for op, d in sorted(table.items()):
+            hdr = d.get("hdr")
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "cell_id": cell_id,
+                    "op": op,
+                    "intended": intended,
+                    "count": d.get("count", 0),
+                    "errors": d["errors"],
+                    "return_codes": d["return_codes"],
+                    # its share of the cell's operations, at the cell's rate
+                    "throughput_ops": result.throughput_ops * d.get("count", 0) / result.operations
+                    if result.operations
+                    else None,
+                    **{k: d.get(k) for k in ("mean_ms", "min_ms", "max_ms")},
+                    **{k: d.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")},
+                    "hdr": Path(hdr).read_text() if hdr else None,
+                }
+            )
+    return rows
 
 
 class ComponentLost(TestbedError):

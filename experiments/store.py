@@ -26,7 +26,7 @@ from typing import Any
 from testbed.errors import ConfigError, StateError, StateFileError, StoreFullError
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # What each older schema lacks: added (nullable) when a writer opens such a store; a
 # reader of one sees NULL in those columns.
 MIGRATIONS = {
@@ -35,6 +35,14 @@ MIGRATIONS = {
         "ALTER TABLE cells ADD COLUMN cpu_util REAL",
     ),
     2: ("ALTER TABLE cells ADD COLUMN worker TEXT",),
+    3: (
+        "ALTER TABLE cells ADD COLUMN workload TEXT",
+        "ALTER TABLE cells ADD COLUMN threads INTEGER",
+        "ALTER TABLE cells ADD COLUMN target REAL",
+        "ALTER TABLE cells ADD COLUMN read_cl TEXT",
+        "ALTER TABLE cells ADD COLUMN write_cl TEXT",
+        "ALTER TABLE cells ADD COLUMN records INTEGER",
+    ),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
 # only writers wait for each other (two sweeps on one directory); readers never wait.
@@ -73,6 +81,12 @@ CREATE TABLE IF NOT EXISTS cells (
     shard TEXT,                    -- the sweep's testbed slot that measured it (s0, s1, ...)
     cpu_util REAL,                 -- the machine's CPU busy fraction (0..1) during the cell
     worker TEXT,                   -- the --workers machine that measured it (NULL: local)
+    workload TEXT,                 -- NULL or writes: the paper's writes; else a YCSB workload
+    threads INTEGER,               -- YCSB: client threads
+    target REAL,                   -- YCSB: target ops/s (NULL: closed loop)
+    read_cl TEXT,                  -- YCSB: read level
+    write_cl TEXT,                 -- YCSB: write level
+    records INTEGER,               -- YCSB: records the keyspace was loaded with
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -87,6 +101,22 @@ CREATE TABLE IF NOT EXISTS requests (
     error TEXT,                    -- driver exception type, NULL on success
     t_start_ns INTEGER NOT NULL,   -- wall clock (time.time_ns) at send
     PRIMARY KEY (run_id, cell_id, seq),
+    FOREIGN KEY (run_id, cell_id) REFERENCES cells(run_id, cell_id)
+);
+CREATE TABLE IF NOT EXISTS ycsb_ops (
+    run_id TEXT NOT NULL,
+    cell_id TEXT NOT NULL,
+    op TEXT NOT NULL,              -- READ, UPDATE, INSERT, SCAN, READ-MODIFY-WRITE, DELETE;
+                                   -- OVERALL: the cell's operations and throughput
+    intended INTEGER NOT NULL,     -- 1: latency from the intended start (open loop, CO-corrected)
+    count INTEGER NOT NULL,
+    errors INTEGER NOT NULL,
+    return_codes TEXT,             -- JSON: YCSB's count per status (OK, ERROR, NOT_FOUND)
+    throughput_ops REAL,           -- OVERALL only: operations over their window
+    mean_ms REAL, min_ms REAL, max_ms REAL,
+    p50_ms REAL, p95_ms REAL, p99_ms REAL, p999_ms REAL,
+    hdr TEXT,                      -- YCSB's HdrHistogram log of the op (every percentile)
+    PRIMARY KEY (run_id, cell_id, op, intended),
     FOREIGN KEY (run_id, cell_id) REFERENCES cells(run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS testbeds (
@@ -119,8 +149,34 @@ CELL_COLUMNS = (
     "shard",
     "cpu_util",
     "worker",
+    "workload",
+    "threads",
+    "target",
+    "read_cl",
+    "write_cl",
+    "records",
 )
-OPTIONAL = ("shard", "cpu_util", "worker")  # cell columns that may be left NULL
+YCSB_CELL = ("workload", "threads", "target", "read_cl", "write_cl", "records")
+# cell columns that may be left NULL (a writes cell has no YCSB settings)
+OPTIONAL = ("shard", "cpu_util", "worker", *YCSB_CELL)
+YCSB_OP_COLUMNS = (
+    "run_id",
+    "cell_id",
+    "op",
+    "intended",
+    "count",
+    "errors",
+    "return_codes",
+    "throughput_ops",
+    "mean_ms",
+    "min_ms",
+    "max_ms",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "p999_ms",
+    "hdr",
+)
 REQUEST_COLUMNS = (
     "run_id",
     "cell_id",
@@ -159,6 +215,26 @@ COLUMN_TYPES = {
     "shard": "text",
     "cpu_util": "real",
     "worker": "text",
+    "workload": "text",
+    "threads": "integer",
+    "target": "real",
+    "read_cl": "text",
+    "write_cl": "text",
+    "records": "integer",
+    "op": "text",
+    "intended": "integer",
+    "count": "integer",
+    "errors": "integer",
+    "return_codes": "text",
+    "throughput_ops": "real",
+    "mean_ms": "real",
+    "min_ms": "real",
+    "max_ms": "real",
+    "p50_ms": "real",
+    "p95_ms": "real",
+    "p99_ms": "real",
+    "p999_ms": "real",
+    "hdr": "text",
     "seq": "integer",
     "key": "text",
     "coordinator": "text",
@@ -446,11 +522,17 @@ class Store:
         }
 
     def commit_cell(
-        self, cell: dict[str, Any], requests: Iterable[dict[str, Any]], *, once: bool = False
+        self,
+        cell: dict[str, Any],
+        requests: Iterable[dict[str, Any]],
+        *,
+        once: bool = False,
+        ycsb_ops: Iterable[dict[str, Any]] = (),
     ) -> bool:
-        """Store a cell and all its requests (iterated once) atomically. ``once``: a cell
-        already stored (a worker's cell sent again after a re-queue or a resume) is left
-        as it is and nothing is inserted; returns whether the cell was stored."""
+        """Store a cell and all its requests (iterated once), or a YCSB cell and its
+        per-operation rows, atomically. ``once``: a cell already stored (a worker's cell
+        sent again after a re-queue or a resume) is left as it is and nothing is
+        inserted; returns whether the cell was stored."""
         verb = "INSERT OR IGNORE" if once else "INSERT"
         with self._writing():
             cur = self.db.execute(
@@ -472,7 +554,41 @@ class Store:
                 f"VALUES ({', '.join('?' * len(REQUEST_COLUMNS))})",
                 ([r[c] for c in REQUEST_COLUMNS] for r in requests),
             )
+            self.db.executemany(
+                f"INSERT INTO ycsb_ops ({', '.join(YCSB_OP_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(YCSB_OP_COLUMNS))})",
+                (
+                    [json.dumps(r[c]) if c == "return_codes" else r.get(c) for c in YCSB_OP_COLUMNS]
+                    for r in ycsb_ops
+                ),
+            )
         return True
+
+    def ycsb_ops(
+        self, run_ids: str | Sequence[str] | None = None, *, hdr: bool = False
+    ) -> list[dict[str, Any]]:
+        """The YCSB rows (per cell and operation) of the runs, with their cell's columns;
+        ``hdr``: with the HdrHistogram logs too. Empty for a store from before YCSB."""
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        if "ycsb_ops" not in tables:
+            return []
+        where, args = _where_runs(run_ids, "o.run_id")
+        op_cols = [
+            c for c in YCSB_OP_COLUMNS if c not in ("run_id", "cell_id") and (hdr or c != "hdr")
+        ]
+        cell_cols = [c for c in CELL_COLUMNS if c not in ("shaping", "key_seed", "testbed_run")]
+        rows = self.db.execute(
+            f"SELECT {', '.join(['c.' + c for c in cell_cols] + ['o.' + c for c in op_cols])} "
+            "FROM ycsb_ops o JOIN cells c ON o.run_id = c.run_id AND o.cell_id = c.cell_id"
+            f"{where} ORDER BY c.started, o.intended, o.op",
+            args,
+        )
+        out = []
+        for row in rows:
+            d = dict(zip(cell_cols + op_cols, row, strict=True))
+            d["return_codes"] = json.loads(d["return_codes"]) if d["return_codes"] else {}
+            out.append(d)
+        return out
 
     def cells_per_worker(self, run_id: str) -> dict[str, int]:
         """Cells of the run by the worker that measured them ("local": this machine)."""

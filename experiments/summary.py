@@ -31,9 +31,43 @@ def stats_ms(rtts_ns: Sequence[int]) -> dict[str, float]:
 
 
 def summary_table(store: Store, run_id: str) -> str:
-    cells = store.cells(run_id)
-    if not cells:
+    every = store.cells(run_id)
+    if not every:
         return "(no cells stored)"
+    cells = [c for c in every if c.get("workload") in (None, "writes")]
+    tables = [_writes_table(store, run_id, cells)] if cells else []
+    if len(cells) < len(every):
+        tables.append(ycsb_table(store.ycsb_ops(run_id)))
+    return "\n\n".join(tables)
+
+
+def ycsb_table(rows: Sequence[dict]) -> str:
+    """YCSB cells: throughput and each operation's p50/p99 (ms)."""
+    head = (
+        f"{'nodes':>5} {'RF':>3} {'lat ms':>6} {'loss %':>6} {'workload':<9} {'thr':>4} "
+        f"{'read/write':<14} {'ops/s':>8} {'errors':>6}  p50/p99 ms per operation"
+    )
+    lines = [head, "-" * len(head)]
+    for _cell, group in groupby(rows, key=lambda r: (r["run_id"], r["cell_id"])):
+        ops = [r for r in group if not r["intended"]]
+        overall = next((r for r in ops if r["op"] == "OVERALL"), None)
+        if overall is None:
+            continue
+        r = overall
+        per_op = ", ".join(
+            f"{o['op']} {o['p50_ms']:.1f}/{o['p99_ms']:.1f}"
+            for o in ops
+            if o["op"] != "OVERALL" and o["p50_ms"] is not None
+        )
+        lines.append(
+            f"{r['nodes']:>5} {r['rf']:>3} {r['latency_ms']:>6g} {r['loss_pct']:>6g} "
+            f"{r['workload']:<9} {r['threads']:>4} {r['read_cl'] + '/' + r['write_cl']:<14} "
+            f"{r['throughput_ops'] or 0:>8.1f} {r['errors']:>6}  {per_op}"
+        )
+    return "\n".join(lines)
+
+
+def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
     head = (
         f"{'nodes':>5} {'RF':>3} {'lat ms':>6} {'loss %':>6} {'rep':>3} {'writes':>6} "
         f"{'mean ms':>8} {'median':>8} {'p95':>8} {'errors':>6} {'c∈R':>5}"
@@ -76,7 +110,8 @@ def dry_run(
             f"{estimate.fmt_duration(estimate.sweep_s(config, group))}"
         )
         for cell in group:
-            lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} ms/write")
+            unit = "ms/op" if cell.ycsb else "ms/write"
+            lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} {unit}")
     for n, r in config.skipped():
         lines.append(f"  skipped: RF {r} on {n} nodes (more replicas than nodes)")
     if machines:

@@ -57,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="preset: 3 and 5 nodes, latency 0/50/100, loss 0.5/7.5, 200 writes",
+        help="preset: 3 and 5 nodes, latency 0/50/100, loss 0.5/7.5, 100 writes; with "
+        "--config, the file's [quick] table changes its [sweep] (e.g. ycsb-edge.toml)",
     )
     p.add_argument("--nodes", help="node counts, e.g. 3,5 (default 3,4,5)")
     p.add_argument(
@@ -77,6 +78,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--links", metavar="FILE", help="link matrix TOML for --profile file")
     p.add_argument("--cl", help="consistency level (default LOCAL_QUORUM)")
     p.add_argument("--writes", type=int, help="recorded writes per cell (default 1000)")
+    p.add_argument(
+        "--workload",
+        help="writes (default: the paper's), ycsb-a..ycsb-f or YCSB properties files, "
+        "e.g. writes,ycsb-a,ycsb-c",
+    )
+    p.add_argument("--threads", help="YCSB client threads, e.g. 1,8,32 (default 1)")
+    p.add_argument("--target", help="YCSB target ops/s (open loop), e.g. 100,500 (default none)")
+    p.add_argument("--read-cl", help="YCSB read levels, e.g. ONE,QUORUM (default ONE)")
+    p.add_argument("--write-cl", help="YCSB write levels (default: --cl)")
+    p.add_argument("--records", help="records YCSB loads per keyspace (default 1000)")
+    p.add_argument("--operations", type=int, help="YCSB operations per cell (default 1000)")
     p.add_argument("--warmup", type=int, help="unrecorded writes before each cell (50)")
     p.add_argument("--repetitions", type=int, help="repetitions of the grid (default 1)")
     p.add_argument("--policy", help="round-robin (default, as the paper) or token-aware")
@@ -151,6 +163,13 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "links": ("links_file", None),
     "cl": ("cl", None),
     "writes": ("writes", None),
+    "workload": ("workload", str),
+    "threads": ("threads", int),
+    "target": ("target", float),
+    "read_cl": ("read_cl", str),
+    "write_cl": ("write_cl", str),
+    "records": ("records", int),
+    "operations": ("operations", None),
     "warmup": ("warmup", None),
     "repetitions": ("repetitions", None),
     "policy": ("policy", None),
@@ -173,10 +192,10 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Defaults, then --quick, then --config, then flags. ConfigError for bad input."""
     values: dict[str, Any] = {}
-    if args.quick:
+    if args.quick and not args.config:
         values.update(preset("quick"))
-    if args.config:
-        values.update(load_toml(args.config))
+    if args.config:  # with --quick: the file's [quick] table on top of its [sweep]
+        values.update(load_toml(args.config, quick=args.quick))
     for dest, (name, kind) in FLAG_FIELDS.items():
         raw = getattr(args, dest)
         if raw is None:
@@ -186,6 +205,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
             values[name] = parse_rf(flag, raw)
         elif dest == "first_pass" and raw.strip().lower() == "none":
             values[name] = None
+        elif kind is str:  # names: a comma-separated list
+            values[name] = tuple(x.strip() for x in raw.split(",") if x.strip())
         else:
             values[name] = parse_list(flag, raw, kind) if kind else raw
     if args.links:
@@ -276,6 +297,8 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
         return None
     if config.backend == "hosts":
         raise ConfigError("--workers runs testbeds on each worker: not with --backend hosts")
+    if config.ycsb_workloads():
+        raise ConfigError("YCSB cells are measured on this machine only so far: not with --workers")
     if str(args.parallel).strip().lower() != "auto":
         raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
     if args.worker_timeout is not None and not 15 <= args.worker_timeout <= 3600:

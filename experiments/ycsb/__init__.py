@@ -58,6 +58,7 @@ CORE_WORKLOAD = "site.ycsb.workloads.CoreWorkload"
 MAX_THREADS = 1024
 KEY_BYTES = 30  # "user" + a hashed long, and Cassandra's per-row overhead besides
 CLIENT_HEAP_MB = 512
+LOAD_THREADS = 16  # the load phase inserts this many records at once
 STATUS_INTERVAL_S = 1
 SILENCE_S = 120.0  # YCSB prints a status line every second; this much silence is a hang
 STATUS = re.compile(r"(\d+) sec: (\d+) operations; ([\d.,]+|NaN) current ops/sec")
@@ -221,12 +222,19 @@ def create_table(
 
 @dataclass
 class Result:
-    """One phase: throughput and, per operation, counts and latency percentiles (ms)."""
+    """One phase: throughput and, per operation, counts and latency percentiles (ms).
+
+    ``throughput_ops``: YCSB operations over the window from the first operation's start
+    to the last one's end (the binding's EDGETB-WINDOW); YCSB's own figure
+    (``ycsb_throughput_ops``) also counts connecting the session."""
 
     phase: str
     runtime_s: float
     throughput_ops: float
     ops: dict[str, dict[str, Any]]
+    operations: int = 0
+    window_s: float | None = None
+    ycsb_throughput_ops: float | None = None
     intended: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors_by_type: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
@@ -236,6 +244,9 @@ class Result:
             "phase": self.phase,
             "runtime_s": self.runtime_s,
             "throughput_ops": self.throughput_ops,
+            "ycsb_throughput_ops": self.ycsb_throughput_ops,
+            "operations": self.operations,
+            "window_s": self.window_s,
             "ops": self.ops,
             "intended": self.intended,
             "errors_by_type": self.errors_by_type,
@@ -377,7 +388,7 @@ class Ycsb:
                 self.tb.topology.endpoint.name, argv, stdout=stdout, stderr=subprocess.PIPE
             )
             try:
-                errors = self._follow(proc, log, total, progress)
+                seen = self._follow(proc, log, total, progress)
             except BaseException:
                 if proc.poll() is None:  # ours, by PID
                     proc.kill()
@@ -390,6 +401,13 @@ class Ycsb:
         except (OSError, ValueError) as exc:
             raise YcsbError(f"YCSB {phase} wrote no result ({exc}): {_tail(log_path)}") from None
         runtime_s, throughput, ops, intended = parse_export(rows)
+        operations = seen["operations"]
+        window = seen["window"]
+        window_s = (
+            (window["last_end_ns"] - window["first_start_ns"]) / 1e9
+            if "last_end_ns" in window
+            else None
+        )
         hdr = {p.stem: str(p) for p in sorted((out / f"{phase}-hdr").glob("*.hdr"))}
         for name, table in (("", ops), ("Intended-", intended)):
             for op, data in table.items():
@@ -398,17 +416,22 @@ class Ycsb:
         return Result(
             phase,
             runtime_s,
-            throughput,
+            operations / window_s if window_s else throughput,
             ops,
+            operations,
+            window_s,
+            throughput,
             intended,
-            errors,
+            seen["errors"],
             {"log": str(log_path), "export": str(out / f"{phase}.json")},
         )
 
-    def _follow(self, proc: subprocess.Popen, log, total: int, progress) -> dict[str, int]:
-        """Copy YCSB's stderr into the log; status lines -> progress(done, total, ops/s)."""
+    def _follow(self, proc: subprocess.Popen, log, total: int, progress) -> dict[str, Any]:
+        """Copy YCSB's stderr into the log; status lines -> progress(done, total, ops/s).
+        Returns the operations done (the last status line's count), the binding's errors
+        by exception class and its window of operations."""
         assert proc.stderr is not None
-        errors: dict[str, int] = {}
+        seen: dict[str, Any] = {"operations": 0, "errors": {}, "window": {}}
         buf = b""
         last = time.monotonic()
         fd = proc.stderr.fileno()
@@ -432,11 +455,15 @@ class Ycsb:
             for raw in lines:
                 line = raw.decode(errors="replace")
                 if line.startswith("EDGETB-ERRORS "):
-                    errors = json.loads(line.split(" ", 1)[1])
-                elif progress is not None and (m := STATUS.search(line)):
+                    seen["errors"] = json.loads(line.split(" ", 1)[1])
+                elif line.startswith("EDGETB-WINDOW "):
+                    seen["window"] = json.loads(line.split(" ", 1)[1])
+                elif m := STATUS.search(line):
+                    seen["operations"] = int(m.group(2))
                     rate = m.group(3).replace(",", "")
-                    progress(int(m.group(2)), total, 0.0 if rate == "NaN" else float(rate))
-        return errors
+                    if progress is not None:
+                        progress(int(m.group(2)), total, 0.0 if rate == "NaN" else float(rate))
+        return seen
 
 
 def _tail(path: Path, lines: int = 12) -> str:

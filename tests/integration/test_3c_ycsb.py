@@ -4,6 +4,7 @@ QUORUM read at 20 ms links, throughput growing with client threads, bad input re
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -107,3 +108,28 @@ def test_cli_runs_a_workload_and_prints_json(cluster, loaded, tmp_path):
     data = json.loads(proc.stdout)
     (phase,) = data["phases"]
     assert phase["phase"] == "run" and sum(o["count"] for o in phase["ops"].values()) == 300
+
+
+def test_a_sweep_with_ycsb_cells_stores_analyses_and_exports_them(tmp_path):
+    """The sweep's grid with a YCSB workload on a testbed of its own: cells stored per
+    operation, the cost table in the report, the ycsb table exported."""
+    out = tmp_path / "results"
+    proc = run_cli(
+        "--workload", "ycsb-a", "--nodes", "3", "--rf", "3", "--latency", "20",
+        "--loss", "0", "--profile", "uniform", "--threads", "2", "--read-cl", "ONE,QUORUM",
+        "--write-cl", "read", "--records", "200", "--operations", "200",
+        "--verify-probes", "20", "--parallel", "1", "--out", str(out),
+        module="experiments.sweep", timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ycsb-a 2t ONE/ONE" in proc.stdout + proc.stderr
+    assert run_cli(str(out), module="analysis.plots").returncode == 0
+    assert "YCSB: the cost of consistency" in (out / "report.html").read_text()
+    assert run_cli(str(out), module="experiments.export").returncode == 0
+    with open(out / "export" / "ycsb.csv") as f:
+        rows = list(csv.DictReader(f))
+    overall = {r["read_cl"]: r for r in rows if r["op"] == "OVERALL"}
+    assert set(overall) == {"ONE", "QUORUM"} and all(int(r["errors"]) == 0 for r in rows)
+    assert all(int(r["count"]) == 200 and float(r["throughput_ops"]) > 0 for r in overall.values())
+    read = {r["read_cl"]: float(r["p50_ms"]) for r in rows if r["op"] == "READ"}
+    assert 25 <= read["QUORUM"] - read["ONE"] <= 55, read  # one more 40 ms round trip

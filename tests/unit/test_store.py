@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from experiments.export import export
-from experiments.store import DB_NAME, Store
+from experiments.store import DB_NAME, SCHEMA_VERSION, Store
 from testbed.errors import StoreFullError
 
 
@@ -320,7 +320,9 @@ def test_a_schema_1_store_is_read_as_is_and_migrated_by_a_writer(tmp_path):
         )
         assert [(c["shard"], c["cpu_util"]) for c in w.cells("run1")] == [(None, None), ("s0", 0.5)]
     con = sqlite3.connect(tmp_path / DB_NAME)
-    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (
+        str(SCHEMA_VERSION),
+    )
     con.close()
 
 
@@ -345,7 +347,9 @@ def test_a_migration_a_kill_cut_short_is_finished_at_the_next_open(tmp_path):
     with Store(tmp_path) as again:  # already migrated: nothing to do
         assert len(again.cells("run1")) == 2
     con = sqlite3.connect(tmp_path / DB_NAME)
-    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == ("3",)
+    assert con.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (
+        str(SCHEMA_VERSION),
+    )
     con.close()
 
 

@@ -25,7 +25,9 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.Vector;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
+import java.util.function.Supplier;
 import site.ycsb.ByteIterator;
 import site.ycsb.DB;
 import site.ycsb.DBException;
@@ -48,8 +50,11 @@ import site.ycsb.StringByteIterator;
  * token-aware), {@code edgetb.timeout_ms} (12000), {@code edgetb.credentials} (a JSON
  * file with username and password; default $EDGETB_CREDENTIALS, none: no login).
  *
- * <p>At the end the errors by exception class go to stderr as one line: {@code
- * EDGETB-ERRORS {"READ WriteTimeoutException": 3, ...}}.
+ * <p>At the end two lines go to stderr: the errors by exception class, {@code
+ * EDGETB-ERRORS {"READ WriteTimeoutException": 3, ...}}, and the window in which
+ * operations ran, {@code EDGETB-WINDOW {"first_start_ns": ..., "last_end_ns": ...}}
+ * (System.nanoTime): YCSB's own RunTime includes connecting the session, which at 100 ms
+ * links is seconds of a short run, so throughput is taken over this window instead.
  */
 public class CqlClient extends DB {
   static final String KEY = "y_id";
@@ -59,6 +64,8 @@ public class CqlClient extends DB {
   private static int users;
   private static final Map<String, PreparedStatement> PREPARED = new ConcurrentHashMap<>();
   private static final Map<String, LongAdder> ERRORS = new ConcurrentHashMap<>();
+  private static final AtomicLong FIRST_START = new AtomicLong(Long.MAX_VALUE);
+  private static final AtomicLong LAST_END = new AtomicLong(Long.MIN_VALUE);
 
   private ConsistencyLevel readCl;
   private ConsistencyLevel writeCl;
@@ -89,16 +96,35 @@ public class CqlClient extends DB {
       session.close();
       session = null;
       PREPARED.clear();
-      if (!ERRORS.isEmpty()) {
-        Map<String, Long> counts = new TreeMap<>();
-        ERRORS.forEach((k, v) -> counts.put(k, v.sum()));
-        try {
-          System.err.println("EDGETB-ERRORS " + new ObjectMapper().writeValueAsString(counts));
-        } catch (Exception e) {
-          System.err.println("EDGETB-ERRORS {}");
-        }
-        ERRORS.clear();
+      Map<String, Long> counts = new TreeMap<>();
+      ERRORS.forEach((k, v) -> counts.put(k, v.sum()));
+      Map<String, Long> window = new TreeMap<>();
+      if (LAST_END.get() > FIRST_START.get()) {
+        window.put("first_start_ns", FIRST_START.get());
+        window.put("last_end_ns", LAST_END.get());
       }
+      ObjectMapper json = new ObjectMapper();
+      try {
+        System.err.println("EDGETB-ERRORS " + json.writeValueAsString(counts));
+        System.err.println("EDGETB-WINDOW " + json.writeValueAsString(window));
+      } catch (Exception e) {
+        throw new DBException("cannot report: " + e);
+      }
+      ERRORS.clear();
+      FIRST_START.set(Long.MAX_VALUE);
+      LAST_END.set(Long.MIN_VALUE);
+    }
+  }
+
+  /** One operation, its start and end folded into the window of all operations. */
+  private static Status timed(Supplier<Status> op) {
+    long start = System.nanoTime();
+    try {
+      return op.get();
+    } finally {
+      long end = System.nanoTime();
+      FIRST_START.accumulateAndGet(start, Math::min);
+      LAST_END.accumulateAndGet(end, Math::max);
     }
   }
 
@@ -188,6 +214,10 @@ public class CqlClient extends DB {
 
   @Override
   public Status read(String table, String key, Set<String> fields, Map<String, ByteIterator> result) {
+    return timed(() -> doRead(table, key, fields, result));
+  }
+
+  private Status doRead(String table, String key, Set<String> fields, Map<String, ByteIterator> result) {
     try {
       String cql = "SELECT " + columns(fields) + " FROM " + table + " WHERE " + KEY + " = ? LIMIT 1";
       BoundStatement s = prepared(cql).bind(key).setConsistencyLevel(readCl);
@@ -204,6 +234,12 @@ public class CqlClient extends DB {
 
   @Override
   public Status scan(
+      String table, String startkey, int count, Set<String> fields,
+      Vector<HashMap<String, ByteIterator>> result) {
+    return timed(() -> doScan(table, startkey, count, fields, result));
+  }
+
+  private Status doScan(
       String table, String startkey, int count, Set<String> fields,
       Vector<HashMap<String, ByteIterator>> result) {
     try {
@@ -224,6 +260,10 @@ public class CqlClient extends DB {
 
   @Override
   public Status update(String table, String key, Map<String, ByteIterator> values) {
+    return timed(() -> doUpdate(table, key, values));
+  }
+
+  private Status doUpdate(String table, String key, Map<String, ByteIterator> values) {
     try {
       List<String> names = new ArrayList<>(values.keySet());
       List<Object> bind = new ArrayList<>();
@@ -243,6 +283,10 @@ public class CqlClient extends DB {
 
   @Override
   public Status insert(String table, String key, Map<String, ByteIterator> values) {
+    return timed(() -> doInsert(table, key, values));
+  }
+
+  private Status doInsert(String table, String key, Map<String, ByteIterator> values) {
     try {
       List<String> names = new ArrayList<>(values.keySet());
       List<Object> bind = new ArrayList<>();
@@ -264,6 +308,10 @@ public class CqlClient extends DB {
 
   @Override
   public Status delete(String table, String key) {
+    return timed(() -> doDelete(table, key));
+  }
+
+  private Status doDelete(String table, String key) {
     try {
       String cql = "DELETE FROM " + table + " WHERE " + KEY + " = ?";
       session.execute(prepared(cql).bind(key).setConsistencyLevel(writeCl));
