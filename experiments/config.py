@@ -62,7 +62,7 @@ LIST_FIELDS = (
 
 
 WRITES = "writes"  # the paper's workload: sequential single-row writes, timed one by one
-YCSB_FIELDS = ("threads", "target", "read_cl", "write_cl", "records", "operations")
+YCSB_FIELDS = ("threads", "target", "read_cl", "write_cl", "records", "operations", "ycsb_raw")
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,7 @@ class SweepConfig:
     write_cl: tuple[str, ...] | None = None
     records: tuple[int, ...] = (1000,)
     operations: int = 1000
+    ycsb_raw: bool = False  # also store every YCSB operation's latency (ycsb_requests)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -308,6 +309,8 @@ class SweepConfig:
             set_(self, "write_cl", _strings("write_cl", self.write_cl, upper=True))
         set_(self, "records", _ints("records", self.records, 1, 10**9))
         _int("operations", self.operations, 1)
+        if not isinstance(self.ycsb_raw, bool):
+            raise ConfigError(f"ycsb_raw must be true or false, got {self.ycsb_raw!r}")
         if self.backend != "netns" and self.ycsb_workloads():
             raise ConfigError("YCSB workloads run on the netns backend so far")
         for w in self.ycsb_workloads():

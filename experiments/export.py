@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -97,6 +98,16 @@ def export(
                     [json.dumps(r[c]) if c == "return_codes" else r[c] for c in YCSB_EXPORT_COLUMNS]
                     for r in ycsb_rows
                 ),
+                chunk_rows,
+            )
+        raw = store.iter_ycsb_requests(run_id)
+        first = next(raw, None)
+        if first is not None:  # cells measured with --ycsb-raw
+            written["ycsb_requests"] = _write(
+                target / f"ycsb_requests.{fmt}",
+                fmt,
+                Store.YCSB_REQUEST_COLUMNS,
+                itertools.chain([first], raw),
                 chunk_rows,
             )
         runs = [

@@ -646,6 +646,7 @@ class Shard:
             target=cell.target,
             read_cl=cell.read_cl or "ONE",
             write_cl=cell.write_cl or cfg.cl,
+            raw=cfg.ycsb_raw,
         )
         out = Path(cfg.out) / "ycsb" / sweep.run_id / cell.cell_id
         space = ycsb_keyspace(cell.rf, cell.records)
@@ -700,6 +701,7 @@ class Shard:
             },
             [],
             ycsb_ops=rows,
+            ycsb_requests=ycsb.read_raw(Path(result.files["raw"])) if "raw" in result.files else (),
         )
         with sweep.lock:
             sweep.finished.add(cell.cell_id)

@@ -119,6 +119,16 @@ CREATE TABLE IF NOT EXISTS ycsb_ops (
     PRIMARY KEY (run_id, cell_id, op, intended),
     FOREIGN KEY (run_id, cell_id) REFERENCES cells(run_id, cell_id)
 );
+CREATE TABLE IF NOT EXISTS ycsb_requests (
+    run_id TEXT NOT NULL,
+    cell_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,          -- order in YCSB's raw file (grouped by operation)
+    op TEXT NOT NULL,
+    t_ms INTEGER NOT NULL,         -- wall clock (ms) when the operation ended
+    latency_us INTEGER NOT NULL,
+    PRIMARY KEY (run_id, cell_id, seq),
+    FOREIGN KEY (run_id, cell_id) REFERENCES cells(run_id, cell_id)
+);
 CREATE TABLE IF NOT EXISTS testbeds (
     run_id TEXT NOT NULL,
     testbed_run TEXT PRIMARY KEY,
@@ -235,6 +245,8 @@ COLUMN_TYPES = {
     "p99_ms": "real",
     "p999_ms": "real",
     "hdr": "text",
+    "t_ms": "integer",
+    "latency_us": "integer",
     "seq": "integer",
     "key": "text",
     "coordinator": "text",
@@ -528,6 +540,7 @@ class Store:
         *,
         once: bool = False,
         ycsb_ops: Iterable[dict[str, Any]] = (),
+        ycsb_requests: Iterable[tuple[str, int, int]] = (),
     ) -> bool:
         """Store a cell and all its requests (iterated once), or a YCSB cell and its
         per-operation rows, atomically. ``once``: a cell already stored (a worker's cell
@@ -562,7 +575,28 @@ class Store:
                     for r in ycsb_ops
                 ),
             )
+            self.db.executemany(
+                "INSERT INTO ycsb_requests VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    (cell["run_id"], cell["cell_id"], seq, op, t_ms, latency_us)
+                    for seq, (op, t_ms, latency_us) in enumerate(ycsb_requests)
+                ),
+            )
         return True
+
+    YCSB_REQUEST_COLUMNS = ("run_id", "cell_id", "seq", "op", "t_ms", "latency_us")
+
+    def iter_ycsb_requests(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
+        """YCSB's raw rows (YCSB_REQUEST_COLUMNS), for the cells measured with them."""
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        if "ycsb_requests" not in tables:
+            return
+        where, args = _where_runs(run_ids)
+        yield from self.db.execute(
+            f"SELECT {', '.join(self.YCSB_REQUEST_COLUMNS)} FROM ycsb_requests{where} "
+            "ORDER BY run_id, cell_id, seq",
+            args,
+        )
 
     def ycsb_ops(
         self, run_ids: str | Sequence[str] | None = None, *, hdr: bool = False

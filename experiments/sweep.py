@@ -89,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--write-cl", help="YCSB write levels (default: --cl)")
     p.add_argument("--records", help="records YCSB loads per keyspace (default 1000)")
     p.add_argument("--operations", type=int, help="YCSB operations per cell (default 1000)")
+    p.add_argument(
+        "--ycsb-raw",
+        action="store_true",
+        default=None,
+        help="also store every YCSB operation's latency (YCSB's raw measurement)",
+    )
     p.add_argument("--warmup", type=int, help="unrecorded writes before each cell (50)")
     p.add_argument("--repetitions", type=int, help="repetitions of the grid (default 1)")
     p.add_argument("--policy", help="round-robin (default, as the paper) or token-aware")
@@ -170,6 +176,7 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "write_cl": ("write_cl", str),
     "records": ("records", int),
     "operations": ("operations", None),
+    "ycsb_raw": ("ycsb_raw", None),
     "warmup": ("warmup", None),
     "repetitions": ("repetitions", None),
     "policy": ("policy", None),

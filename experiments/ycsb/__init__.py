@@ -128,6 +128,7 @@ class Spec:
     read_cl: str = "ONE"
     write_cl: str = "ONE"
     extra: tuple[tuple[str, str], ...] = ()  # more -p KEY=VALUE, after the file's
+    raw: bool = False  # also every operation's latency (YCSB's raw measurement)
 
     def properties(self) -> dict[str, str]:
         """The workload file's properties with this spec's on top (what YCSB gets)."""
@@ -267,6 +268,9 @@ def parse_export(rows: list[dict[str, Any]]) -> tuple[float, float, dict, dict]:
             elif what == "Throughput(ops/sec)":
                 throughput = float(value)
             continue
+        if metric.startswith("Raw"):
+            continue  # hdrhistogram+raw: the raw half's summary (the rows are in its file)
+        metric = metric.removeprefix("Hdr")  # hdrhistogram+raw names the other half so
         if (
             metric.endswith("-FAILED")
             or metric in ("CLEANUP", "INIT")
@@ -346,6 +350,10 @@ class Ycsb:
         if phase == "load":
             ours.pop("target", None)  # load as fast as the threads go
             ours.pop("measurement.interval", None)
+        elif spec.raw:  # every operation: op, wall-clock ms, latency us
+            ours["measurementtype"] = "hdrhistogram+raw"
+            ours["measurement.raw.output_file"] = str(out / f"{phase}-raw.csv")
+            ours["measurement.raw.no_summary"] = "true"
         argv = [
             self.tb.java.path,
             f"-Xmx{CLIENT_HEAP_MB}m",
@@ -408,7 +416,9 @@ class Ycsb:
             if "last_end_ns" in window
             else None
         )
-        hdr = {p.stem: str(p) for p in sorted((out / f"{phase}-hdr").glob("*.hdr"))}
+        hdr = {
+            p.stem.removeprefix("Hdr"): str(p) for p in sorted((out / f"{phase}-hdr").glob("*.hdr"))
+        }
         for name, table in (("", ops), ("Intended-", intended)):
             for op, data in table.items():
                 if f"{name}{op}" in hdr:
@@ -423,7 +433,8 @@ class Ycsb:
             throughput,
             intended,
             seen["errors"],
-            {"log": str(log_path), "export": str(out / f"{phase}.json")},
+            {"log": str(log_path), "export": str(out / f"{phase}.json")}
+            | ({"raw": str(out / f"{phase}-raw.csv")} if spec.raw and phase == "run" else {}),
         )
 
     def _follow(self, proc: subprocess.Popen, log, total: int, progress) -> dict[str, Any]:
@@ -464,6 +475,20 @@ class Ycsb:
                     if progress is not None:
                         progress(int(m.group(2)), total, 0.0 if rate == "NaN" else float(rate))
         return seen
+
+
+def read_raw(path: Path):
+    """YCSB's raw measurement file: (op, wall-clock ms, latency us) per operation, in the
+    order written (per operation type), without its header lines and CLEANUP."""
+    with open(path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split(",")
+            if len(parts) != 3 or not parts[0].startswith("Raw"):
+                continue
+            op = parts[0].removeprefix("Raw")
+            if op == "CLEANUP" or not parts[1].isdigit():
+                continue
+            yield op, int(parts[1]), int(parts[2])
 
 
 def _tail(path: Path, lines: int = 12) -> str:

@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--policy", choices=("round-robin", "token-aware"), default="round-robin")
     r.add_argument("--timeout", type=argtypes.number(1, 600, "s"), default=12.0)
     r.add_argument("--no-load", action="store_true", help="the keyspace is loaded already")
+    r.add_argument(
+        "--raw", action="store_true", help="also every operation's latency (OUT/run-raw.csv)"
+    )
     r.add_argument("-p", dest="extra", type=_pair, action="append", default=[], metavar="K=V")
     r.add_argument("--out", default="ycsb-out", help="where YCSB's files go (default ycsb-out)")
     r.add_argument("--json", action="store_true")
@@ -110,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         read_cl=args.read_cl,
         write_cl=args.write_cl,
         extra=tuple(args.extra),
+        raw=args.raw,
     )
     spec.check(rf=args.rf)  # before anything else: the input alone
     tb = Testbed.attach(args.run)

@@ -118,7 +118,7 @@ def test_a_sweep_with_ycsb_cells_stores_analyses_and_exports_them(tmp_path):
         "--workload", "ycsb-a", "--nodes", "3", "--rf", "3", "--latency", "20",
         "--loss", "0", "--profile", "uniform", "--threads", "2", "--read-cl", "ONE,QUORUM",
         "--write-cl", "read", "--records", "200", "--operations", "200",
-        "--verify-probes", "20", "--parallel", "1", "--out", str(out),
+        "--verify-probes", "20", "--parallel", "1", "--out", str(out), "--ycsb-raw",
         module="experiments.sweep", timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -133,3 +133,10 @@ def test_a_sweep_with_ycsb_cells_stores_analyses_and_exports_them(tmp_path):
     assert all(int(r["count"]) == 200 and float(r["throughput_ops"]) > 0 for r in overall.values())
     read = {r["read_cl"]: float(r["p50_ms"]) for r in rows if r["op"] == "READ"}
     assert 25 <= read["QUORUM"] - read["ONE"] <= 55, read  # one more 40 ms round trip
+    with open(out / "export" / "ycsb_requests.csv") as f:  # YCSB's raw rows
+        raw = list(csv.DictReader(f))
+    assert len(raw) == 2 * 200 and {r["op"] for r in raw} == {"READ", "UPDATE"}
+    quorum = sorted(
+        int(r["latency_us"]) for r in raw if "QUORUM" in r["cell_id"] and r["op"] == "READ"
+    )
+    assert abs(quorum[len(quorum) // 2] / 1000 - read["QUORUM"]) < 2  # the same median

@@ -111,3 +111,23 @@ def test_export_is_read_per_operation_in_ms():
     )  # fmt: skip
     assert read["mean_ms"] == pytest.approx(1.255) and read["max_ms"] == 209.0
     assert intended["READ"]["p99_ms"] == pytest.approx(18.463)
+
+
+def test_hdrhistogram_plus_raw_names_and_the_raw_file(tmp_path):
+    """With measurementtype=hdrhistogram+raw YCSB prefixes the halves: Hdr* rows are the
+    percentiles, Raw* rows only a count; the raw file has every operation."""
+    rows = [
+        {"metric": "HdrREAD", "measurement": "Operations", "value": 2},
+        {"metric": "HdrREAD", "measurement": "99thPercentileLatency(us)", "value": 7000},
+        {"metric": "HdrREAD", "measurement": "Return=OK", "value": 2},
+        {"metric": "RawREAD", "measurement": "Total Operations", "value": 2},
+    ]
+    _, _, ops, _ = ycsb.parse_export(rows)
+    assert ops == {"READ": {"count": 2, "p99_ms": 7.0, "return_codes": {"OK": 2}, "errors": 0}}
+    raw = tmp_path / "run-raw.csv"
+    raw.write_text(
+        "RawREAD latency raw data: op, timestamp(ms), latency(us)\n"
+        "RawREAD,1795366387855,6945\nRawREAD,1795366387856,12\n"
+        "RawCLEANUP latency raw data: op, timestamp(ms), latency(us)\nRawCLEANUP,1795366387863,1\n"
+    )
+    assert list(ycsb.read_raw(raw)) == [("READ", 1795366387855, 6945), ("READ", 1795366387856, 12)]
