@@ -229,6 +229,10 @@ def preflight(config: SweepConfig) -> None:
         raise ConfigError("the sweep builds network namespaces: run it as root")
     if shapers.resolve(config.shaper, config.backend or "netns") == "gateway":
         gateway_image.load()
+    if config.ycsb_workloads():  # YCSB and the binding installed (make install does it)
+        from .ycsb import dist as ycsb_dist
+
+        ycsb_dist.load()
 
 
 def lock_results(out: Path) -> OwnerLock:
