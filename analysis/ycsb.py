@@ -178,23 +178,20 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     table = pooled(ycsb_cells)
     if not table:
         return made
-    series: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    # One line per setting but the x axis (threads): network, workload, levels, records
+    # and policy all stay apart; open-loop cells (a target rate) are not on this figure.
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for key, fig in table.items():
         s = dict(zip((*SETTING, "read_cl", "write_cl"), key, strict=True))
-        label = (
-            f"{s['workload']} {s['read_cl']}/{s['write_cl']} {s['latency_ms']:g} ms "
-            f"{s['loss_pct']:g} %"
+        if s["target"] is not None:
+            continue
+        series[_label(s, without=("threads", "target"))].append(
+            (s["threads"], fig["throughput_ops"][0])
         )
-        series[(label, s["nodes"], s["rf"])].append((s["threads"], fig["throughput_ops"][0]))
     fig_, ax = plt.subplots(figsize=(7, 4.5))
-    for (label, nodes, rf), points in sorted(series.items()):
+    for label, points in sorted(series.items()):
         points.sort()
-        ax.plot(
-            [p[0] for p in points],
-            [p[1] for p in points],
-            marker="o",
-            label=f"{label} (n={nodes}, RF {rf})",
-        )
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("client threads (closed loop)")
     ax.set_ylabel("throughput (ops/s)")
@@ -211,10 +208,8 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
         for name, (value, _half) in figs.items():
             if name.endswith("p99_ms") or name.endswith("p50_ms"):
                 op, q = name.split()
-                label = (
-                    f"{s['workload']} {op} {q[:-3]} {s['read_cl']}/{s['write_cl']} "
-                    f"{s['latency_ms']:g} ms"
-                )
+                # a curve: one setting and operation, its load (threads, target) varied
+                label = f"{op} {q[:-3]} " + _label(s, without=("threads", "target"))
                 curves[label].append((figs["throughput_ops"][0], value))
     for label, pts in sorted(curves.items()):
         pts.sort()
@@ -228,6 +223,23 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     made.append(_save(fig_, out / "ycsb_latency_throughput", len(curves)))
     plt.close(fig_)
     return made
+
+
+def _label(s: Mapping[str, Any], without: tuple[str, ...] = ()) -> str:
+    """A setting in a legend: workload, levels, network, nodes/RF, records, policy."""
+    parts = [
+        s["workload"],
+        f"{s['read_cl']}/{s['write_cl']}",
+        f"{s['latency_ms']:g} ms {s['loss_pct']:g} % {s['profile']}",
+        f"n={s['nodes']} RF {s['rf']}",
+        f"{s['records']} rec",
+        s["policy"],
+    ]
+    if "threads" not in without:
+        parts.append(f"{s['threads']} thr")
+    if "target" not in without and s["target"] is not None:
+        parts.append(f"target {s['target']:g}")
+    return " ".join(str(p) for p in parts)
 
 
 def _save(fig: Any, stem: Path, series: int) -> dict[str, Any]:

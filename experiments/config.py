@@ -303,7 +303,8 @@ class SweepConfig:
                 )
         set_(self, "threads", _ints("threads", self.threads, 1, 1024))
         if self.target is not None:
-            set_(self, "target", _floats("target", self.target, 0.001, 10**7))
+            # YCSB reads target with Integer.parseInt: whole operations per second
+            set_(self, "target", _ints("target", self.target, 1, 10**7))
         set_(self, "read_cl", _strings("read_cl", self.read_cl, upper=True))
         if self.write_cl is not None:
             set_(self, "write_cl", _strings("write_cl", self.write_cl, upper=True))
@@ -311,8 +312,6 @@ class SweepConfig:
         _int("operations", self.operations, 1)
         if not isinstance(self.ycsb_raw, bool):
             raise ConfigError(f"ycsb_raw must be true or false, got {self.ycsb_raw!r}")
-        if self.backend != "netns" and self.ycsb_workloads():
-            raise ConfigError("YCSB workloads run on the netns backend so far")
         for w in self.ycsb_workloads():
             for n, r in pairs:
                 for read in self.read_cl:
@@ -438,6 +437,13 @@ class SweepConfig:
                 data.pop(name)
         if self.links_file:
             data["links_file"] = hashlib.sha256(Path(self.links_file).read_bytes()).hexdigest()
+        if self.ycsb_workloads():  # what each workload's properties say, not only its name
+            from .ycsb import workload_path
+
+            data["workload_files"] = {
+                w: hashlib.sha256(workload_path(w).read_bytes()).hexdigest()
+                for w in self.ycsb_workloads()
+            }
         text = json.dumps(data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -464,8 +470,12 @@ class SweepConfig:
 
 
 def workload_label(workload: str) -> str:
-    """``ycsb-a`` for the shipped ones, the file's stem for a properties file."""
-    return workload if workload.startswith("ycsb-") else f"ycsb-{Path(workload).stem}"
+    """``ycsb-a`` for the shipped ones; for a properties file its stem and a digest of its
+    content, so two files (or a file named like a shipped workload) never share cell ids."""
+    if workload.startswith("ycsb-"):
+        return workload
+    digest = hashlib.sha256(Path(workload).read_bytes()).hexdigest()[:6]
+    return f"ycsb-{Path(workload).stem}-{digest}"
 
 
 def load_toml(path: str | Path, *, quick: bool = False) -> dict[str, Any]:
@@ -480,6 +490,11 @@ def load_toml(path: str | Path, *, quick: bool = False) -> dict[str, Any]:
         )
     table = _table(path, data, "sweep")
     if quick:
+        if "quick" not in data:
+            raise ConfigError(
+                f"{path} has no [quick] table: --quick with --config applies the file's own "
+                f"quick version (drop --quick, or add [quick] with what it changes)"
+            )
         table.update(_table(path, data, "quick"))
     return table
 

@@ -70,7 +70,10 @@ def calibrate(
     rows = [
         c
         for c in cells
-        if c["run_id"] in one and c.get("cpu_util") is not None and c["finished"] > c["started"]
+        if c["run_id"] in one
+        and c.get("cpu_util") is not None
+        and c["finished"] > c["started"]
+        and c.get("workload") in (None, "writes")  # a YCSB cell's JVM and threads cost other
     ]
     costs = COSTS
     bases = [

@@ -649,14 +649,31 @@ class Shard:
             raw=cfg.ycsb_raw,
         )
         out = Path(cfg.out) / "ycsb" / sweep.run_id / cell.cell_id
-        space = ycsb_keyspace(cell.rf, cell.records)
+        fields = int(spec.properties().get("fieldcount", ycsb.CORE_DEFAULTS["fieldcount"]))
+        space = ycsb_keyspace(cell.rf, cell.records, fields)
         if space not in self.loaded:
             sweep.progress.shard_status(self.name, f"loading {cell.records} records ({space})")
             t0 = time.monotonic()
-            fields = int(spec.properties().get("fieldcount", ycsb.CORE_DEFAULTS["fieldcount"]))
             ycsb.create_table(tb, space, cell.rf, fields)
             loading = replace(spec, threads=ycsb.LOAD_THREADS, target=None)
-            loaded = runner.load(loading, space, out.parent / f"load-{space}")
+            for attempt in range(1, LOAD_ATTEMPTS + 1):
+                loaded = runner.load(loading, space, out.parent / f"load-{space}")
+                failed = sum(d["errors"] for d in loaded.ops.values())
+                if not failed:
+                    break
+                # A missing record would be a NOT_FOUND (an error) in every cell that reads
+                # it, blamed on that cell's network: load again (an insert of the same key
+                # overwrites it), or give up on the cluster.
+                self.note(
+                    f"loading {space}: {failed} of {cell.records} inserts failed "
+                    f"(attempt {attempt} of {LOAD_ATTEMPTS})"
+                )
+            else:
+                raise ycsb.YcsbError(
+                    f"loading {cell.records} records into {space} failed {LOAD_ATTEMPTS} times "
+                    f"({failed} inserts failed the last time; network {cell.latency_ms:g} ms / "
+                    f"{cell.loss_pct:g} %)"
+                )
             self.loaded.add(space)
             self.note(
                 f"loaded {cell.records} records into {space} in {time.monotonic() - t0:.1f} s "
@@ -721,8 +738,13 @@ class Shard:
         )
 
 
-def ycsb_keyspace(rf: int, records: int) -> str:
-    return f"ycsb_rf{rf}_k{records}"
+LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed
+
+
+def ycsb_keyspace(rf: int, records: int, fields: int = 10) -> str:
+    """One keyspace per (RF, records, columns): cells whose workloads agree on them share
+    its load."""
+    return f"ycsb_rf{rf}_k{records}" + (f"_f{fields}" if fields != 10 else "")
 
 
 def ycsb_rows(run_id: str, cell_id: str, result: Any) -> list[dict[str, Any]]:

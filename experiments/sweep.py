@@ -171,7 +171,7 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "writes": ("writes", None),
     "workload": ("workload", str),
     "threads": ("threads", int),
-    "target": ("target", float),
+    "target": ("target", int),
     "read_cl": ("read_cl", str),
     "write_cl": ("write_cl", str),
     "records": ("records", int),
@@ -308,8 +308,6 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
         return None
     if config.backend == "hosts":
         raise ConfigError("--workers runs testbeds on each worker: not with --backend hosts")
-    if config.ycsb_workloads():
-        raise ConfigError("YCSB cells are measured on this machine only so far: not with --workers")
     if str(args.parallel).strip().lower() != "auto":
         raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
     if args.worker_timeout is not None and not 15 <= args.worker_timeout <= 3600:
@@ -526,7 +524,7 @@ def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resum
         if not todo:  # a run whose cells are all stored (killed before it was marked)
             raise _Nothing()
         fleet.trust_host_keys()
-        ready = fleet.provision(say)
+        ready = fleet.provision(say, ycsb=bool(config.ycsb_workloads()))
         dispatcher = Dispatcher(
             config,
             store,

@@ -38,6 +38,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -135,10 +136,25 @@ class ForwardingStore:
         self._store = store
         self.channel = channel
 
-    def commit_cell(self, cell: dict[str, Any], requests: list[dict[str, Any]]) -> None:
-        requests = list(requests)
-        self._store.commit_cell(cell, requests, once=True)
-        self.channel.send("cell", cell=cell, requests=requests)
+    def commit_cell(
+        self,
+        cell: dict[str, Any],
+        requests: list[dict[str, Any]],
+        *,
+        ycsb_ops: Iterable[dict[str, Any]] = (),
+        ycsb_requests: Iterable[tuple[str, int, int]] = (),
+    ) -> None:
+        requests, ycsb_ops, ycsb_requests = list(requests), list(ycsb_ops), list(ycsb_requests)
+        self._store.commit_cell(
+            cell, requests, once=True, ycsb_ops=ycsb_ops, ycsb_requests=ycsb_requests
+        )
+        self.channel.send(
+            "cell",
+            cell=cell,
+            requests=requests,
+            ycsb_ops=ycsb_ops,
+            ycsb_requests=[list(r) for r in ycsb_requests],
+        )
 
     def update_manifest(self, run_id: str, **entries: Any) -> dict:
         manifest = self._store.update_manifest(run_id, **entries)

@@ -200,9 +200,10 @@ class Fleet:
             timeout_s=15,
         )
 
-    def provision(self, say) -> dict[str, dict]:
-        """Provision and probe every worker; the probes of those that are ready. A worker
-        that failed is dropped and named; none ready is a WorkerLost."""
+    def provision(self, say, *, ycsb: bool = False) -> dict[str, dict]:
+        """Provision and probe every worker (``ycsb``: with YCSB and the project's binding
+        built there); the probes of those that are ready. A worker that failed is dropped
+        and named; none ready is a WorkerLost."""
         archive = provision.project_archive(
             self.dir / "project.tar.gz", extra=("pyproject.toml", "scripts")
         )
@@ -212,7 +213,7 @@ class Fleet:
             private_dir=self.dir / "ansible",
             inv=self.inventory(),
             ssh=self.ssh,
-            extravars={"edgetb_archive": str(archive)},
+            extravars={"edgetb_archive": str(archive), "edgetb_ycsb": ycsb},
         )
         failed = {line.split(":", 1)[0] for line in failures}
         if "*" in failed:
@@ -520,7 +521,13 @@ class Dispatcher:
         elif kind == "want":
             self.want(s, int(m["id"]), str(m["shard"]), m.get("nodes"))
         elif kind == "cell":
-            self.cell(s, m["cell"], m["requests"])
+            self.cell(
+                s,
+                m["cell"],
+                m["requests"],
+                m.get("ycsb_ops") or [],
+                [tuple(r) for r in m.get("ycsb_requests") or []],
+            )
         elif kind == "manifest":
             self.manifest(s, m.get("entries") or {})
         elif kind == "note":
@@ -599,12 +606,21 @@ class Dispatcher:
         )
         self.progress.note(f"{len(cells)} cells of worker {worker} re-queued ({why})")
 
-    def cell(self, s: Session, cell: dict[str, Any], requests: list[dict[str, Any]]) -> None:
+    def cell(
+        self,
+        s: Session,
+        cell: dict[str, Any],
+        requests: list[dict[str, Any]],
+        ycsb_ops: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        ycsb_requests: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+    ) -> None:
         cell_id = cell["cell_id"]
         cell = dict(cell, run_id=self.run_id, worker=s.name)
-        for r in requests:
+        for r in [*requests, *ycsb_ops]:
             r["run_id"] = self.run_id
-        stored = self.store.commit_cell(cell, requests, once=True)
+        stored = self.store.commit_cell(
+            cell, requests, once=True, ycsb_ops=ycsb_ops, ycsb_requests=ycsb_requests
+        )
         if not stored:
             self.duplicates += 1
         for (w, _shard), lease in self.leases.items():
@@ -613,7 +629,16 @@ class Dispatcher:
                 break
         if stored and self.on_cell is not None:
             self.on_cell(cell_id)
-        if stored and cell_id in self.cells:
+        if stored and cell_id in self.cells and ycsb_ops:
+            overall = next((r for r in ycsb_ops if r["op"] == "OVERALL"), {})
+            self.progress.cell_done(
+                f"{s.name}/{cell.get('shard')}",
+                self.cells[cell_id],
+                estimate.cell_s(self.config, self.cells[cell_id]),
+                f"{overall.get('throughput_ops') or 0:.0f} ops/s, {overall.get('errors', 0)} "
+                f"errors, CPU {100 * (cell.get('cpu_util') or 0):.0f} % on {s.name}",
+            )
+        elif stored and cell_id in self.cells:
             rtts = sorted(r["rtt_ns"] for r in requests)
             errors = sum(r["error"] is not None for r in requests)
             median = rtts[len(rtts) // 2] / 1e6 if rtts else float("nan")

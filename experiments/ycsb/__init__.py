@@ -18,11 +18,14 @@ recoverable exactly) are kept.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import select
+import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ from testbed.testbed import Testbed
 from . import dist as dist_mod
 
 TABLE = "usertable"  # YCSB's default table and the binding's schema (y_id + fieldN)
+SCHEMA = {"table": TABLE, "fieldnameprefix": "field"}  # what create_table makes
 PERCENTILES = (50, 95, 99, 99.9)
 READ_OPS = frozenset({"READ", "SCAN", "READ-MODIFY-WRITE"})
 WRITE_OPS = frozenset({"UPDATE", "INSERT", "READ-MODIFY-WRITE", "DELETE"})
@@ -56,6 +60,7 @@ CORE_DEFAULTS = {  # CoreWorkload's own defaults for what the checks read
 }
 CORE_WORKLOAD = "site.ycsb.workloads.CoreWorkload"
 MAX_THREADS = 1024
+MAX_COUNT = 2**31 - 1
 KEY_BYTES = 30  # "user" + a hashed long, and Cassandra's per-row overhead besides
 CLIENT_HEAP_MB = 512
 LOAD_THREADS = 16  # the load phase inserts this many records at once
@@ -63,6 +68,16 @@ STATUS_INTERVAL_S = 1
 SILENCE_S = 120.0  # YCSB prints a status line every second; this much silence is a hang
 STATUS = re.compile(r"(\d+) sec: (\d+) operations; ([\d.,]+|NaN) current ops/sec")
 PERCENTILE = re.compile(r"^([\d.]+)(?:th)?PercentileLatency\(us\)$")
+
+
+# On a remote endpoint: kill -9 the PID in $1 if its command line carries the tag $2 as a
+# whole argument (a PID the kernel reused for something else is left alone), then remove
+# the phase's directory $3 and the PID file.
+END_CLIENT = (
+    'pid=$(cat "$1" 2>/dev/null) && [ -r "/proc/$pid/cmdline" ] && '
+    'tr "\\0" "\\n" < "/proc/$pid/cmdline" | grep -qxF -e "$2" && kill -9 "$pid"; '
+    'rm -rf "$3" "$1"; true'
+)
 
 
 class YcsbError(TestbedError):
@@ -132,7 +147,7 @@ class Spec:
 
     def properties(self) -> dict[str, str]:
         """The workload file's properties with this spec's on top (what YCSB gets)."""
-        props = read_properties(workload_path(self.workload))
+        props = {"workload": CORE_WORKLOAD, **read_properties(workload_path(self.workload))}
         props.update(self.extra)
         if self.records is not None:
             props["recordcount"] = str(self.records)
@@ -159,11 +174,17 @@ class Spec:
             raise ConfigError(f"threads must be 1..{MAX_THREADS}, got {self.threads}")
         if self.target is not None and not self.target > 0:
             raise ConfigError(f"target must be > 0 ops/s, got {self.target:g}")
+        if self.target is not None and self.target != int(self.target):
+            raise ConfigError(  # YCSB reads it with Integer.parseInt
+                f"target must be a whole number of ops/s, got {self.target:g}"
+            )
         if self.duration_s is not None and not self.duration_s >= 1:
             raise ConfigError(f"duration must be >= 1 s, got {self.duration_s:g}")
         for name, v in (("records", self.records), ("operations", self.operations)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+            if v is not None and v > MAX_COUNT:  # YCSB's Client parses both as an int
+                raise ConfigError(f"{name} must be at most {MAX_COUNT} (YCSB's limit), got {v}")
         props = self.properties()
         if props.get("workload", CORE_WORKLOAD) != CORE_WORKLOAD:
             raise ConfigError(
@@ -178,9 +199,17 @@ class Spec:
         ops = self.ops()
         if not ops:
             raise ConfigError(f"workload {self.workload}: every operation's proportion is 0")
+        for key, want in SCHEMA.items():
+            if props.get(key, want) != want:
+                raise ConfigError(
+                    f"workload property {key}={props[key]!r}: the testbed's table is "
+                    f"{TABLE} with columns {SCHEMA['fieldnameprefix']}N (leave {key} out)"
+                )
         level = check_read_level(self.read_cl)
         if ops & READ_OPS:
             self._level_ok(level, rf, "read")
+        if "SCAN" in ops and level in ("SERIAL", "LOCAL_SERIAL"):
+            raise ConfigError(f"read level {level}: Cassandra refuses range reads (scans) at it")
         level = check_level(self.write_cl)
         self._level_ok(level, rf, "write")  # the load phase writes, whatever the mix
         if nodes and rf and heap_mb:
@@ -300,8 +329,12 @@ def parse_export(rows: list[dict[str, Any]]) -> tuple[float, float, dict, dict]:
 
 
 class Ycsb:
-    """YCSB against ``tb``'s edge nodes, from its endpoint host (netns: the controller's
-    Java and cache are the endpoint's)."""
+    """YCSB against ``tb``'s edge nodes, from its endpoint host.
+
+    Under netns the controller's Java and cache are the endpoint's. On VMs and inventory
+    hosts the endpoint's own Java runs the jars, which ``dist.ship`` copies to the same
+    absolute path there (checksummed, once per machine); each phase writes into the run's
+    directory on the endpoint and its files are copied back into ``out`` afterwards."""
 
     def __init__(
         self,
@@ -313,20 +346,37 @@ class Ycsb:
     ):
         if policy not in ("round-robin", "token-aware"):
             raise ConfigError(f"unknown policy {policy!r} (round-robin, token-aware)")
-        if tb.backend is None or tb.backend_name != "netns":
-            raise ConfigError(
-                "YCSB runs on the netns backend so far (the VM and hosts backends do not "
-                "ship its jars to the endpoint yet)"
-            )
+        if tb.backend is None:
+            raise ConfigError("the testbed is not up")
         if tb.java is None:
             raise ConfigError("no Java runtime recorded for this testbed")
         self.tb = tb
         self.policy = policy
         self.timeout_s = timeout_s
         self.dist = dist or dist_mod.load()
+        self.remote = bool(getattr(tb.backend, "remote", False))
+        self.java = tb.backend.tool_java(tb.java.path)  # the endpoint's own on remote hosts
+        self._shipped = not self.remote
+        self._phases = 0
+
+    @property
+    def endpoint(self) -> str:
+        return self.tb.topology.endpoint.name
+
+    @property
+    def tag(self) -> str:
+        """The run's process tag (``testbed.tags``): ``clean`` and ``down`` find the client
+        JVM by it when its owner died."""
+        return f"-Dedgetb.run={self.tb.run_id}:{self.endpoint}"
+
+    def ship(self) -> None:
+        """The jars on the endpoint (remote backends; once per Ycsb)."""
+        if not self._shipped:
+            dist_mod.ship(self.tb, self.dist)
+            self._shipped = True
 
     def argv(self, phase: str, spec: Spec, keyspace: str, out: Path) -> list[str]:
-        assert self.tb.java is not None
+        """YCSB's command line on the endpoint (``out``: its directory there)."""
         props = spec.properties()
         ours = {
             "hosts": ",".join(h.address for h in self.tb.topology.edges),
@@ -345,7 +395,7 @@ class Ycsb:
             "status.interval": str(STATUS_INTERVAL_S),
         }
         if spec.target is not None:
-            ours["target"] = f"{spec.target:g}"
+            ours["target"] = str(int(spec.target))
             ours["measurement.interval"] = "both"  # also from the intended start
         if phase == "load":
             ours.pop("target", None)  # load as fast as the threads go
@@ -355,7 +405,8 @@ class Ycsb:
             ours["measurement.raw.output_file"] = str(out / f"{phase}-raw.csv")
             ours["measurement.raw.no_summary"] = "true"
         argv = [
-            self.tb.java.path,
+            self.java,
+            self.tag,
             f"-Xmx{CLIENT_HEAP_MB}m",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-cp",
@@ -383,25 +434,50 @@ class Ycsb:
     def _phase(
         self, phase: str, spec: Spec, keyspace: str, out: Path, progress: Callable[..., None] | None
     ) -> Result:
+        self.ship()
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{phase}-hdr").mkdir(exist_ok=True)
-        (out / f"{phase}.json").unlink(missing_ok=True)
+        for stale in (f"{phase}-hdr", f"{phase}.json", f"{phase}-raw.csv"):
+            path = out / stale
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        (out / f"{phase}-hdr").mkdir()
         props = spec.properties()
         total = _number(props, "recordcount" if phase == "load" else "operationcount")
         log_path = out / f"{phase}.log"
-        argv = self.argv(phase, spec, keyspace, out)
+        where = out  # where YCSB writes its files: `out` itself, or the run's dir remotely
+        if self.remote:
+            self._phases += 1
+            where = self.tb.state.run_dir / "ycsb" / f"{self._phases}-{phase}"  # type: ignore[union-attr]
+        argv = self.argv(phase, spec, keyspace, where)
         (out / f"{phase}.argv").write_text(json.dumps(argv))
+        if self.remote:  # its directory first; the PID kept for teardown (by PID, tagged)
+            pidfile = where.parent / "client.pid"
+            argv = [
+                "sh",
+                "-c",
+                'mkdir -p "$1/$2-hdr" && echo $$ > "$3" && shift 3 && exec "$@"',
+                "sh",
+                str(where),
+                phase,
+                str(pidfile),
+                *argv,
+            ]
         with open(log_path, "wb") as log, open(out / f"{phase}.out", "wb") as stdout:
-            proc = self.tb.popen(
-                self.tb.topology.endpoint.name, argv, stdout=stdout, stderr=subprocess.PIPE
-            )
+            proc = self.tb.popen(self.endpoint, argv, stdout=stdout, stderr=subprocess.PIPE)
             try:
                 seen = self._follow(proc, log, total, progress)
             except BaseException:
                 if proc.poll() is None:  # ours, by PID
                     proc.kill()
                 proc.wait(timeout=30)
+                if self.remote:
+                    self._end_remote(where)
                 raise
+        try:
+            if self.remote:
+                self._fetch(where, out)
+        finally:
+            if self.remote:
+                self._end_remote(where)
         if proc.returncode != 0:
             raise YcsbError(f"YCSB {phase} exited with status {proc.returncode}: {_tail(log_path)}")
         try:
@@ -410,6 +486,10 @@ class Ycsb:
             raise YcsbError(f"YCSB {phase} wrote no result ({exc}): {_tail(log_path)}") from None
         runtime_s, throughput, ops, intended = parse_export(rows)
         operations = seen["operations"]
+        if not operations or not ops:  # e.g. every client thread failed to connect
+            raise YcsbError(f"YCSB {phase} ran no operation: {_tail(log_path)}")
+        if spec.raw and phase == "run" and not (out / f"{phase}-raw.csv").is_file():
+            raise YcsbError(f"YCSB {phase} wrote no raw measurements: {_tail(log_path)}")
         window = seen["window"]
         window_s = (
             (window["last_end_ns"] - window["first_start_ns"]) / 1e9
@@ -437,6 +517,32 @@ class Ycsb:
             | ({"raw": str(out / f"{phase}-raw.csv")} if spec.raw and phase == "run" else {}),
         )
 
+    def _fetch(self, where: Path, out: Path) -> None:
+        """The files YCSB wrote on the endpoint (export, histogram logs, raw rows) into
+        ``out``, as one tar stream over the backend's own channel."""
+        proc = subprocess.run(
+            self.tb.exec_argv(self.endpoint, ["tar", "-C", str(where), "-cf", "-", "."]),
+            capture_output=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise YcsbError(
+                f"could not copy YCSB's files back from {self.endpoint}:{where}: "
+                + proc.stderr.decode(errors="replace").strip()[-300:]
+            )
+        with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+            tar.extractall(out, filter="data")
+
+    def _end_remote(self, where: Path) -> None:
+        """The client JVM ended (by its recorded PID, if it still carries the run's tag)
+        and its directory on the endpoint removed."""
+        self.tb.exec(
+            self.endpoint,
+            ["sh", "-c", END_CLIENT, "sh", str(where.parent / "client.pid"), self.tag, str(where)],
+            check=False,
+            timeout=60,
+        )
+
     def _follow(self, proc: subprocess.Popen, log, total: int, progress) -> dict[str, Any]:
         """Copy YCSB's stderr into the log; status lines -> progress(done, total, ops/s).
         Returns the operations done (the last status line's count), the binding's errors
@@ -449,8 +555,8 @@ class Ycsb:
         while True:
             ready, _, _ = select.select([fd], [], [], 1.0)
             if not ready:
-                if proc.poll() is not None:
-                    break
+                if proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
+                    break  # exited, and nothing it wrote is left unread
                 if time.monotonic() - last > SILENCE_S:
                     raise YcsbError(f"YCSB printed nothing for {SILENCE_S:.0f} s")
                 continue
@@ -479,15 +585,16 @@ class Ycsb:
 
 def read_raw(path: Path):
     """YCSB's raw measurement file: (op, wall-clock ms, latency us) per operation, in the
-    order written (per operation type), without its header lines and CLEANUP."""
+    order written (per operation type), without its header lines, CLEANUP and the
+    open loop's intended-start rows."""
     with open(path) as f:
         for line in f:
             parts = line.rstrip("\n").split(",")
             if len(parts) != 3 or not parts[0].startswith("Raw"):
                 continue
             op = parts[0].removeprefix("Raw")
-            if op == "CLEANUP" or not parts[1].isdigit():
-                continue
+            if op == "CLEANUP" or op.startswith("Intended-") or not parts[1].isdigit():
+                continue  # the intended latencies (open loop) are in their histograms
             yield op, int(parts[1]), int(parts[2])
 
 

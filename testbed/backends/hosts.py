@@ -357,7 +357,10 @@ class HostsBackend(remote.RemoteBackend):
                         private_dir=self.ansible_dir,
                         inv=self.inventory(),
                         ssh=self.ssh,
-                        extravars={"edgetb_run_dir": str(self.state.run_dir)},
+                        extravars={
+                            "edgetb_run_dir": str(self.state.run_dir),
+                            "edgetb_run": self.state.run_id,
+                        },
                         timeout_s=120,
                     )
                 except provision.ProvisionError as exc:

@@ -286,6 +286,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             assert qdisc.normalize(recorded[host]["eth0"]) == qdisc.normalize(before[host])
         shaped = statistics.median(ping_ms(hosts_run, "ep", address(hosts_run)))
         assert abs(shaped - 30) <= rtt_tolerance_ms(30) + 2, shaped
+        _ycsb_on_the_endpoint(hosts_run, tmp_path)
     finally:
         down = run_cli("down", "--run", hosts_run, timeout=600)
     assert down.returncode == 0, down.stderr
@@ -302,7 +303,53 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
     for host in ("e0", "ep"):
         left = run_cli("exec", "--run", run_id, host, "--", "ls", str(home() / "runs"))
         assert hosts_run not in left.stdout
+    # the YCSB client whose owner was killed mid-run: ended by down's teardown, by its PID
+    client = run_cli(
+        "exec", "--run", run_id, "ep", "--", "pgrep", "-f", f"edgetb[.]run={hosts_run}:"
+    )
+    assert client.returncode == 1, client.stdout
     assert_no_residue(hosts_run)
+
+
+def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
+    """YCSB from the endpoint host (the jars copied there, checksummed), through shaped
+    links (15 ms one way): a workload A load and run record reads and updates with their
+    percentiles and histogram logs copied back; then a run whose owner is killed -9
+    midway, which `down` must end."""
+    out = tmp_path / "ycsb"
+    proc = run_cli(
+        "run", "--run", hosts_run, "--rf", "1", "--workload", "a", "--records", "200",
+        "--operations", "300", "--threads", "2", "--out", str(out), "--json",
+        module="experiments.ycsb", timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    load, ran = json.loads(proc.stdout)["phases"]
+    assert load["ops"]["INSERT"]["count"] == 200 and load["ops"]["INSERT"]["errors"] == 0
+    ops = ran["ops"]
+    assert ops["READ"]["count"] + ops["UPDATE"]["count"] == 300, ops
+    for op in ("READ", "UPDATE"):
+        d = ops[op]
+        assert d["errors"] == 0, d
+        # one round trip ep -> e0 -> ep is 30 ms; RF 1 at ONE never leaves e0
+        assert 30 <= d["p50_ms"] <= d["p95_ms"] <= d["p99_ms"] <= d["max_ms"], d
+        assert Path(d["hdr"]).is_file() and Path(d["hdr"]).parent.parent == out
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "experiments.ycsb", "run", "--run", hosts_run, "--rf", "1",
+         "--workload", "c", "--records", "200", "--duration", "600", "--no-load",
+         "--out", str(tmp_path / "killed")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    pidfile = str(home() / "runs" / hosts_run / "ycsb" / "client.pid")
+    deadline = time.monotonic() + 300
+    while run_cli("exec", "--run", hosts_run, "ep", "--", "test", "-s", pidfile).returncode:
+        assert killed.poll() is None and time.monotonic() < deadline, "no YCSB client started"
+        time.sleep(2)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    alive = run_cli(
+        "exec", "--run", hosts_run, "ep", "--", "pgrep", "-f", f"edgetb[.]run={hosts_run}:"
+    )
+    assert alive.returncode == 0, "the client should outlive its killed owner until down"
 
 
 def _edited_known_hosts(source: Path, address: str, tmp_path: Path) -> str:

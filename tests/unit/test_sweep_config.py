@@ -269,3 +269,40 @@ def test_a_partitioned_link_file_is_estimated_with_the_write_timeout(tmp_path):
     # ALL at RF 2 of 3 times out when the coordinator needs an ack across the cut:
     # {e0, e1} coordinated by e0 or e1, {e0, e2} by e1, {e1, e2} by e0: 4 in 9 writes
     assert ms - estimate.COSTS.base_write_ms == pytest.approx(4 / 9 * 2000)
+
+
+def test_quick_with_a_config_that_has_no_quick_table_is_an_error(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("[sweep]\nnodes = [3]\n")
+    with pytest.raises(ConfigError, match=r"has no \[quick\] table"):
+        from_flags("--config", str(path), "--quick")
+
+
+def test_ycsb_targets_are_whole_operations_per_second():
+    with pytest.raises(ConfigError, match="target values must be integers"):
+        SweepConfig(workload=("ycsb-a",), target=(0.5,), nodes=(3,), rf=(3,))
+    with pytest.raises(ConfigError, match="--target: cannot read '0.5' as integers"):
+        from_flags("--workload", "ycsb-a", "--target", "0.5")
+
+
+def test_a_properties_files_cells_carry_a_digest_of_its_content(tmp_path):
+    """Two files with one stem (or a file named like a shipped workload) never share cell
+    ids, and editing a file changes the run's fingerprint (no resume into other numbers)."""
+    a, b = tmp_path / "x" / "a.properties", tmp_path / "y" / "a.properties"
+    for path, prop in (
+        (a, "readproportion=1\n"),
+        (b, "readproportion=0.5\nupdateproportion=0.5\n"),
+    ):
+        path.parent.mkdir()
+        path.write_text(f"recordcount=10\noperationcount=10\n{prop}")
+    ids = {
+        w: {
+            c.cell_id
+            for c in SweepConfig(workload=(w,), nodes=(3,), rf=(3,), latency_ms=(0,)).cells()
+        }
+        for w in (str(a), str(b), "ycsb-a")
+    }
+    assert not ids[str(a)] & ids[str(b)] and not ids[str(a)] & ids["ycsb-a"]
+    before = SweepConfig(workload=(str(a),), nodes=(3,), rf=(3,)).fingerprint()
+    a.write_text("recordcount=10\noperationcount=10\nreadproportion=0.9\nupdateproportion=0.1\n")
+    assert SweepConfig(workload=(str(a),), nodes=(3,), rf=(3,)).fingerprint() != before

@@ -4,10 +4,18 @@ measurements and measurement.interval=both)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
 from experiments import ycsb
 from experiments.consistency import check_read_level
+from experiments.ycsb import END_CLIENT
+from testbed import tags
 from testbed.errors import ConfigError
 
 
@@ -131,3 +139,95 @@ def test_hdrhistogram_plus_raw_names_and_the_raw_file(tmp_path):
         "RawCLEANUP latency raw data: op, timestamp(ms), latency(us)\nRawCLEANUP,1795366387863,1\n"
     )
     assert list(ycsb.read_raw(raw)) == [("READ", 1795366387855, 6945), ("READ", 1795366387856, 12)]
+
+
+def _tagged_sleeper(tag: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+
+
+@pytest.mark.parametrize("same_tag", [True, False])
+def test_the_remote_client_is_ended_by_its_pid_only_while_it_carries_the_runs_tag(
+    tmp_path, same_tag
+):
+    """END_CLIENT (run on a remote endpoint after a failed phase, and by teardown): the
+    recorded PID is killed only when its command line has the run's tag as a whole
+    argument; the phase's directory and the PID file go either way."""
+    proc = _tagged_sleeper("-Dedgetb.run=abc123:ep" if same_tag else "-Dedgetb.run=abc124:ep")
+    try:
+        pidfile = tmp_path / "client.pid"
+        pidfile.write_text(f"{proc.pid}\n")
+        where = tmp_path / "1-run"
+        (where / "run-hdr").mkdir(parents=True)
+        subprocess.run(
+            ["sh", "-c", END_CLIENT, "sh", str(pidfile), "-Dedgetb.run=abc123:ep", str(where)],
+            check=True,
+            timeout=30,
+        )
+        if same_tag:
+            assert proc.wait(timeout=10) == -9
+        else:
+            time.sleep(0.3)
+            assert proc.poll() is None  # another run's process: left alone
+        assert not where.exists() and not pidfile.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_the_client_jvm_carries_the_runs_tag_and_the_endpoints_java(remote):
+    """``clean`` (netns) and teardown (remote hosts) find the client JVM by the tag; on a
+    remote endpoint the host's own Java runs it."""
+    backend = SimpleNamespace(
+        remote=remote, tool_java=lambda java: "/guest/java" if remote else java
+    )
+    tb = SimpleNamespace(
+        backend=backend,
+        java=SimpleNamespace(path="/host/java"),
+        run_id="abc123",
+        topology=SimpleNamespace(
+            endpoint=SimpleNamespace(name="ep"),
+            edges=[SimpleNamespace(address="10.0.0.11"), SimpleNamespace(address="10.0.0.12")],
+        ),
+    )
+    dist = ycsb.dist.YcsbDist(Path("/d"), {"lib/a.jar": "0"})
+    runner = ycsb.Ycsb(tb, dist=dist)  # type: ignore[arg-type]
+    argv = runner.argv("run", ycsb.Spec("a", records=10, operations=10), "ks", Path("/o"))
+    assert argv[0] == ("/guest/java" if remote else "/host/java")
+    assert tags.tag_of("\0".join(argv).encode()) == "abc123"
+    assert "hosts=10.0.0.11,10.0.0.12" in argv and "exportfile=/o/run.json" in argv
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (ycsb.Spec("a", target=0.5), "whole number of ops/s"),
+        (ycsb.Spec("a", operations=2**31), "at most 2147483647"),
+        (ycsb.Spec("e", read_cl="SERIAL"), "refuses range reads"),
+        (ycsb.Spec("a", extra=(("table", "other"),)), "table='other'"),
+        (ycsb.Spec("a", extra=(("fieldnameprefix", "f"),)), "fieldnameprefix='f'"),
+    ],
+)
+def test_what_ycsb_or_cassandra_would_refuse_late_is_refused_first(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        spec.check(rf=3)
+
+
+def test_a_properties_file_without_a_class_is_a_core_workload(tmp_path):
+    f = tmp_path / "w.properties"
+    f.write_text("recordcount=10\noperationcount=10\nreadproportion=1\n")
+    assert ycsb.Spec(str(f)).properties()["workload"] == ycsb.CORE_WORKLOAD
+    ycsb.Spec(str(f)).check(rf=1)
+
+
+def test_the_open_loops_intended_raw_rows_are_not_operations(tmp_path):
+    raw = tmp_path / "run-raw.csv"
+    raw.write_text(
+        "operation, timestamp (ms), latency (us)\n"
+        "RawREAD,1700000000000,812\nRawIntended-READ,1700000000000,990\n"
+        "RawCLEANUP,1700000000001,5\nRawUPDATE,1700000000002,1500\n"
+    )
+    assert list(ycsb.read_raw(raw)) == [
+        ("READ", 1700000000000, 812),
+        ("UPDATE", 1700000000002, 1500),
+    ]

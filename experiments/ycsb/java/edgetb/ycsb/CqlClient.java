@@ -82,9 +82,78 @@ public class CqlClient extends DB {
     synchronized (LOCK) {
       if (session == null) {
         session = connect(p);
+        prepareAll(p);
       }
       users++;
     }
+  }
+
+  /**
+   * Every statement the workload can send, prepared before the first operation: preparing
+   * one lazily costs round trips to every node inside the operation YCSB times (an update
+   * of one random field has as many statements as the table has fields).
+   */
+  private static void prepareAll(Properties p) throws DBException {
+    String table = p.getProperty("table", "usertable");
+    String prefix = p.getProperty("fieldnameprefix", "field");
+    int count = Integer.parseInt(p.getProperty("fieldcount", "10"));
+    Map<String, ByteIterator> all = new HashMap<>(); // YCSB's own map: the same key order
+    List<Set<String>> reads = new ArrayList<>();
+    reads.add(null);
+    for (int i = 0; i < count; i++) {
+      String name = prefix + i;
+      all.put(name, new StringByteIterator(""));
+      reads.add(Set.of(name));
+    }
+    List<List<String>> writes = new ArrayList<>();
+    writes.add(new ArrayList<>(all.keySet()));
+    for (String name : all.keySet()) {
+      writes.add(List.of(name));
+    }
+    try {
+      for (Set<String> fields : reads) {
+        prepared(readCql(table, fields));
+        prepared(scanCql(table, fields));
+      }
+      for (List<String> names : writes) {
+        prepared(updateCql(table, names));
+      }
+      prepared(insertCql(table, writes.get(0)));
+      prepared(deleteCql(table));
+    } catch (RuntimeException e) {
+      throw new DBException("cannot prepare the workload's statements: " + e);
+    }
+  }
+
+  static String readCql(String table, Set<String> fields) {
+    return "SELECT " + columns(fields) + " FROM " + table + " WHERE " + KEY + " = ? LIMIT 1";
+  }
+
+  static String scanCql(String table, Set<String> fields) {
+    return "SELECT " + columns(fields) + " FROM " + table + " WHERE token(" + KEY
+        + ") >= token(?) LIMIT ?";
+  }
+
+  static String updateCql(String table, List<String> names) {
+    StringBuilder set = new StringBuilder();
+    for (String name : names) {
+      set.append(set.length() == 0 ? "" : ", ").append(name).append(" = ?");
+    }
+    return "UPDATE " + table + " SET " + set + " WHERE " + KEY + " = ?";
+  }
+
+  static String insertCql(String table, List<String> names) {
+    StringBuilder cols = new StringBuilder(KEY);
+    StringBuilder marks = new StringBuilder("?");
+    for (String name : names) {
+      cols.append(", ").append(name);
+      marks.append(", ?");
+    }
+    return "INSERT INTO " + table + " (" + cols + ") VALUES (" + marks + ")";
+  }
+
+  static String deleteCql(String table) {
+    return "DELETE FROM " + table + " WHERE " + KEY + " = ?";
   }
 
   @Override
@@ -188,7 +257,7 @@ public class CqlClient extends DB {
     }
   }
 
-  private PreparedStatement prepared(String cql) {
+  private static PreparedStatement prepared(String cql) {
     return PREPARED.computeIfAbsent(cql, q -> session.prepare(q));
   }
 
@@ -219,8 +288,7 @@ public class CqlClient extends DB {
 
   private Status doRead(String table, String key, Set<String> fields, Map<String, ByteIterator> result) {
     try {
-      String cql = "SELECT " + columns(fields) + " FROM " + table + " WHERE " + KEY + " = ? LIMIT 1";
-      BoundStatement s = prepared(cql).bind(key).setConsistencyLevel(readCl);
+      BoundStatement s = prepared(readCql(table, fields)).bind(key).setConsistencyLevel(readCl);
       Row row = session.execute(s).one();
       if (row == null) {
         return Status.NOT_FOUND;
@@ -243,9 +311,8 @@ public class CqlClient extends DB {
       String table, String startkey, int count, Set<String> fields,
       Vector<HashMap<String, ByteIterator>> result) {
     try {
-      String cql = "SELECT " + columns(fields) + " FROM " + table + " WHERE token(" + KEY
-          + ") >= token(?) LIMIT ?";
-      BoundStatement s = prepared(cql).bind(startkey, count).setConsistencyLevel(readCl);
+      BoundStatement s =
+          prepared(scanCql(table, fields)).bind(startkey, count).setConsistencyLevel(readCl);
       ResultSet rows = session.execute(s);
       for (Row row : rows) {
         HashMap<String, ByteIterator> one = new HashMap<>();
@@ -267,13 +334,11 @@ public class CqlClient extends DB {
     try {
       List<String> names = new ArrayList<>(values.keySet());
       List<Object> bind = new ArrayList<>();
-      StringBuilder set = new StringBuilder();
       for (String name : names) {
-        set.append(set.length() == 0 ? "" : ", ").append(name).append(" = ?");
         bind.add(values.get(name).toString());
       }
       bind.add(key);
-      String cql = "UPDATE " + table + " SET " + set + " WHERE " + KEY + " = ?";
+      String cql = updateCql(table, names);
       session.execute(prepared(cql).bind(bind.toArray()).setConsistencyLevel(writeCl));
       return Status.OK;
     } catch (Exception e) {
@@ -291,14 +356,10 @@ public class CqlClient extends DB {
       List<String> names = new ArrayList<>(values.keySet());
       List<Object> bind = new ArrayList<>();
       bind.add(key);
-      StringBuilder cols = new StringBuilder(KEY);
-      StringBuilder marks = new StringBuilder("?");
       for (String name : names) {
-        cols.append(", ").append(name);
-        marks.append(", ?");
         bind.add(values.get(name).toString());
       }
-      String cql = "INSERT INTO " + table + " (" + cols + ") VALUES (" + marks + ")";
+      String cql = insertCql(table, names);
       session.execute(prepared(cql).bind(bind.toArray()).setConsistencyLevel(writeCl));
       return Status.OK;
     } catch (Exception e) {
@@ -313,8 +374,7 @@ public class CqlClient extends DB {
 
   private Status doDelete(String table, String key) {
     try {
-      String cql = "DELETE FROM " + table + " WHERE " + KEY + " = ?";
-      session.execute(prepared(cql).bind(key).setConsistencyLevel(writeCl));
+      session.execute(prepared(deleteCql(table)).bind(key).setConsistencyLevel(writeCl));
       return Status.OK;
     } catch (Exception e) {
       return failed("DELETE", e);
