@@ -35,7 +35,7 @@ from .results import Results, add_run_option, load, run_ids  # noqa: E402
 from .stats import cell_stats, high_rf_average, mean_rtt, pooled  # noqa: E402
 
 FORMATS = ("png", "svg")
-FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess", "ycsb_*")
+FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess", "ycsb_*", "fault_*")
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
 
@@ -240,7 +240,7 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / FIGURES_INDEX).unlink(missing_ok=True)
-    for stale in ("model.txt", "model.json", "ycsb.txt"):
+    for stale in ("model.txt", "model.json", "ycsb.txt", "faults.txt"):
         (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
@@ -259,6 +259,12 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         made += ycsb_mod.figures(cells, out)
         cost = ycsb_mod.format_cost(ycsb_mod.consistency_cost(cells))
         (out / "ycsb.txt").write_text(f"{cost}\n\n{ycsb_mod.percentiles_table(cells)}\n")
+    if results.faults:
+        from . import faults as faults_mod
+
+        made += faults_mod.figures(results.faults, out)
+        table = faults_mod.format_availability(faults_mod.availability(results.faults))
+        (out / "faults.txt").write_text(table + "\n")
     index = {
         "runs": results.run_ids,
         "figures": [m["name"] for m in made],
@@ -280,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = load(args.results, run_ids(args.run))
         print(results.describe())
-        if not results.cells and not results.ycsb:
+        if not results.cells and not results.ycsb and not results.faults:
             raise TestbedError(
                 f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
             )

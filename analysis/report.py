@@ -239,6 +239,15 @@ def write_report(results: Results) -> Path:
             "<details><summary>Latency percentiles per cell and operation (ms)</summary>"
             f"<pre>{html.escape(ycsb_mod.percentiles_table(cells))}</pre></details>"
         )
+    if results.faults:
+        from . import faults as faults_mod
+
+        table = faults_mod.format_availability(faults_mod.availability(results.faults))
+        parts.append(
+            "<h2>Faults: availability and recovery</h2>"
+            f"<pre>{html.escape(table)}</pre>"
+            "<p>Each fault cell's writes over time are the <code>fault_*</code> figures.</p>"
+        )
     parts.append("<h2>Runs used</h2>")
     for run in results.runs:
         described = json.dumps({"config": run["config"], "manifest": run["manifest"]}, indent=1)

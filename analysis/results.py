@@ -34,6 +34,10 @@ class Results:
     # YCSB's rows (experiments.store.Store.ycsb_ops: per cell and operation, with the
     # cell's columns); its cells are not in ``cells``, which are the paper's writes
     ycsb: list[dict[str, Any]] = field(default_factory=list)
+    # the writes cells with a fault (experiments.faults), each with its requests (t_start,
+    # coordinator, replicas, error); kept out of ``cells``: a cell whose node was killed is
+    # not a point of the paper's RTT curves
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def output_dir(self) -> Path:
@@ -145,10 +149,16 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
             failed[key].append(err is not None)
             if err is not None:
                 errors[key][err] += 1
+        faulted = []
+        for key, cell in cells.items():
+            if cell.get("workload") in (None, "writes") and cell.get("fault") not in (None, "none"):
+                faulted.append(dict(cell, requests=store.requests(*key)))
     out = []
     for key, cell in cells.items():
         if cell.get("workload") not in (None, "writes"):
             continue  # a YCSB cell: its numbers are in ycsb_ops
+        if cell.get("fault") not in (None, "none"):
+            continue  # in ``faults``
         cell["rtt_ms"] = np.asarray(rtts[key], dtype=float) / 1e6
         cell["cir"] = np.asarray(cirs[key], dtype=int)
         cell["failed"] = np.asarray(failed[key], dtype=bool)
@@ -168,4 +178,4 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         for r in chosen
     ]
     others = tuple(f"{r.run_id} ({r.status})" for r in all_runs if r.run_id not in ids)
-    return Results(directory, out, used, selection, others, ycsb_rows)
+    return Results(directory, out, used, selection, others, ycsb_rows, faulted)

@@ -45,7 +45,15 @@ STRING_FIELDS = (
 # Testbed options that do not change a measurement's definition when left out: absent
 # from the fingerprint while None, so runs stored before they existed still resume.
 PREVIEW_WRITES = 30  # per cell of --preview
-TESTBED_FIELDS = ("vm_vcpus", "vm_memory_mb", "inventory", "subnet_pool")
+NODE_FIELDS = (  # device-sized nodes (netns: cgroups); a value, or per host "e0=1,e1=0.5"
+    "node_profile",
+    "node_cpu",
+    "node_cpuset",
+    "node_memory_mb",
+    "node_read_mbps",
+    "node_write_mbps",
+)
+TESTBED_FIELDS = ("vm_vcpus", "vm_memory_mb", "inventory", "subnet_pool", *NODE_FIELDS)
 LIST_FIELDS = (
     "nodes",
     "rf",
@@ -58,6 +66,7 @@ LIST_FIELDS = (
     "read_cl",
     "write_cl",
     "records",
+    "fault",
 )
 
 
@@ -82,6 +91,7 @@ class Cell:
     read_cl: str | None = None
     write_cl: str | None = None
     records: int | None = None
+    fault: str = "none"  # experiments.faults: what happens to the testbed during the cell
 
     @property
     def ycsb(self) -> bool:
@@ -96,6 +106,12 @@ class Cell:
                 f"-{workload_label(self.workload)}-t{self.threads}{rate}-{self.read_cl}"
                 f"-{self.write_cl}-k{self.records}"
             )
+        if self.fault != "none":  # cells without one keep the ids of runs stored before
+            from .faults import parse
+
+            fault = parse(self.fault)
+            assert fault is not None
+            base += f"-f{fault.label}"
         return f"{base}-r{self.repetition}"
 
     @property
@@ -134,6 +150,12 @@ class SweepConfig:
     vm_memory_mb: int | None = None  # libvirt: memory per edge VM
     inventory: str | None = None  # hosts: the Ansible inventory of the machines
     subnet_pool: str | None = None  # where each testbed gets its subnet
+    node_profile: str | None = None  # testbed.cgroups.PROFILES, e.g. "rpi4"
+    node_cpu: float | str | None = None  # cores of CPU time per edge node
+    node_cpuset: str | None = None  # the machine's CPUs an edge node may run on
+    node_memory_mb: int | str | None = None  # memory per edge node (the heap must fit)
+    node_read_mbps: float | str | None = None  # disk bandwidth per edge node
+    node_write_mbps: float | str | None = None
     # latencies whose cells (every RF and loss) are measured before all others, so the
     # figures of a long grid exist early; an order only, not part of the fingerprint
     first_pass: tuple[float, ...] | None = None
@@ -150,6 +172,9 @@ class SweepConfig:
     records: tuple[int, ...] = (1000,)
     operations: int = 1000
     ycsb_raw: bool = False  # also store every YCSB operation's latency (ycsb_requests)
+    # faults during a cell (experiments.faults): "none", "kill:e1@30%",
+    # "partition:e0,e1|e2@20%-60%", ...; each is a grid dimension's value
+    fault: tuple[str, ...] = ("none",)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -227,12 +252,16 @@ class SweepConfig:
                 if value > high:
                     raise ConfigError(f"{name} must be at most {high}, got {value}")
         backend_class(self.backend)  # ConfigError naming the backends
-        backend_options(
-            self.backend,
-            inventory=self.inventory,
-            vm_vcpus=self.vm_vcpus,
-            vm_memory_mb=self.vm_memory_mb,
-        )
+        options = self.backend_options()
+        if options.get("resources"):  # every node count's nodes, with the sweep's heap
+            from testbed import cgroups
+
+            for n in self.nodes:
+                for host, res in cgroups.resolve_spec(
+                    options["resources"], Topology(edge_nodes=n)
+                ).items():
+                    if host != "ep":
+                        res.check_heap(self.heap_mb, host)
         if self.backend == "hosts" and not self.inventory:
             raise ConfigError("the hosts backend needs inventory (--inventory FILE)")
         if self.subnet_pool is not None:
@@ -268,6 +297,7 @@ class SweepConfig:
             raise ConfigError("out must name a results directory")
         pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
         self._validate_ycsb(pairs)
+        self._validate_faults()
         per_point = (WRITES in self.workload) + len(self.ycsb_workloads()) * math.prod(
             len(v or (None,))
             for v in (self.records, self.threads, self.target, self.read_cl, self.write_cl)
@@ -287,6 +317,30 @@ class SweepConfig:
                 f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
                 f"every write would fail; drop those RFs or choose another level"
             )
+
+    def _validate_faults(self) -> None:
+        """Every fault read and checked against every node count's hosts, before
+        anything starts; faults need the netns backend (nodes killed and started by the
+        sweep) and act on the paper's writes."""
+        from .faults import parse
+
+        object.__setattr__(self, "fault", _strings("fault", self.fault))
+        faults = [parse(f) for f in self.fault]
+        if not any(faults):
+            return
+        if self.backend != "netns":
+            raise ConfigError("faults (--fault) run on the netns backend so far")
+        if self.ycsb_workloads():
+            raise ConfigError("faults act on the paper's writes so far: not with YCSB workloads")
+        for f in faults:
+            if f is None:
+                continue
+            for n in self.nodes:
+                f.check(Topology(edge_nodes=n))
+            if f.kind in ("partition", "links") and self.profile == "file":
+                raise ConfigError(
+                    f"fault {f.text!r}: not with profile 'file' (its matrix is fixed)"
+                )
 
     def _validate_ycsb(self, pairs: list[tuple[int, int]]) -> None:
         """The YCSB dimensions: names, ranges, and every workload x level x records
@@ -334,11 +388,23 @@ class SweepConfig:
 
     def backend_options(self) -> dict[str, Any]:
         """The testbed's backend options, as `testbed up` would build them."""
+        from testbed import cgroups
+
+        spec = cgroups.spec_from(
+            {
+                name.removeprefix("node_"): cgroups.parse_flag(
+                    name.removeprefix("node_"), None if v is None else str(v)
+                )
+                for name in NODE_FIELDS
+                if (v := getattr(self, name)) is not None
+            }
+        )
         return backend_options(
             self.backend,
             inventory=self.inventory,
             vm_vcpus=self.vm_vcpus,
             vm_memory_mb=self.vm_memory_mb,
+            node_resources=spec or None,
         )
 
     # -- the grid --------------------------------------------------------------------------
@@ -367,7 +433,8 @@ class SweepConfig:
             for lat in self.latency_ms
             for loss in self.loss_pct
             for r in self.rfs(n)
-            for cell in self.workload_cells(Cell(n, r, lat, loss, rep))
+            for f in self.fault
+            for cell in self.workload_cells(Cell(n, r, lat, loss, rep, fault=f))
         ]
 
     def workload_cells(self, cell: Cell) -> list[Cell]:
@@ -432,6 +499,8 @@ class SweepConfig:
         if tuple(self.workload) == (WRITES,):  # runs stored before YCSB keep their print
             for name in ("workload", *YCSB_FIELDS):
                 data.pop(name)
+        if tuple(self.fault) == ("none",):  # and before faults
+            data.pop("fault")
         for name in TESTBED_FIELDS:
             if name in data and data[name] is None:
                 data.pop(name)

@@ -16,7 +16,7 @@ import platform
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -33,6 +33,7 @@ from testbed.state import RunState
 
 from . import estimate, plan
 from .config import Cell, SweepConfig
+from .faults import describe as faults_describe
 from .progress import Progress
 from .store import Store
 from .summary import stats_ms
@@ -238,6 +239,7 @@ class Shard:
         self.testbed_run: str | None = None  # the testbed's run id, once in the store
         self.idle = 0.0  # the gate's share for this testbed's idle load, while it is up
         self.worker: WriteWorker | None = None
+        self.fault: Any = None  # the running cell's experiments.faults.Runner
         self.nodes: int | None = None
         self.rfs: list[int] = []
         self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster
@@ -377,7 +379,7 @@ class Shard:
             policy=cfg.policy,
             timeout_s=cfg.request_timeout_s,
             log_path=sweep.logs / f"{sweep.run_id}-{self.name}-{tb.run_id}-worker.log",
-            watch=component_watch(tb, sweep.check_abort),
+            watch=component_watch(tb, sweep.check_abort, expected_down=self.faulted),
         )
         try:
             for rf in self.rfs:
@@ -557,16 +559,41 @@ class Shard:
         sweep.progress.cell_started(self.name, cell, cfg.writes)
         started = time.time()
         cpu0 = cpu_times()
-        rows = worker.run(
-            keyspace=keyspace(cell.rf),
-            cl=cfg.cl,
-            writes=cfg.writes,
-            warmup=cfg.warmup,
-            key_seed=f"{cfg.seed}:r{cell.repetition}",
-            warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
-            on_progress=lambda n: sweep.progress.wrote(self.name, n),
-        )
+        fault = self.fault = self.fault_runner(cell)
+
+        def wrote(n: int) -> None:
+            sweep.progress.wrote(self.name, n)
+            if fault is not None:
+                fault.progress(n)
+
+        try:
+            rows = worker.run(
+                keyspace=keyspace(cell.rf),
+                cl=cfg.cl,
+                writes=cfg.writes,
+                warmup=cfg.warmup,
+                key_seed=f"{cfg.seed}:r{cell.repetition}",
+                warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
+                on_progress=wrote,
+                on_measuring=fault.begin if fault is not None else lambda: None,
+            )
+        except BaseException:
+            self.fault = None  # the cell is void; its cluster is checked as any other
+            raise
+        finally:
+            if fault is not None:
+                fault.finish()  # partition healed, paused nodes continued, whatever happened
         cpu = cpu_busy(cpu0, cpu_times())
+        fault_log = None
+        if fault is not None:  # the testbed whole again before its check and the next cell
+            self.note(f"fault {cell.fault}: " + (faults_describe(fault.events) or "never due"))
+            recovery = fault.recover()
+            self.note(
+                f"recovered from {cell.fault} in {recovery['hints_delivered_s']:.1f} s "
+                f"(restart {recovery['restart_s']:.1f} s, all UN {recovery['all_up_s']:.1f} s)"
+            )
+            fault_log = {"fault": cell.fault, "events": fault.events, "recovery": recovery}
+            self.fault = None
         # A component that broke during the cell voids it: a dead node or gateway, a host
         # that lost its namespace, shaping that is gone. Never stored as complete.
         check_components(tb, thorough=True)
@@ -613,6 +640,8 @@ class Shard:
                 "finished": finished,
                 "shard": self.name,
                 "cpu_util": cpu,
+                "fault": cell.fault if fault_log else None,
+                "fault_log": fault_log,
             },
             requests,
         )
@@ -629,6 +658,30 @@ class Shard:
             f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
             f"{errors} errors, CPU {100 * (cpu or 0):.0f} %",
         )
+
+    def faulted(self) -> frozenset[str]:
+        """The nodes the running cell's fault took down on purpose (killed, restarting)."""
+        return frozenset(self.fault.killed) if self.fault is not None else frozenset()
+
+    def fault_runner(self, cell: Cell) -> Any:
+        """The cell's fault, ready to apply while its writes run (None: no fault)."""
+        from . import faults
+
+        fault = faults.parse(cell.fault)
+        if fault is None:
+            return None
+        assert self.tb is not None
+        shaping = shapers.emulation_state(self.tb)
+        runner = faults.Runner(
+            self.tb,
+            fault,
+            self.config.writes,
+            base=emulation.configured(self.tb),
+            shaper=shaping.get("shaper") or "auto",
+            say=self.note,
+        )
+        runner.prepare()
+        return runner
 
     def measure_ycsb(self, cell: Cell, shaping: dict[str, Any]) -> None:
         """A YCSB cell: its keyspace (RF, records) loaded once per cluster, then the run
@@ -799,17 +852,20 @@ MAX_RECOVERIES_PER_CELL = 1
 ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
 
 
-def check_components(tb: Testbed, *, thorough: bool = False) -> None:
+def check_components(
+    tb: Testbed, *, thorough: bool = False, expected_down: frozenset[str] = frozenset()
+) -> None:
     """Raise once something the measurement depends on is broken: a Cassandra node died
     (NodeError with its log tail), a host's namespace/VM or recorded process is gone, the
-    gateway VM died, or (``thorough``: one query per host) shaping disappeared."""
+    gateway VM died, or (``thorough``: one query per host) shaping disappeared.
+    ``expected_down``: nodes a fault of the cell took down on purpose."""
     for node in tb.nodes.values():
-        if not node.alive():
+        if not node.alive() and node.name not in expected_down:
             raise node.error(
                 "Cassandra died during the sweep; the cell it was in is "
                 "not stored (rerun the same command to resume)"
             )
-    broken = tb.problems()
+    broken = [p for p in tb.problems() if not any(p.startswith(f"{n}: ") for n in expected_down)]
     if broken:
         raise ComponentLost(
             "the testbed broke during the sweep (" + "; ".join(broken) + "); the cell it "
@@ -829,9 +885,14 @@ def check_components(tb: Testbed, *, thorough: bool = False) -> None:
         )
 
 
-def component_watch(tb: Testbed, also=lambda: None, every_s: float = 1.0):
+def component_watch(
+    tb: Testbed,
+    also=lambda: None,
+    every_s: float = 1.0,
+    expected_down: Callable[[], frozenset[str]] = frozenset,
+):
     """check_components (cheap checks only), at most once per ``every_s``; ``also`` on
-    every call (the sweep's stop check)."""
+    every call (the sweep's stop check); ``expected_down``: the nodes a fault took down."""
     last = [0.0]
 
     def watch() -> None:
@@ -840,7 +901,7 @@ def component_watch(tb: Testbed, also=lambda: None, every_s: float = 1.0):
         if now - last[0] < every_s:
             return
         last[0] = now
-        check_components(tb)
+        check_components(tb, expected_down=expected_down())
 
     return watch
 

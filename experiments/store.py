@@ -26,7 +26,7 @@ from typing import Any
 from testbed.errors import ConfigError, StateError, StateFileError, StoreFullError
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # What each older schema lacks: added (nullable) when a writer opens such a store; a
 # reader of one sees NULL in those columns.
 MIGRATIONS = {
@@ -42,6 +42,10 @@ MIGRATIONS = {
         "ALTER TABLE cells ADD COLUMN read_cl TEXT",
         "ALTER TABLE cells ADD COLUMN write_cl TEXT",
         "ALTER TABLE cells ADD COLUMN records INTEGER",
+    ),
+    4: (
+        "ALTER TABLE cells ADD COLUMN fault TEXT",
+        "ALTER TABLE cells ADD COLUMN fault_log TEXT",
     ),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
@@ -87,6 +91,8 @@ CREATE TABLE IF NOT EXISTS cells (
     read_cl TEXT,                  -- YCSB: read level
     write_cl TEXT,                 -- YCSB: write level
     records INTEGER,               -- YCSB: records the keyspace was loaded with
+    fault TEXT,                    -- NULL or none: no fault; else experiments.faults' text
+    fault_log TEXT,                -- JSON: when each step was applied, the recovery's times
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -165,10 +171,13 @@ CELL_COLUMNS = (
     "read_cl",
     "write_cl",
     "records",
+    "fault",
+    "fault_log",
 )
 YCSB_CELL = ("workload", "threads", "target", "read_cl", "write_cl", "records")
-# cell columns that may be left NULL (a writes cell has no YCSB settings)
-OPTIONAL = ("shard", "cpu_util", "worker", *YCSB_CELL)
+FAULT_CELL = ("fault", "fault_log")
+# cell columns that may be left NULL (a writes cell has no YCSB settings, most no fault)
+OPTIONAL = ("shard", "cpu_util", "worker", *YCSB_CELL, *FAULT_CELL)
 YCSB_OP_COLUMNS = (
     "run_id",
     "cell_id",
@@ -231,6 +240,8 @@ COLUMN_TYPES = {
     "read_cl": "text",
     "write_cl": "text",
     "records": "integer",
+    "fault": "text",
+    "fault_log": "text",
     "op": "text",
     "intended": "integer",
     "count": "integer",
@@ -554,6 +565,8 @@ class Store:
                 [
                     json.dumps(cell[c])
                     if c == "shaping"
+                    else (json.dumps(cell[c]) if cell.get(c) is not None else None)
+                    if c == "fault_log"
                     else cell.get(c)
                     if c in OPTIONAL
                     else cell[c]
@@ -643,6 +656,7 @@ class Store:
         ):
             cell = dict(zip(CELL_COLUMNS, row, strict=True))
             cell["shaping"] = json.loads(cell["shaping"])
+            cell["fault_log"] = json.loads(cell["fault_log"]) if cell["fault_log"] else None
             out.append(cell)
         return out
 
@@ -702,6 +716,15 @@ class Store:
         CELL_COLUMNS[: CELL_COLUMNS.index("repetition") + 1]
         + REQUEST_COLUMNS[REQUEST_COLUMNS.index("seq") :]
     )
+
+    def requests(self, run_id: str, cell_id: str) -> list[dict[str, Any]]:
+        """Every request of one cell, in order (REQUEST_COLUMNS)."""
+        rows = self.db.execute(
+            f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE run_id=? AND cell_id=? "
+            "ORDER BY seq",
+            (run_id, cell_id),
+        )
+        return [dict(zip(REQUEST_COLUMNS, r, strict=True)) for r in rows]
 
     def iter_request_rows(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
         """One tuple per request, joined with its cell (EXPORT_COLUMNS order)."""

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from emulation import shapers
 from emulation.gateway import image as gateway_image
 from testbed import TestbedError
+from testbed.cli import add_node_resource_flags
 from testbed.errors import ConfigError, RunInUseError, StoreFullError
 from testbed.state import OwnerLock, describe_holder
 from testbed.subnets import pool_from
@@ -83,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
         help="writes (default: the paper's), ycsb-a..ycsb-f or YCSB properties files, "
         "e.g. writes,ycsb-a,ycsb-c",
     )
+    p.add_argument(
+        "--fault",
+        help="faults during cells (experiments.faults; a grid dimension): none, "
+        "kill:e1@30%%, pause:e1@30%%-60%%, restart:e1@30%%, partition:e0,e1|e2@20%%-60%%, "
+        "links:e0-e1:delay=200,loss=10@20%%-60%%; several: none,kill:e1@30%%",
+    )
     p.add_argument("--threads", help="YCSB client threads, e.g. 1,8,32 (default 1)")
     p.add_argument("--target", help="YCSB target ops/s (open loop), e.g. 100,500 (default none)")
     p.add_argument("--read-cl", help="YCSB read levels, e.g. ONE,QUORUM (default ONE)")
@@ -110,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--heap-mb", type=int, help="Cassandra heap per node (default 256)")
     p.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
     p.add_argument("--vm-memory", type=int, metavar="MB", help="memory per edge VM (libvirt)")
+    add_node_resource_flags(p)
     p.add_argument("--inventory", metavar="FILE", help="Ansible inventory (--backend hosts)")
     p.add_argument(
         "--subnet-pool", metavar="CIDR", help="where testbeds get their subnets (10.77.0.0/16)"
@@ -159,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 # flag dest -> (config field, list element type, "rf", or None for scalars)
-FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
+FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf", "fault"] | None]] = {
     "nodes": ("nodes", int),
     "rf": ("rf", "rf"),
     "latency": ("latency_ms", float),
@@ -170,6 +178,7 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "cl": ("cl", None),
     "writes": ("writes", None),
     "workload": ("workload", str),
+    "fault": ("fault", "fault"),
     "threads": ("threads", int),
     "target": ("target", int),
     "read_cl": ("read_cl", str),
@@ -191,6 +200,12 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf"] | None]] = {
     "timeout": ("request_timeout_s", None),
     "vm_vcpus": ("vm_vcpus", None),
     "vm_memory": ("vm_memory_mb", None),
+    "node_profile": ("node_profile", None),
+    "node_cpu": ("node_cpu", None),
+    "node_cpuset": ("node_cpuset", None),
+    "node_memory_mb": ("node_memory_mb", None),
+    "node_read_mbps": ("node_read_mbps", None),
+    "node_write_mbps": ("node_write_mbps", None),
     "inventory": ("inventory", None),
     "subnet_pool": ("subnet_pool", None),
 }
@@ -210,6 +225,10 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         flag = "--" + dest.replace("_", "-")
         if kind == "rf":  # integers, ranges or k (the node count)
             values[name] = parse_rf(flag, raw)
+        elif kind == "fault":  # a partition's groups have commas of their own
+            from .faults import split_list
+
+            values[name] = tuple(split_list(raw))
         elif dest == "first_pass" and raw.strip().lower() == "none":
             values[name] = None
         elif kind is str:  # names: a comma-separated list

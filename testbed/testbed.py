@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cgroups, subnets
 from . import state as st
-from . import subnets
 from .backends import Backend, backend_class, make_backend
 from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
@@ -119,6 +119,11 @@ class Testbed:
         self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
             cassandra.check_hosts(topology)
+            spec = self.backend_options.get("resources")
+            if spec:  # each node's JVM (heap and the rest) under its memory limit
+                for host, res in cgroups.resolve_spec(spec, topology).items():
+                    if topology.host(host).is_edge:
+                        res.check_heap(cassandra.heap_mb, host)
             if self.auth:
                 node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
                 auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)
@@ -488,6 +493,44 @@ class Testbed:
                 entry["pid"] = edge.pid if edge else None
             hosts.append(entry)
         return hosts
+
+    def status_from(self, host: str) -> dict[str, str]:
+        """Every node's state (UN, DN, ...) as ``host``'s own Cassandra sees it, by host
+        name; {} when its nodetool does not answer (the node is down or starting)."""
+        names = {h.address: h.name for h in self.topology.edges}
+        try:
+            ring = parse_nodetool_status(self.nodetool(host, "status"))
+        except CommandError:
+            return {}
+        return {names.get(a, a): v for a, v in ring.items()}
+
+    def restart_node(self, name: str) -> float:
+        """Start edge node ``name``'s Cassandra again (after it was killed or stopped:
+        the same directory, data and command line) and wait until it serves CQL; returns
+        seconds. The netns backend only."""
+        if self.state is None or self.backend is None or self.settings is None:
+            raise StateError("testbed is not up, or runs no Cassandra")
+        if self.backend_name != "netns" or self.java is None or self.dist is None:
+            raise ConfigError(
+                f"restarting a node is built for the netns backend, not {self.backend_name}"
+            )
+        node = self.nodes[name]
+        if node.alive():
+            raise StateError(f"{name}: Cassandra is still running (pid {node.pid})")
+        t0 = time.monotonic()
+        node.log.new_lines()  # from here on: the old run's lines are not this start's
+        pid = node.start(
+            java=self.java,
+            dist=self.dist,
+            settings=self.settings,
+            exec_argv=self.backend.exec_argv,
+        )
+        self.state.processes[name] = {"pid": pid, "marker": node.marker}
+        self.state.save()
+        from .cassandra.readiness import wait_for_nodes
+
+        wait_for_nodes([node], self.deadlines, poll_s=0.2)  # its own stages; peers: the caller's
+        return time.monotonic() - t0
 
     # -- reattaching -----------------------------------------------------------------------
 

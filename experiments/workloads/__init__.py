@@ -127,8 +127,10 @@ class WriteWorker:
         key_seed: str,
         warmup_seed: str,
         on_progress: Callable[[int], None] = lambda n: None,
+        on_measuring: Callable[[], None] = lambda: None,
     ) -> list[dict[str, Any]]:
-        """Warm up, then time ``writes`` writes; returns one dict per request."""
+        """Warm up, then time ``writes`` writes; returns one dict per request.
+        ``on_measuring``: called when the warm-up is over and the timed writes begin."""
         self._send(
             {
                 "op": "run",
@@ -149,6 +151,8 @@ class WriteWorker:
             if "r" in msg:
                 rows.extend(dict(zip(ROW_FIELDS, r, strict=True)) for r in msg["r"])
                 on_progress(len(rows))
+            elif "warmup_done" in msg:
+                on_measuring()
             elif "done" in msg:
                 if len(rows) != writes:
                     raise WorkerError(f"workload returned {len(rows)} of {writes} requests")

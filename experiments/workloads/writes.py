@@ -93,6 +93,7 @@ class Writer:
             time.sleep(0.1)
         self.records = load_records()
         self.prepared: dict[tuple[str, str], object] = {}
+        self.said: set[str] = set()
 
     def hello(self) -> dict:
         import cassandra
@@ -150,6 +151,9 @@ class Writer:
             future.result()
         except Exception as exc:  # noqa: BLE001 - every failure is data, recorded by type
             error = type(exc).__name__
+            if error not in self.said:  # its words, once per type, in the worker's log
+                self.said.add(error)
+                print(f"first {error}: {str(exc)[:500]}", file=sys.stderr, flush=True)
         rtt = time.monotonic_ns() - t0
         coordinator = future.coordinator_host or getattr(future, "_current_host", None)
         return [

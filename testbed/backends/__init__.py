@@ -110,6 +110,7 @@ def backend_options(
     inventory: str | None = None,
     vm_vcpus: int | None = None,
     vm_memory_mb: int | None = None,
+    node_resources: dict | None = None,
 ) -> dict:
     """The options that shape a testbed of ``backend`` (``testbed up`` and the sweep take
     the same ones); ConfigError for an option the backend does not use."""
@@ -129,6 +130,13 @@ def backend_options(
             "vcpus": EDGE_SIZE.vcpus if vm_vcpus is None else vm_vcpus,
             "memory_mb": EDGE_SIZE.memory_mb if vm_memory_mb is None else vm_memory_mb,
         }
+    if node_resources:
+        if backend != "netns":
+            raise ConfigError(
+                "--node-cpu/--node-memory/--node-profile (cgroups) are for --backend netns; "
+                "libvirt VMs have --vm-vcpus/--vm-memory"
+            )
+        opts["resources"] = {h: dict(v) for h, v in node_resources.items()}
     return opts
 
 

@@ -13,7 +13,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from .. import subnets
+from .. import cgroups, subnets
 from ..cassandra.launch import CassandraLaunch
 from ..cassandra.node import CassandraNode, stop_nodes
 from ..cassandra.readiness import wait_for_nodes
@@ -137,12 +137,49 @@ class NetnsBackend:
         self.topology = topology
         self.state = state
 
+    @staticmethod
+    def check_options(topology: Topology, options: dict) -> None:
+        """Node resources: known hosts, profiles and values (the input alone)."""
+        if options.get("resources"):
+            cgroups.resolve_spec(options["resources"], topology)
+
+    @staticmethod
+    def validate(topology: Topology, options: dict) -> None:
+        """Node resources need cgroups with the cpu and memory controllers."""
+        if options.get("resources"):
+            cgroups.require_layout()
+
+    @property
+    def resources(self) -> dict[str, cgroups.Resources]:
+        spec = self.state.extra.get("backend", {}).get("resources") or {}
+        return cgroups.resolve_spec(spec, self.topology) if spec else {}
+
     def create(self) -> None:
         # Record first, create second: a crash in between leaves only names `clean` ignores.
         self.state.namespaces = planned_namespaces(self.state.run_id, self.topology)
+        limits = self.resources
+        lay = cgroups.require_layout() if limits else None
+        if lay is not None:
+            self.state.extra["cgroups"] = {
+                host: {
+                    c: str(d)
+                    for c, d in lay.dirs(cgroups.cgroup_name(self.state.run_id, host)).items()
+                }
+                for host in limits
+            }
         self.state.save()
         for cmd in build_commands(self.state.run_id, self.topology):
             run(cmd)
+        if lay is not None:
+            for host, res in limits.items():
+                cgroups.create(
+                    lay, cgroups.cgroup_name(self.state.run_id, host), res, self.state.run_dir
+                )
+
+    @property
+    def cgroup_dirs(self) -> dict[str, dict[str, str]]:
+        """host -> controller -> its cgroup directory (hosts with resources only)."""
+        return self.state.extra.get("cgroups") or {}
 
     def destroy(self) -> None:
         names = set(self.state.namespaces) | set(list_prefixed_namespaces(self.state.run_id))
@@ -152,6 +189,10 @@ class NetnsBackend:
             kill_namespace_processes(ns)
         for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
             delete_namespace(ns)
+        for dirs in self.cgroup_dirs.values():  # what is left in them: the run's, killed
+            cgroups.remove(dirs)
+        for dirs in cgroups.find(self.state.run_id).values():
+            cgroups.remove(dirs)
 
     @staticmethod
     def place(topology: Topology, options: dict, pool: str | None) -> Topology:
@@ -159,27 +200,42 @@ class NetnsBackend:
 
     @staticmethod
     def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
-        return {"namespaces": list_prefixed_namespaces(run_id)}
+        return {
+            "namespaces": list_prefixed_namespaces(run_id),
+            "cgroups": sorted(cgroups.find(run_id)),
+        }
 
     @staticmethod
     def remove_leftovers(run_id: str) -> list[str]:
-        """Every namespace of the run (its processes killed first), the switch last."""
+        """Every namespace of the run (its processes killed first), the switch last;
+        then its hosts' cgroups (what is left in them killed first)."""
         names = list_prefixed_namespaces(run_id)
         for ns in names:
             kill_namespace_processes(ns)
         for ns in sorted(names, key=lambda n: n.endswith(f"-{SWITCH}")):
             delete_namespace(ns)
-        return names
+        found = cgroups.find(run_id)
+        for dirs in found.values():
+            cgroups.remove(dirs)
+        return names + sorted(found)
 
     @staticmethod
     def problems(state: RunState) -> list[str]:
-        """Recorded namespaces that are gone."""
+        """Recorded namespaces and host cgroups that are gone."""
         present = set(list_prefixed_namespaces(state.run_id))
-        return [f"namespace {ns} is missing" for ns in state.namespaces if ns not in present]
+        out = [f"namespace {ns} is missing" for ns in state.namespaces if ns not in present]
+        for host, dirs in (state.extra.get("cgroups") or {}).items():
+            out += [
+                f"cgroup of {host} is missing: {d}" for d in dirs.values() if not os.path.isdir(d)
+            ]
+        return out
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
         self.topology.host(host)  # raises ConfigError for an unknown host
-        return ["ip", "netns", "exec", namespace_name(self.state.run_id, host), *argv]
+        inside = ["ip", "netns", "exec", namespace_name(self.state.run_id, host), *argv]
+        dirs = self.cgroup_dirs.get(host)
+        # the cgroup first: under `ip netns exec` the cgroup file systems are not mounted
+        return cgroups.join_argv(dirs, inside) if dirs else inside
 
     def pids(self, host: str) -> list[int]:
         return namespace_pids(namespace_name(self.state.run_id, host))

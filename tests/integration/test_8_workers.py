@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from experiments.store import Store
+from experiments.sweep import config_from_args, parser
 from testbed.clean import residue
 
 WRITES = 40
@@ -185,6 +186,8 @@ SMALL = [
     "--nodes", "2", "--rf", "1,2", "--latency", "20,40", "--loss", "0.5", "--profile",
     "uniform", "--writes", "30", "--warmup", "5", "--cluster-warmup", "30",
     "--verify-probes", "0",
+    # YCSB cells too: built on the workers, their per-operation rows forwarded
+    "--workload", "writes,ycsb-c", "--records", "100", "--operations", "60",
 ]  # fmt: skip
 
 
@@ -232,9 +235,18 @@ def test_a_killed_controller_leaves_nothing_on_the_workers_and_resumes(tmp_path,
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
         assert run.status == "complete"
-        ids = sorted(c["cell_id"] for c in store.cells(run.run_id))
-        assert ids == sorted(f"n2-rf{rf}-l{lat}-p0.5-r1" for rf in (1, 2) for lat in (20, 40))
+        cells = store.cells(run.run_id)
+        ids = sorted(c["cell_id"] for c in cells)
+        want = {c.cell_id for c in config_from_args(parser().parse_args(SMALL)).cells()}
+        assert ids == sorted(want) and len(ids) == 8
         assert store.request_count(run.run_id) == 4 * 30
+        ycsb = [c for c in cells if c["workload"] == "ycsb-c"]
+        assert len(ycsb) == 4 and all(c["worker"] in ("w1", "w2") for c in ycsb)
+        reads = [r for r in store.ycsb_ops(run.run_id) if r["op"] == "READ"]
+        assert len(reads) == 4, reads
+        for r in reads:  # 60 reads at ONE, RF 1-2 on 2 nodes: 1 or 2 round trips of 40-80 ms
+            assert r["count"] == 60 and r["errors"] == 0, r
+            assert r["latency_ms"] * 2 <= r["p50_ms"] < r["latency_ms"] * 4 + 30, r
 
 
 def test_machines_probed_at_once_do_not_collide():

@@ -1,0 +1,179 @@
+"""Cells with a fault (experiments.faults): what the writes saw around it. Pure functions
+over ``Results.faults`` (cells with their requests and ``fault_log``), plus figures.
+
+- ``availability``: per cell, errors before, during and after the fault, and the error
+  rate of the writes whose replica set included a faulty node against those whose did
+  not; with the recovery's times (node started, all UN, hints delivered).
+- ``timeline`` figures: each write's RTT against its start time, errors marked, the
+  fault's steps as vertical lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.faults import parse
+
+
+def window_ns(cell: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """When the fault was made and healed (wall clock, ns) from the cell's log; the heal
+    is None for a fault lasting to the cell's end."""
+    events = (cell.get("fault_log") or {}).get("events") or []
+    made = next((e["at_ns"] for e in events if e.get("step") == "make"), None)
+    healed = next((e["at_ns"] for e in events if e.get("step") == "heal"), None)
+    return made, healed
+
+
+def faulty_nodes(text: str) -> set[str]:
+    """The nodes a fault takes away from the others: killed, paused or restarted nodes;
+    for a partition, the smallest group's (the minority, cut off)."""
+    f = parse(text)
+    if f is None:
+        return set()
+    if f.kind in ("kill", "pause", "restart"):
+        return set(f.nodes)
+    if f.kind == "partition":
+        sizes = [(len(g), g) for g in f.groups]
+        return set(min(sizes)[1])
+    return {h for p in f.pairs for h in p}
+
+
+def availability(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per fault cell (see the module)."""
+    rows = []
+    for c in cells:
+        reqs = c.get("requests") or []
+        made, healed = window_ns(c)
+        bad = faulty_nodes(c["fault"])
+        phases: dict[str, list[int]] = {"before": [0, 0], "during": [0, 0], "after": [0, 0]}
+        touched = [0, 0]  # [writes, errors] whose replicas include a faulty node
+        untouched = [0, 0]
+        for r in reqs:
+            t = r["t_start_ns"]
+            phase = (
+                "before"
+                if made is None or t < made
+                else "during"
+                if healed is None or t < healed
+                else "after"
+            )
+            err = r["error"] is not None
+            phases[phase][0] += 1
+            phases[phase][1] += err
+            if phase == "during":
+                group = touched if bad & set((r["replicas"] or "").split(",")) else untouched
+                group[0] += 1
+                group[1] += err
+        rec = (c.get("fault_log") or {}).get("recovery") or {}
+        rows.append(
+            {
+                "cell_id": c["cell_id"],
+                "run_id": c["run_id"],
+                "nodes": c["nodes"],
+                "rf": c["rf"],
+                "cl": c["cl"],
+                "latency_ms": c["latency_ms"],
+                "loss_pct": c["loss_pct"],
+                "fault": c["fault"],
+                "writes": len(reqs),
+                **{f"{k}_writes": v[0] for k, v in phases.items()},
+                **{f"{k}_errors": v[1] for k, v in phases.items()},
+                "replica_faulty_writes": touched[0],
+                "replica_faulty_errors": touched[1],
+                "replica_ok_writes": untouched[0],
+                "replica_ok_errors": untouched[1],
+                "restart_s": rec.get("restart_s"),
+                "all_up_s": rec.get("all_up_s"),
+                "hints_delivered_s": rec.get("hints_delivered_s"),
+            }
+        )
+    return rows
+
+
+def _pct(errors: int, writes: int) -> str:
+    return f"{100 * errors / writes:5.1f} %" if writes else "    - "
+
+
+def format_availability(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The availability table: error rates by RF x CL x fault, before/during/after and by
+    whether the write's replicas included a faulty node; the recovery's times."""
+    if not rows:
+        return "no cells with a fault"
+    lines = [
+        f"{'n':>2} {'RF':>2} {'CL':<12} {'ms':>4} {'loss':>5} {'fault':<30} {'before':>7} "
+        f"{'during':>7} {'after':>7} {'faulty replica':>14} {'others':>7} "
+        f"{'recovered (s): start/UN/hints':>30}"
+    ]
+    for r in sorted(
+        rows, key=lambda r: (r["nodes"], r["rf"], r["cl"], r["latency_ms"], r["fault"])
+    ):
+        rec = "/".join(
+            f"{r[k]:.1f}" if r[k] is not None else "-"
+            for k in ("restart_s", "all_up_s", "hints_delivered_s")
+        )
+        lines.append(
+            f"{r['nodes']:>2} {r['rf']:>2} {r['cl']:<12} {r['latency_ms']:>4g} "
+            f"{r['loss_pct']:>5g} {r['fault']:<30} "
+            f"{_pct(r['before_errors'], r['before_writes']):>7} "
+            f"{_pct(r['during_errors'], r['during_writes']):>7} "
+            f"{_pct(r['after_errors'], r['after_writes']):>7} "
+            f"{_pct(r['replica_faulty_errors'], r['replica_faulty_writes']):>14} "
+            f"{_pct(r['replica_ok_errors'], r['replica_ok_writes']):>7} {rec:>30}"
+        )
+    lines.append(
+        "errors in % of the writes started before, during and after the fault; during it, "
+        "split by whether the write's replicas included a faulty node"
+    )
+    return "\n".join(lines)
+
+
+def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
+    """fault_<cell>.{png,svg}: each write's RTT against its start, errors as red marks at
+    the top, the fault's steps as vertical lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    for c in cells:
+        reqs = c.get("requests") or []
+        if not reqs:
+            continue
+        t0 = min(r["t_start_ns"] for r in reqs)
+        ok = [((r["t_start_ns"] - t0) / 1e9, r["rtt_ns"] / 1e6) for r in reqs if r["error"] is None]
+        bad = [((r["t_start_ns"] - t0) / 1e9, r["rtt_ns"] / 1e6) for r in reqs if r["error"]]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        if ok:
+            ax.scatter([p[0] for p in ok], [p[1] for p in ok], s=4, label="write")
+        if bad:
+            ax.scatter(
+                [p[0] for p in bad], [p[1] for p in bad], s=14, marker="x", color="red",
+                label=f"error ({len(bad)})",
+            )  # fmt: skip
+        for e in (c.get("fault_log") or {}).get("events") or []:
+            if "at_ns" in e:
+                x = (e["at_ns"] - t0) / 1e9
+                ax.axvline(x, color="black", linestyle="--", linewidth=0.8)
+                ax.text(x, ax.get_ylim()[1], f" {e.get('what')}", fontsize=7, va="top")
+        ax.set_yscale("log")
+        ax.set_xlabel("time since the first measured write (s)")
+        ax.set_ylabel("RTT (ms)")
+        ax.set_title(
+            f"{c['fault']}: {c['nodes']} nodes, RF {c['rf']}, {c['cl']}, "
+            f"{c['latency_ms']:g} ms / {c['loss_pct']:g} %",
+            fontsize=9,
+        )
+        ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
+        stem = out / f"fault_{c['cell_id']}"
+        paths = []
+        for fmt in ("png", "svg"):
+            path = stem.with_suffix(f".{fmt}")
+            fig.savefig(path, dpi=110, bbox_inches="tight")
+            paths.append(path)
+        plt.close(fig)
+        made.append({"name": stem.name, "paths": paths, "series": 2})
+    return made

@@ -1,0 +1,594 @@
+"""Device-sized hosts: one cgroup per host of a run, limiting what everything started in
+that host may use: a CPU quota (``cpu.max``), CPU pinning (``cpuset.cpus``), a memory
+limit (``memory.max``, no swap) and disk bandwidth (``io.max``) — a Raspberry-Pi-sized
+edge node on a workstation.
+
+cgroup v2 where the machine has it with these controllers (``/sys/fs/cgroup/edgetb/
+tb-<run>-<host>``); else the v1 hierarchies of the same controllers (``cpu``, ``cpuacct``,
+``cpuset``, ``memory``, ``blkio``: ``<hierarchy>/<this process's cgroup>/edgetb/
+tb-<run>-<host>``, nested in whatever limits the controller itself runs under). The
+same limits either way: ``cpu.cfs_quota_us``, ``cpuset.cpus``, ``memory.limit_in_bytes``,
+``blkio.throttle.*_bps_device``.
+
+A process joins its host's cgroup before it enters the host's network namespace
+(``join_argv``): ``ip netns exec`` mounts a sysfs of its own, under which the cgroup
+file systems are not visible. Children stay in their parent's cgroup, so the JVM, the
+workload, probes and ``testbed exec`` commands of a host all share its limits.
+
+Ownership: the directories are named by the strict pattern ``tb-<6 hex>-<host>``, recorded
+in the run's state before they are made, and removed at ``down`` and by ``clean`` (for a
+dead run) after the processes in them — started by the run, by construction — are killed.
+Nothing else is ever written: no other cgroup's limits, no process the run did not start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, StateError
+
+ROOT = Path(os.environ.get("EDGETB_CGROUP_ROOT", "/sys/fs/cgroup"))
+PARENT = "edgetb"  # shared by every run: never removed (another run may be making a child)
+NAME_RE = re.compile(r"^tb-([0-9a-f]{6})-([a-z][a-z0-9]{0,11})$")
+PERIOD_US = 100_000  # the CFS period the quota is a share of
+V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io")
+JVM_OVERHEAD_MB = 160  # metaspace, code cache, threads, direct buffers of a small node
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one host may use (None: unlimited).
+
+    cpu: cores of CPU time per wall second (the quota), e.g. 0.5.
+    cpuset: the machine's CPUs it may run on, e.g. "1" or "0-1".
+    memory_mb: its memory, page cache included; no swap.
+    read_mbps / write_mbps: disk bandwidth, MB/s, on the device of the run directory.
+    profile: the named profile these came from (recorded; see PROFILES)."""
+
+    cpu: float | None = None
+    cpuset: str | None = None
+    memory_mb: int | None = None
+    read_mbps: float | None = None
+    write_mbps: float | None = None
+    profile: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self) if f.name != "profile")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Resources:
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(
+                f"unknown node resources {sorted(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        return cls(**data)
+
+    def check(self, cpus: Sequence[int] | None = None) -> None:
+        """ConfigError (one line) for a value no cgroup would take."""
+        if self.cpu is not None:
+            if isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float)):
+                raise ConfigError(f"node cpu must be a number of cores, got {self.cpu!r}")
+            online = len(cpus) if cpus else os.cpu_count() or 1
+            if not 0.01 <= self.cpu <= online:
+                raise ConfigError(
+                    f"node cpu must be 0.01..{online} cores (this machine's), got {self.cpu:g}"
+                )
+        if self.cpuset is not None:
+            wanted = parse_cpuset(self.cpuset)
+            have = set(cpus if cpus is not None else online_cpus())
+            if not wanted <= have:
+                raise ConfigError(
+                    f"node cpuset {self.cpuset!r}: CPU {min(wanted - have)} is not online "
+                    f"(online: {format_cpuset(have)})"
+                )
+        if self.memory_mb is not None and (
+            isinstance(self.memory_mb, bool)
+            or not isinstance(self.memory_mb, int)
+            or not 64 <= self.memory_mb <= 1 << 20
+        ):
+            raise ConfigError(f"node memory must be 64..1048576 MB, got {self.memory_mb!r}")
+        for name in ("read_mbps", "write_mbps"):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 100_000
+            ):
+                raise ConfigError(f"node {name} must be 0.1..100000 MB/s, got {v!r}")
+
+    def check_heap(self, heap_mb: int, host: str) -> None:
+        """The JVM must fit: heap plus what a JVM uses besides it, under the memory limit."""
+        if self.memory_mb is not None and heap_mb + JVM_OVERHEAD_MB > self.memory_mb:
+            raise ConfigError(
+                f"{host}: a {heap_mb} MB heap needs about {heap_mb + JVM_OVERHEAD_MB} MB with "
+                f"the JVM's own memory, more than the node's {self.memory_mb} MB: a smaller "
+                f"--heap-mb or a larger --node-memory"
+            )
+
+
+# Named profiles. Approximations of a device's capacity on one x86-64 core of this class,
+# to be checked against the device with benchmarks/resources.py, not taken as measured:
+# a cgroup gives a share of the host's cores, not slower cores, and emulates neither the
+# ARM instruction set and its JIT, nor memory bandwidth, caches, thermal throttling or an
+# SD card's latency (only its bandwidth).
+PROFILES: dict[str, Resources] = {
+    # Raspberry Pi 4 (4 x Cortex-A72, 1.5 GHz; 2 GB): its four cores together do about
+    # 0.6 of one current x86 core's work; an SD card (A1 class) reads ~40 MB/s, writes ~20.
+    "rpi4": Resources(cpu=0.6, memory_mb=2048, read_mbps=40, write_mbps=20, profile="rpi4"),
+    # Raspberry Pi 3 B+ (4 x Cortex-A53, 1.4 GHz; 1 GB): about half a Pi 4.
+    "rpi3": Resources(cpu=0.3, memory_mb=1024, read_mbps=20, write_mbps=10, profile="rpi3"),
+    # A small VM or gateway box: half a core, 1 GB.
+    "small": Resources(cpu=0.5, memory_mb=1024, profile="small"),
+}
+
+
+def profile(name: str) -> Resources:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown node profile {name!r} (one of {', '.join(sorted(PROFILES))})"
+        ) from None
+
+
+def resolve(base: Resources | None, overrides: Mapping[str, Any] | None = None) -> Resources | None:
+    """A profile's resources with single settings on top (None: no limit at all)."""
+    out = base or Resources()
+    if overrides:
+        out = replace(out, **{k: v for k, v in overrides.items() if v is not None})
+    return out if out.limited else None
+
+
+# -- CPUs ------------------------------------------------------------------------------
+
+
+def parse_cpuset(text: str) -> set[int]:
+    """``0-2,5`` -> {0, 1, 2, 5}; ConfigError for anything else."""
+    out: set[int] = set()
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if not m:
+            raise ConfigError(f"cpuset {text!r}: use CPU numbers and ranges, e.g. 0-1,3")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ConfigError(f"cpuset {text!r}: range {lo}-{hi} is descending")
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def format_cpuset(cpus: set[int] | Sequence[int]) -> str:
+    """{0, 1, 2, 5} -> ``0-2,5``."""
+    runs: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def online_cpus() -> list[int]:
+    try:
+        return sorted(parse_cpuset(Path("/sys/devices/system/cpu/online").read_text().strip()))
+    except (OSError, ConfigError):
+        return list(range(os.cpu_count() or 1))
+
+
+# -- the machine's cgroup file systems ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this machine's cgroups are: v2 (one directory per cgroup) or v1 (one per
+    hierarchy, ``v1`` controller -> the directory under which ours are made)."""
+
+    version: int
+    v2_parent: Path | None = None
+    v1_parents: tuple[tuple[str, Path], ...] = ()
+
+    def dirs(self, name: str) -> dict[str, Path]:
+        """controller (``""`` for v2) -> the cgroup directory of ``name``."""
+        if self.version == 2:
+            assert self.v2_parent is not None
+            return {"": self.v2_parent / name}
+        return {ctrl: parent / name for ctrl, parent in self.v1_parents}
+
+
+def _mounts() -> list[tuple[str, Path, set[str]]]:
+    """(fstype, mount point, options) of every cgroup file system this process sees."""
+    out: list[tuple[str, Path, set[str]]] = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(rparts) < 3 or rparts[0] not in ("cgroup", "cgroup2"):
+            continue
+        point = Path(parts[4].replace("\\040", " "))
+        out.append((rparts[0], point, set(rparts[2].split(","))))
+    return out
+
+
+def _own_cgroups() -> dict[str, str]:
+    """controller (or ``""`` for v2) -> this process's cgroup path in that hierarchy."""
+    out: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        for c in ctrls.split(",") if ctrls else [""]:
+            out[c] = path
+    return out
+
+
+def layout() -> Layout | None:
+    """This machine's cgroups for device-sized hosts, or None when neither v2 with the
+    controllers nor the v1 hierarchies are there."""
+    mounts = _mounts()
+    own = _own_cgroups()
+    for kind, point, _opts in mounts:
+        if kind != "cgroup2":
+            continue
+        try:
+            have = set((point / "cgroup.controllers").read_text().split())
+        except OSError:
+            continue
+        if {"cpu", "memory"} <= have:  # the v2 hierarchy owns the controllers
+            return Layout(2, v2_parent=point / PARENT)
+    parents = []
+    for ctrl in V1_CONTROLLERS:
+        for kind, point, opts in mounts:
+            if kind == "cgroup" and ctrl in opts:
+                mine = own.get(ctrl, "/").lstrip("/")
+                parents.append((ctrl, point / mine / PARENT if mine else point / PARENT))
+                break
+    if {"cpu", "memory"} <= {c for c, _ in parents}:
+        return Layout(1, v1_parents=tuple(parents))
+    return None
+
+
+def require_layout() -> Layout:
+    found = layout()
+    if found is None:
+        raise ConfigError(
+            "node resources need cgroups with the cpu and memory controllers (v2 at "
+            "/sys/fs/cgroup, or v1 hierarchies); this machine has neither mounted"
+        )
+    return found
+
+
+def cgroup_name(run_id: str, host: str) -> str:
+    return f"tb-{run_id}-{host}"
+
+
+# -- making, joining, measuring and removing a host's cgroup ------------------------------
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        raise StateError(f"cannot write {value!r} to {path}: {exc.strerror or exc}") from None
+
+
+def _enable_v2(parent: Path, controllers: Sequence[str]) -> None:
+    """The controllers enabled for ``parent``'s children, and for ``parent`` in its own
+    parent (the root's are only added to, never removed)."""
+    for directory in (parent.parent, parent):
+        have = set((directory / "cgroup.subtree_control").read_text().split())
+        available = set((directory / "cgroup.controllers").read_text().split())
+        missing = [c for c in controllers if c not in have and c in available]
+        if missing:
+            _write(directory / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
+
+
+def block_device(path: Path) -> str:
+    """``MAJ:MIN`` of the whole disk holding ``path`` (what io.max throttles)."""
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    sys_dev = Path("/sys/dev/block") / dev
+    if not sys_dev.exists():
+        raise ConfigError(
+            f"disk bandwidth limits need {path} on a block device; its file system (device "
+            f"{dev}) has none (tmpfs, overlay or a network file system)"
+        )
+    if (sys_dev / "partition").exists():  # throttling is per disk, not per partition
+        dev = (sys_dev.resolve().parent / "dev").read_text().strip()
+    return dev
+
+
+def create(lay: Layout, name: str, res: Resources, data_dir: Path) -> dict[str, str]:
+    """Make cgroup ``name`` with ``res``'s limits; returns controller -> directory (what the
+    run records). The caller records the name first: a crash midway leaves a directory
+    ``clean`` knows."""
+    dirs = lay.dirs(name)
+    if lay.version == 2:
+        parent = dirs[""].parent
+        parent.mkdir(exist_ok=True)
+        _enable_v2(parent, V2_CONTROLLERS)
+    for ctrl, d in dirs.items():
+        if ctrl == "cpuset":  # v1: a cpuset has no CPUs until given its parent's
+            _inherit_cpuset(d.parent)
+        else:
+            d.parent.mkdir(parents=True, exist_ok=True)
+        d.mkdir(exist_ok=False)
+        if ctrl == "cpuset":
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                _write(d / f, (d.parent / f).read_text().strip())
+    try:
+        apply(lay, dirs, res, data_dir)
+    except BaseException:
+        remove(dirs)
+        raise
+    return {ctrl: str(d) for ctrl, d in dirs.items()}
+
+
+def _inherit_cpuset(parent: Path) -> None:
+    if not parent.exists():
+        _inherit_cpuset(parent.parent)
+        parent.mkdir(exist_ok=True)
+    for f in ("cpuset.cpus", "cpuset.mems"):
+        if not (parent / f).read_text().strip():
+            _write(parent / f, (parent.parent / f).read_text().strip())
+
+
+def apply(lay: Layout, dirs: Mapping[str, Path], res: Resources, data_dir: Path) -> None:
+    """Write ``res`` into a host's cgroup (also to change them at run time)."""
+    if lay.version == 2:
+        d = dirs[""]
+        quota = "max" if res.cpu is None else str(max(1000, round(res.cpu * PERIOD_US)))
+        _write(d / "cpu.max", f"{quota} {PERIOD_US}")
+        if res.cpuset is not None:
+            _write(d / "cpuset.cpus", format_cpuset(parse_cpuset(res.cpuset)))
+        if res.memory_mb is not None:
+            _write(d / "memory.max", str(res.memory_mb << 20))
+            if (d / "memory.swap.max").exists():
+                _write(d / "memory.swap.max", "0")
+        if res.read_mbps is not None or res.write_mbps is not None:
+            dev = block_device(data_dir)
+            rb = "max" if res.read_mbps is None else str(int(res.read_mbps * 1e6))
+            wb = "max" if res.write_mbps is None else str(int(res.write_mbps * 1e6))
+            _write(d / "io.max", f"{dev} rbps={rb} wbps={wb}")
+        return
+    if "cpu" in dirs:
+        _write(dirs["cpu"] / "cpu.cfs_period_us", str(PERIOD_US))
+        quota_us = -1 if res.cpu is None else max(1000, round(res.cpu * PERIOD_US))
+        _write(dirs["cpu"] / "cpu.cfs_quota_us", str(quota_us))
+    if res.cpuset is not None:
+        if "cpuset" not in dirs:
+            raise ConfigError("node cpuset needs the cpuset controller, not mounted here")
+        _write(dirs["cpuset"] / "cpuset.cpus", format_cpuset(parse_cpuset(res.cpuset)))
+    if res.memory_mb is not None:
+        _write(dirs["memory"] / "memory.limit_in_bytes", str(res.memory_mb << 20))
+        memsw = dirs["memory"] / "memory.memsw.limit_in_bytes"
+        if memsw.exists():  # no swap: the limit is the device's RAM
+            _write(memsw, str(res.memory_mb << 20))
+    if res.read_mbps is not None or res.write_mbps is not None:
+        if "blkio" not in dirs:
+            raise ConfigError("node disk bandwidth needs the blkio controller, not mounted here")
+        dev = block_device(data_dir)
+        for what, v in (("read", res.read_mbps), ("write", res.write_mbps)):
+            if v is not None:
+                _write(dirs["blkio"] / f"blkio.throttle.{what}_bps_device", f"{dev} {int(v * 1e6)}")
+
+
+def procs_files(dirs: Mapping[str, str | Path]) -> list[str]:
+    """The ``cgroup.procs`` a process writes its PID to, to join the host's cgroup."""
+    return [str(Path(d) / "cgroup.procs") for d in dirs.values()]
+
+
+# $1: the cgroup.procs files, space-separated; then the command. Exit 125 (and no
+# command) when a file takes no PID: the host's limits would silently not apply.
+JOIN = 'for f in $1; do echo $$ > "$f" || exit 125; done; shift; exec "$@"'
+
+
+def join_argv(dirs: Mapping[str, str | Path], argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside the cgroup (the same PID: ``sh`` joins, then execs)."""
+    files = procs_files(dirs)
+    if any(" " in f for f in files):
+        raise StateError(f"a cgroup path with a space: {files}")
+    return ["sh", "-c", JOIN, "sh", " ".join(files), *argv]
+
+
+def pids(dirs: Mapping[str, str | Path]) -> set[int]:
+    out: set[int] = set()
+    for d in dirs.values():
+        try:
+            out.update(int(p) for p in (Path(d) / "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def cpu_usage_s(dirs: Mapping[str, str | Path]) -> float:
+    """CPU seconds used by the cgroup's processes so far (v2 cpu.stat; v1 cpuacct)."""
+    if "" in dirs:
+        for line in (Path(dirs[""]) / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        raise StateError(f"no usage_usec in {dirs['']}/cpu.stat")
+    if "cpuacct" in dirs:
+        return int((Path(dirs["cpuacct"]) / "cpuacct.usage").read_text()) / 1e9
+    raise StateError("no CPU accounting for this cgroup (cpuacct is not mounted)")
+
+
+def memory_peak_mb(dirs: Mapping[str, str | Path]) -> float | None:
+    """The most memory the cgroup has used (v2 memory.peak where the kernel has it; v1
+    memory.max_usage_in_bytes)."""
+    for ctrl, name in (("", "memory.peak"), ("memory", "memory.max_usage_in_bytes")):
+        if ctrl in dirs:
+            try:
+                return int((Path(dirs[ctrl]) / name).read_text()) / 2**20
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def remove(dirs: Mapping[str, str | Path], *, timeout_s: float = 10.0) -> list[int]:
+    """Kill every process left in the cgroup (the run's, by construction) and remove its
+    directories; returns the PIDs killed. A directory already gone is fine."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = pids(dirs)
+        for pid in left - set(killed):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        busy = []
+        for d in dirs.values():
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                busy.append(str(d))
+        if not busy:
+            return killed
+        if time.monotonic() > deadline:
+            raise StateError(f"cgroups still in use after {timeout_s:g} s: {', '.join(busy)}")
+        time.sleep(0.05)
+
+
+def _hierarchies() -> list[tuple[str, Path]]:
+    """(controller or "" for v2, mount point) of every hierarchy ours may be made in."""
+    lay = layout()
+    if lay is None:
+        return []
+    if lay.version == 2:
+        assert lay.v2_parent is not None
+        return [("", lay.v2_parent.parent)]
+    out = []
+    for ctrl, _parent in lay.v1_parents:
+        for kind, point, opts in _mounts():
+            if kind == "cgroup" and ctrl in opts:
+                out.append((ctrl, point))
+                break
+    return out
+
+
+def find(run_id: str | None = None, *, depth: int = 4) -> dict[str, dict[str, str]]:
+    """Every host cgroup on this machine named by the strict pattern (of one run, or of
+    any), in an ``edgetb`` directory up to ``depth`` levels into each hierarchy (v1: a
+    run made them under the cgroup its process was in, which another session's process
+    may not share): ``tb-<run>-<host>`` -> controller -> directory."""
+    out: dict[str, dict[str, str]] = {}
+    for ctrl, point in _hierarchies():
+        stack = [(point, 0)]
+        while stack:
+            d, level = stack.pop()
+            try:
+                children = [c for c in d.iterdir() if c.is_dir()]
+            except OSError:
+                continue
+            for c in children:
+                m = NAME_RE.match(c.name)
+                if d.name == PARENT and m:
+                    if run_id in (None, m.group(1)):
+                        out.setdefault(c.name, {})[ctrl] = str(c)
+                elif level < depth and not m:
+                    stack.append((c, level + 1))
+    return out
+
+
+def run_of_cgroup(name: str) -> str | None:
+    m = NAME_RE.match(name)
+    return m.group(1) if m else None
+
+
+# -- node resources from flags and config files -------------------------------------------
+
+FLAG_KINDS: dict[str, type] = {
+    "profile": str,
+    "cpu": float,
+    "cpuset": str,
+    "memory_mb": int,
+    "read_mbps": float,
+    "write_mbps": float,
+}
+FLAGS = {
+    "profile": "--node-profile",
+    "cpu": "--node-cpu",
+    "cpuset": "--node-cpuset",
+    "memory_mb": "--node-memory",
+    "read_mbps": "--node-read-mbps",
+    "write_mbps": "--node-write-mbps",
+}
+EVERY_EDGE = "*"
+
+
+def parse_flag(name: str, text: str | None) -> dict[str, Any]:
+    """``--node-<name>`` text -> {host or "*": value}: one value for every edge node
+    (``0.5``) or per host (``e0=1,e1=0.5``; ``ep=`` limits the endpoint too)."""
+    if text is None or str(text).strip() == "":
+        return {}
+    kind = FLAG_KINDS[name]
+    out: dict[str, Any] = {}
+    flag = FLAGS[name]
+    # per host: e0=1,e1=0.5 (or ; between hosts, for cpusets with commas: e0=0,1;e1=2)
+    sep_hosts = ";" if ";" in str(text) else ","
+    parts = str(text).split(sep_hosts) if "=" in str(text) else [str(text)]
+    for part in parts:
+        host, sep, value = part.partition("=")
+        if not sep:
+            host, value = EVERY_EDGE, part
+        host = host.strip()
+        try:
+            out[host] = value.strip() if kind is str else kind(value)
+        except ValueError:
+            raise ConfigError(f"{flag}: cannot read {value.strip()!r} as {kind.__name__}") from None
+    return out
+
+
+def spec_from(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """{setting: {host or "*": value}} (from ``parse_flag`` or a config file) -> the
+    backend option: {host or "*": {setting: value}}."""
+    spec: dict[str, dict[str, Any]] = {}
+    for name, per_host in values.items():
+        if name not in FLAG_KINDS:
+            raise ConfigError(f"unknown node resource {name!r} (known: {', '.join(FLAG_KINDS)})")
+        for host, value in (per_host or {}).items():
+            spec.setdefault(host, {})[name] = value
+    return spec
+
+
+def resolve_spec(spec: Mapping[str, Mapping[str, Any]], topology: Any) -> dict[str, Resources]:
+    """host -> its Resources (profile, then single settings; "*" is every edge node, a
+    host's own entry on top); hosts without a limit are left out. ConfigError for an
+    unknown host, profile or value."""
+    names = {h.name for h in topology.hosts}
+    for host in spec:
+        if host != EVERY_EDGE and host not in names:
+            raise ConfigError(
+                f"node resources for unknown host {host!r} (hosts: {', '.join(sorted(names))})"
+            )
+    out: dict[str, Resources] = {}
+    for h in topology.hosts:
+        merged: dict[str, Any] = {}
+        if h.is_edge:
+            merged.update(spec.get(EVERY_EDGE, {}))
+        merged.update(spec.get(h.name, {}))
+        if not merged:
+            continue
+        base = profile(merged.pop("profile")) if merged.get("profile") else None
+        res = resolve(base, merged)
+        if res is None:
+            continue
+        res.check()
+        out[h.name] = res
+    return out
