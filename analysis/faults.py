@@ -44,6 +44,8 @@ def availability(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per fault cell (see the module)."""
     rows = []
     for c in cells:
+        if c.get("fault") in (None, "none"):
+            continue  # a link trace only: see trace_table
         reqs = c.get("requests") or []
         made, healed = window_ns(c)
         bad = faulty_nodes(c["fault"])
@@ -90,6 +92,26 @@ def availability(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def trace_table(cells: Iterable[Mapping[str, Any]]) -> str:
+    """Per cell with a link trace: its steps applied, how far off schedule at most, and
+    the writes' median, p95 and errors over the whole cell."""
+    lines = [f"{'cell':<56} {'steps':>7} {'off ms':>7} {'median':>7} {'p95':>7} {'errors':>6}"]
+    for c in cells:
+        log = c.get("trace_log")
+        if not log:
+            continue
+        rtts = sorted(r["rtt_ns"] / 1e6 for r in c.get("requests") or [] if r["error"] is None)
+        med = rtts[len(rtts) // 2] if rtts else float("nan")
+        p95 = rtts[min(len(rtts) - 1, int(0.95 * len(rtts)))] if rtts else float("nan")
+        errors = sum(r["error"] is not None for r in c.get("requests") or [])
+        off = log.get("max_late_ms")
+        lines.append(
+            f"{c['cell_id']:<56} {log['applied']:>3}/{log['steps']:<3} "
+            f"{off if off is not None else float('nan'):>7.1f} {med:>7.1f} {p95:>7.1f} {errors:>6}"
+        )
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 def _pct(errors: int, writes: int) -> str:
@@ -158,11 +180,15 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
                 x = (e["at_ns"] - t0) / 1e9
                 ax.axvline(x, color="black", linestyle="--", linewidth=0.8)
                 ax.text(x, ax.get_ylim()[1], f" {e.get('what')}", fontsize=7, va="top")
+        for step in (c.get("trace_log") or {}).get("schedule") or []:
+            x = (step["at_ns"] - t0) / 1e9
+            ax.axvline(x, color="tab:purple", linestyle=":", linewidth=0.8)
         ax.set_yscale("log")
         ax.set_xlabel("time since the first measured write (s)")
         ax.set_ylabel("RTT (ms)")
+        what = " + ".join(x for x in (c.get("fault"), c.get("trace")) if x not in (None, "none"))
         ax.set_title(
-            f"{c['fault']}: {c['nodes']} nodes, RF {c['rf']}, {c['cl']}, "
+            f"{what}: {c['nodes']} nodes, RF {c['rf']}, {c['cl']}, "
             f"{c['latency_ms']:g} ms / {c['loss_pct']:g} %",
             fontsize=9,
         )

@@ -264,7 +264,8 @@ def make_all(results: Results) -> list[dict[str, Any]]:
 
         made += faults_mod.figures(results.faults, out)
         table = faults_mod.format_availability(faults_mod.availability(results.faults))
-        (out / "faults.txt").write_text(table + "\n")
+        traces = faults_mod.trace_table(results.faults)
+        (out / "faults.txt").write_text(table + "\n" + (f"\n{traces}\n" if traces else ""))
     index = {
         "runs": results.run_ids,
         "figures": [m["name"] for m in made],

@@ -243,10 +243,17 @@ def write_report(results: Results) -> Path:
         from . import faults as faults_mod
 
         table = faults_mod.format_availability(faults_mod.availability(results.faults))
+        traces = faults_mod.trace_table(results.faults)
         parts.append(
             "<h2>Faults: availability and recovery</h2>"
             f"<pre>{html.escape(table)}</pre>"
-            "<p>Each fault cell's writes over time are the <code>fault_*</code> figures.</p>"
+            + (
+                f"<h2>Link traces: the schedule held</h2><pre>{html.escape(traces)}</pre>"
+                if traces
+                else ""
+            )
+            + "<p>The writes of each such cell over time, with the fault's steps (dashed) "
+            "and the trace's (dotted), are the <code>fault_*</code> figures.</p>"
         )
     parts.append("<h2>Runs used</h2>")
     for run in results.runs:

@@ -34,9 +34,10 @@ class Results:
     # YCSB's rows (experiments.store.Store.ycsb_ops: per cell and operation, with the
     # cell's columns); its cells are not in ``cells``, which are the paper's writes
     ycsb: list[dict[str, Any]] = field(default_factory=list)
-    # the writes cells with a fault (experiments.faults), each with its requests (t_start,
-    # coordinator, replicas, error); kept out of ``cells``: a cell whose node was killed is
-    # not a point of the paper's RTT curves
+    # the writes cells with a fault (experiments.faults) or a link trace (emulation.trace),
+    # each with its requests (t_start, coordinator, replicas, error); kept out of
+    # ``cells``: a cell whose node was killed or whose links changed is not a point of
+    # the paper's RTT curves
     faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -123,6 +124,11 @@ def run_ids(values: Sequence[str] | None) -> list[str] | None:
     return list(dict.fromkeys(ids))
 
 
+def _changing(cell: dict[str, Any]) -> bool:
+    """A cell whose testbed changed while it was measured: a fault, or a link trace."""
+    return cell.get("fault") not in (None, "none") or cell.get("trace") not in (None, "none")
+
+
 def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Results:
     """The chosen runs' cells with their requests as arrays (see ``select_runs``)."""
     directory = Path(directory)
@@ -151,13 +157,13 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
                 errors[key][err] += 1
         faulted = []
         for key, cell in cells.items():
-            if cell.get("workload") in (None, "writes") and cell.get("fault") not in (None, "none"):
+            if cell.get("workload") in (None, "writes") and _changing(cell):
                 faulted.append(dict(cell, requests=store.requests(*key)))
     out = []
     for key, cell in cells.items():
         if cell.get("workload") not in (None, "writes"):
             continue  # a YCSB cell: its numbers are in ycsb_ops
-        if cell.get("fault") not in (None, "none"):
+        if _changing(cell):
             continue  # in ``faults``
         cell["rtt_ms"] = np.asarray(rtts[key], dtype=float) / 1e6
         cell["cir"] = np.asarray(cirs[key], dtype=int)

@@ -118,6 +118,10 @@ class Shaper(Protocol):
     def stop(self) -> None:
         """Remove everything the shaper built."""
 
+    def close(self) -> None:
+        """Let go of what this object holds open (the gateway's command channel, which
+        takes one client at a time); the shaping stays."""
+
     def problems(self, *, thorough: bool = False) -> list[str]:
         """What of the shaping is gone (empty when intact)."""
 
@@ -282,6 +286,9 @@ class GatewayShaper:
                 return [f"the gateway has {netems} of its {expected} netem qdiscs"]
         return []
 
+    def close(self) -> None:
+        self.vm.close()
+
     def stop(self) -> None:
         self.vm.stop()
         run_all(unwire_commands(self.switch_ns, self.ports, BRIDGE), ignore_missing=True)
@@ -390,6 +397,9 @@ class DirectShaper:
             out = self.tb.exec(host.name, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
             lines += [f"{host.name}: {ln}" for ln in out.splitlines()]
         return lines
+
+    def close(self) -> None:
+        """Nothing held open: each change is a tcconfig command."""
 
     def stop(self) -> None:
         """Every host's eth0 back to the qdiscs recorded before the first shaping.

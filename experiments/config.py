@@ -67,6 +67,7 @@ LIST_FIELDS = (
     "write_cl",
     "records",
     "fault",
+    "trace",
 )
 
 
@@ -92,6 +93,7 @@ class Cell:
     write_cl: str | None = None
     records: int | None = None
     fault: str = "none"  # experiments.faults: what happens to the testbed during the cell
+    trace: str = "none"  # emulation.trace: a link trace replayed during the cell
 
     @property
     def ycsb(self) -> bool:
@@ -112,6 +114,10 @@ class Cell:
             fault = parse(self.fault)
             assert fault is not None
             base += f"-f{fault.label}"
+        if self.trace != "none":
+            from emulation.trace import load
+
+            base += f"-t{load(self.trace).label}"
         return f"{base}-r{self.repetition}"
 
     @property
@@ -175,6 +181,9 @@ class SweepConfig:
     # faults during a cell (experiments.faults): "none", "kill:e1@30%",
     # "partition:e0,e1|e2@20%-60%", ...; each is a grid dimension's value
     fault: tuple[str, ...] = ("none",)
+    # link traces replayed during cells (emulation.trace): "none", a shipped sample's
+    # name (emulation/traces/*.csv) or a CSV file; a grid dimension
+    trace: tuple[str, ...] = ("none",)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -298,6 +307,7 @@ class SweepConfig:
         pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
         self._validate_ycsb(pairs)
         self._validate_faults()
+        self._validate_traces()
         per_point = (WRITES in self.workload) + len(self.ycsb_workloads()) * math.prod(
             len(v or (None,))
             for v in (self.records, self.threads, self.target, self.read_cl, self.write_cl)
@@ -341,6 +351,22 @@ class SweepConfig:
                 raise ConfigError(
                     f"fault {f.text!r}: not with profile 'file' (its matrix is fixed)"
                 )
+
+    def _validate_traces(self) -> None:
+        """Every trace read and checked against every node count's hosts; traces act on
+        the paper's writes, over a profile's matrix (not a fixed links file)."""
+        from emulation.trace import load
+
+        object.__setattr__(self, "trace", _strings("trace", self.trace))
+        named = [t for t in self.trace if t != "none"]
+        if not named:
+            return
+        if self.ycsb_workloads():
+            raise ConfigError("link traces act on the paper's writes so far: not with YCSB")
+        for t in named:
+            trace = load(t)
+            for n in self.nodes:
+                trace.check(Topology(edge_nodes=n))
 
     def _validate_ycsb(self, pairs: list[tuple[int, int]]) -> None:
         """The YCSB dimensions: names, ranges, and every workload x level x records
@@ -434,7 +460,8 @@ class SweepConfig:
             for loss in self.loss_pct
             for r in self.rfs(n)
             for f in self.fault
-            for cell in self.workload_cells(Cell(n, r, lat, loss, rep, fault=f))
+            for tr in self.trace
+            for cell in self.workload_cells(Cell(n, r, lat, loss, rep, fault=f, trace=tr))
         ]
 
     def workload_cells(self, cell: Cell) -> list[Cell]:
@@ -501,6 +528,12 @@ class SweepConfig:
                 data.pop(name)
         if tuple(self.fault) == ("none",):  # and before faults
             data.pop("fault")
+        if tuple(self.trace) == ("none",):  # and before link traces
+            data.pop("trace")
+        else:  # what each trace says, not only its name
+            from emulation.trace import load
+
+            data["trace"] = [t if t == "none" else load(t).label for t in self.trace]
         for name in TESTBED_FIELDS:
             if name in data and data[name] is None:
                 data.pop(name)

@@ -560,6 +560,13 @@ class Shard:
         started = time.time()
         cpu0 = cpu_times()
         fault = self.fault = self.fault_runner(cell)
+        replay = self.trace_replay(cell)
+
+        def measuring() -> None:
+            if replay is not None:
+                replay.start()
+            if fault is not None:
+                fault.begin()
 
         def wrote(n: int) -> None:
             sweep.progress.wrote(self.name, n)
@@ -575,14 +582,27 @@ class Shard:
                 key_seed=f"{cfg.seed}:r{cell.repetition}",
                 warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
                 on_progress=wrote,
-                on_measuring=fault.begin if fault is not None else lambda: None,
+                on_measuring=measuring,
             )
         except BaseException:
             self.fault = None  # the cell is void; its cluster is checked as any other
             raise
         finally:
+            trace_log = None
+            if replay is not None:  # stopped, and the cell's own links back
+                trace_log = replay.stop()
+                emulation.set_links(tb, replay.base, replay_shaper(tb))
             if fault is not None:
                 fault.finish()  # partition healed, paused nodes continued, whatever happened
+        if trace_log is not None:
+            if trace_log["error"]:
+                raise ComponentLost(
+                    f"the link trace failed: {trace_log['error']}", recoverable=True
+                )
+            self.note(
+                f"trace {cell.trace}: {trace_log['applied']} of {trace_log['steps']} steps, "
+                f"at most {trace_log['max_late_ms'] or 0:.1f} ms late"
+            )
         cpu = cpu_busy(cpu0, cpu_times())
         fault_log = None
         if fault is not None:  # the testbed whole again before its check and the next cell
@@ -642,6 +662,8 @@ class Shard:
                 "cpu_util": cpu,
                 "fault": cell.fault if fault_log else None,
                 "fault_log": fault_log,
+                "trace": cell.trace if trace_log else None,
+                "trace_log": trace_log,
             },
             requests,
         )
@@ -662,6 +684,17 @@ class Shard:
     def faulted(self) -> frozenset[str]:
         """The nodes the running cell's fault took down on purpose (killed, restarting)."""
         return frozenset(self.fault.killed) if self.fault is not None else frozenset()
+
+    def trace_replay(self, cell: Cell) -> Any:
+        """The cell's link trace, ready to replay from its first measured write."""
+        if cell.trace == "none":
+            return None
+        from emulation.trace import Replay, load
+
+        tb = self.tb
+        assert tb is not None
+        shaper = shapers.for_testbed(tb, replay_shaper(tb))
+        return Replay(load(cell.trace), emulation.configured(tb), shaper.apply, shaper.close)
 
     def fault_runner(self, cell: Cell) -> Any:
         """The cell's fault, ready to apply while its writes run (None: no fault)."""
@@ -789,6 +822,11 @@ class Shard:
             estimate.cell_s(cfg, cell),
             f"{result.throughput_ops:.0f} ops/s, {parts} ms, {errors} errors",
         )
+
+
+def replay_shaper(tb: Testbed) -> str:
+    """The shaper the testbed's links were set with (a trace changes them the same way)."""
+    return shapers.emulation_state(tb).get("shaper") or "auto"
 
 
 LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed

@@ -46,6 +46,8 @@ MIGRATIONS = {
     4: (
         "ALTER TABLE cells ADD COLUMN fault TEXT",
         "ALTER TABLE cells ADD COLUMN fault_log TEXT",
+        "ALTER TABLE cells ADD COLUMN trace TEXT",
+        "ALTER TABLE cells ADD COLUMN trace_log TEXT",
     ),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
@@ -93,6 +95,8 @@ CREATE TABLE IF NOT EXISTS cells (
     records INTEGER,               -- YCSB: records the keyspace was loaded with
     fault TEXT,                    -- NULL or none: no fault; else experiments.faults' text
     fault_log TEXT,                -- JSON: when each step was applied, the recovery's times
+    trace TEXT,                    -- NULL or none: links fixed; else the link trace replayed
+    trace_log TEXT,                -- JSON: the trace's achieved schedule (emulation.trace)
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -173,9 +177,11 @@ CELL_COLUMNS = (
     "records",
     "fault",
     "fault_log",
+    "trace",
+    "trace_log",
 )
 YCSB_CELL = ("workload", "threads", "target", "read_cl", "write_cl", "records")
-FAULT_CELL = ("fault", "fault_log")
+FAULT_CELL = ("fault", "fault_log", "trace", "trace_log")
 # cell columns that may be left NULL (a writes cell has no YCSB settings, most no fault)
 OPTIONAL = ("shard", "cpu_util", "worker", *YCSB_CELL, *FAULT_CELL)
 YCSB_OP_COLUMNS = (
@@ -242,6 +248,8 @@ COLUMN_TYPES = {
     "records": "integer",
     "fault": "text",
     "fault_log": "text",
+    "trace": "text",
+    "trace_log": "text",
     "op": "text",
     "intended": "integer",
     "count": "integer",
@@ -566,7 +574,7 @@ class Store:
                     json.dumps(cell[c])
                     if c == "shaping"
                     else (json.dumps(cell[c]) if cell.get(c) is not None else None)
-                    if c == "fault_log"
+                    if c in ("fault_log", "trace_log")
                     else cell.get(c)
                     if c in OPTIONAL
                     else cell[c]
@@ -656,7 +664,8 @@ class Store:
         ):
             cell = dict(zip(CELL_COLUMNS, row, strict=True))
             cell["shaping"] = json.loads(cell["shaping"])
-            cell["fault_log"] = json.loads(cell["fault_log"]) if cell["fault_log"] else None
+            for c in ("fault_log", "trace_log"):
+                cell[c] = json.loads(cell[c]) if cell[c] else None
             out.append(cell)
         return out
 

@@ -90,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
         "kill:e1@30%%, pause:e1@30%%-60%%, restart:e1@30%%, partition:e0,e1|e2@20%%-60%%, "
         "links:e0-e1:delay=200,loss=10@20%%-60%%; several: none,kill:e1@30%%",
     )
+    p.add_argument(
+        "--trace",
+        help="link traces replayed during cells (emulation.trace; a grid dimension): none, "
+        "a shipped sample (lte-handover, ...) or a CSV file, e.g. none,lte-handover",
+    )
     p.add_argument("--threads", help="YCSB client threads, e.g. 1,8,32 (default 1)")
     p.add_argument("--target", help="YCSB target ops/s (open loop), e.g. 100,500 (default none)")
     p.add_argument("--read-cl", help="YCSB read levels, e.g. ONE,QUORUM (default ONE)")
@@ -179,6 +184,7 @@ FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf", "fault"] | None]] = {
     "writes": ("writes", None),
     "workload": ("workload", str),
     "fault": ("fault", "fault"),
+    "trace": ("trace", str),
     "threads": ("threads", int),
     "target": ("target", int),
     "read_cl": ("read_cl", str),

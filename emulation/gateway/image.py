@@ -44,7 +44,7 @@ MODULES = (
 REAL_IP = "/opt/gw/ip"
 REAL_TC = "/opt/gw/tc"
 SYNC_MARK = "@@gateway-sync"
-IMAGE_FORMAT = 1
+IMAGE_FORMAT = 2  # 2: tc's delay distribution tables (jitter) are in the image
 
 # The guest's init: modules, a bridge over every virtio port, then a persistent
 # `tc -batch` reading the command channel (ttyS1) and answering on it.
@@ -147,6 +147,7 @@ def build(*, force: bool = False, progress=print) -> GatewayImage:
         "busybox": _apt_version("busybox-static"),
         "ip": _sha256(Path(ip_bin)),
         "tc": _sha256(Path(tc_bin)),
+        "tc_dist": {str(f): _sha256(f) for f in tc_distributions()},
         "init": hashlib.sha256(INIT_SCRIPT.encode()).hexdigest(),
         "modules": list(MODULES),
     }
@@ -268,9 +269,27 @@ def _initramfs_files(
     )
     files[REAL_IP.lstrip("/")] = (stat.S_IFREG | 0o755, ip_bin.read_bytes())
     files[REAL_TC.lstrip("/")] = (stat.S_IFREG | 0o755, tc_bin.read_bytes())
+    # netem's delay distributions (jitter: "distribution normal"), where tc looks for them
+    for dist in tc_distributions():
+        parts = dist.parent.parts[1:]
+        for i in range(1, len(parts) + 1):
+            files.setdefault("/".join(parts[:i]), (stat.S_IFDIR | 0o755, b""))
+        files[str(dist).lstrip("/")] = (stat.S_IFREG | 0o644, dist.read_bytes())
     for lib in sorted(_shared_libraries(ip_bin) | _shared_libraries(tc_bin)):
         files[lib.lstrip("/")] = (stat.S_IFREG | 0o755, Path(lib).read_bytes())
     return files
+
+
+def tc_distributions() -> list[Path]:
+    """The host's tc distribution tables (normal.dist, pareto.dist, ...): iproute2 reads
+    them from its library directory when netem is given jitter."""
+    for d in (*sorted(Path("/usr/lib").glob("*/tc")), Path("/usr/lib/tc"), Path("/usr/lib64/tc")):
+        found = sorted(d.glob("*.dist"))
+        if found:
+            return found
+    raise ConfigError(
+        "tc's distribution tables (normal.dist) are missing: apt-get install iproute2"
+    )
 
 
 def _shared_libraries(binary: Path) -> set[str]:

@@ -110,3 +110,47 @@ def test_when_a_step_is_due():
     assert not at.due(299, 1000, 99.0) and at.due(300, 1000, 0.0)
     secs = faults.Offset(5, "s")
     assert not secs.due(1000, 1000, 4.9) and secs.due(0, 1000, 5.0)
+
+
+def test_traces_read_checked_and_stepped(tmp_path):
+    from emulation import trace
+
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "t_s,src,dst,delay_ms,jitter_ms,loss_pct,rate_mbit\n"
+        "0,*,*,10,,,\n2,e0,e1,40,5,1,\n2,e1,e0,40,5,1,\n5,e0,*,0,,,\n"
+    )
+    t = trace.load(str(path))
+    assert [s.t_s for s in t.steps] == [0, 2, 5] and t.duration_s == 5
+    top = Topology(edge_nodes=2)
+    t.check(top)
+    (_, m0), (_, m1), (_, m2) = t.matrices(links.uniform(top, 20, 0))
+    assert m0.link("ep", "e1").delay_ms == 10
+    assert m1.link("e0", "e1") == links.Link(40, 5, 1) and m1.link("e1", "ep").delay_ms == 10
+    assert not m2.link("e0", "ep").shaped and m2.link("e1", "e0").delay_ms == 40
+    with pytest.raises(ConfigError, match="names host 'e0'"):
+        t.check(Topology(edge_nodes=1, edge_names=("x0",)))
+    for sample in ("lte-handover", "lte-3g-fallback", "lte-bufferbloat"):
+        trace.load(sample).check(Topology(edge_nodes=3))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("t_s,src,dst\n0,e0,e1\n", "no column 'delay_ms'"),
+        ("t_s,src,dst,delay_ms,color\n0,e0,e1,5,red\n", "unknown column 'color'"),
+        ("t_s,src,dst,delay_ms\n5,e0,e1,5\n1,e0,e1,5\n", "line 3: t_s 1 must be"),
+        ("t_s,src,dst,delay_ms\n0,e0,e0,5\n", "src and dst must be two hosts"),
+        ("t_s,src,dst,delay_ms\n0,e0,e1,fast\n", "delay_ms 'fast' is not a number"),
+        ("t_s,src,dst,delay_ms,jitter_ms\n0,e0,e1,5,9\n", "jitter_ms \\(9\\) cannot exceed"),
+    ],
+)
+def test_bad_traces_are_one_line_errors(tmp_path, text, message):
+    from emulation import trace
+
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        trace.load(str(path))
+    with pytest.raises(ConfigError, match="no such file, nor a shipped sample"):
+        trace.load(str(tmp_path / "missing.csv"))
