@@ -53,12 +53,13 @@ def availability(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         touched = [0, 0]  # [writes, errors] whose replicas include a faulty node
         untouched = [0, 0]
         for r in reqs:
-            t = r["t_start_ns"]
+            # a write in flight when the fault was made is during it, not before it
+            start, end = r["t_start_ns"], r["t_start_ns"] + r["rtt_ns"]
             phase = (
                 "before"
-                if made is None or t < made
+                if made is None or end < made
                 else "during"
-                if healed is None or t < healed
+                if healed is None or start < healed
                 else "after"
             )
             err = r["error"] is not None
@@ -145,8 +146,9 @@ def format_availability(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{_pct(r['replica_ok_errors'], r['replica_ok_writes']):>7} {rec:>30}"
         )
     lines.append(
-        "errors in % of the writes started before, during and after the fault; during it, "
-        "split by whether the write's replicas included a faulty node"
+        "errors in % of the writes that ended before the fault was made, were under way "
+        "while it lasted, or started after it was healed; during it, split by whether the "
+        "write's replicas included a faulty node"
     )
     return "\n".join(lines)
 

@@ -33,7 +33,6 @@ from testbed.state import RunState
 
 from . import estimate, plan
 from .config import Cell, SweepConfig
-from .faults import describe as faults_describe
 from .progress import Progress
 from .store import Store
 from .summary import stats_ms
@@ -606,7 +605,8 @@ class Shard:
         cpu = cpu_busy(cpu0, cpu_times())
         fault_log = None
         if fault is not None:  # the testbed whole again before its check and the next cell
-            self.note(f"fault {cell.fault}: " + (faults_describe(fault.events) or "never due"))
+            if not fault.events:
+                self.note(f"fault {cell.fault}: never due (the writes ended first)")
             recovery = fault.recover()
             self.note(
                 f"recovered from {cell.fault} in {recovery['hints_delivered_s']:.1f} s "
