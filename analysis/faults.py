@@ -23,6 +23,15 @@ def window_ns(cell: Mapping[str, Any]) -> tuple[int | None, int | None]:
     events = (cell.get("fault_log") or {}).get("events") or []
     made = next((e["at_ns"] for e in events if e.get("step") == "make"), None)
     healed = next((e["at_ns"] for e in events if e.get("step") == "heal"), None)
+    # a node started again (kill@A-B, restart) is back when it serves CQL, not when its
+    # start began: the fault lasts until the last one is back
+    back = [
+        e["at_ns"] + int(e["ready_s"] * 1e9)
+        for e in events
+        if e.get("step") == "started" and e.get("ready_s") is not None
+    ]
+    if back and (healed is not None or any(e.get("what") == "restart" for e in events)):
+        healed = max(back)
     return made, healed
 
 
@@ -35,8 +44,9 @@ def faulty_nodes(text: str) -> set[str]:
     if f.kind in ("kill", "pause", "restart"):
         return set(f.nodes)
     if f.kind == "partition":
-        sizes = [(len(g), g) for g in f.groups]
-        return set(min(sizes)[1])
+        # the smallest group; of equal ones, the first named (deterministic)
+        sizes = [(len(g), i) for i, g in enumerate(f.groups)]
+        return set(f.groups[min(sizes)[1]])
     return {h for p in f.pairs for h in p}
 
 

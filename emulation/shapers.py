@@ -343,7 +343,7 @@ class DirectShaper:
             structures[host.name] = tcgen.generate(
                 direct_rules(self.tb.topology, host),
                 tcgen.run_tcset_via(
-                    functools.partial(self.tb.exec_argv, host.name),
+                    functools.partial(self.tb.exec_argv, host.name, limited=False),
                     str(Path(self.tb.python).parent / "tcset"),
                 ),
             )
@@ -359,7 +359,7 @@ class DirectShaper:
         return time.monotonic() - t0
 
     def _batch(self, host: str, lines: Sequence[str]) -> None:
-        argv = self.tb.exec_argv(host, ["tc", "-batch", "-"])
+        argv = self.tb.exec_argv(host, ["tc", "-batch", "-"], limited=False)
         proc = subprocess.run(
             argv,
             input="".join(f"{ln}\n" for ln in lines),

@@ -209,6 +209,8 @@ class Replay:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+            if self._thread.is_alive():  # a change still under way could land after this
+                self.error = self.error or "a change did not return within 30 s of the stop"
         self.close()
         late = [abs(s["late_ms"]) for s in self.schedule]  # off schedule, either way
         return {

@@ -334,7 +334,13 @@ class SweepConfig:
         sweep) and act on the paper's writes."""
         from .faults import parse
 
-        object.__setattr__(self, "fault", _strings("fault", self.fault))
+        object.__setattr__(
+            self,
+            "fault",
+            _strings(
+                "fault", [f.lower() if f.strip().lower() == "none" else f for f in self.fault]
+            ),
+        )
         faults = [parse(f) for f in self.fault]
         if not any(faults):
             return
@@ -357,10 +363,24 @@ class SweepConfig:
         the paper's writes, over a profile's matrix (not a fixed links file)."""
         from emulation.trace import load
 
-        object.__setattr__(self, "trace", _strings("trace", self.trace))
+        object.__setattr__(
+            self,
+            "trace",
+            _strings(
+                "trace", [t.lower() if t.strip().lower() == "none" else t for t in self.trace]
+            ),
+        )
         named = [t for t in self.trace if t != "none"]
         if not named:
             return
+        from .faults import parse
+
+        changing = [f for f in self.fault if (p := parse(f)) and p.kind in ("partition", "links")]
+        if changing:  # both would drive the shaper at once, each undoing the other's
+            raise ConfigError(
+                f"fault {changing[0]!r} changes links, and so does a trace: not in one grid "
+                f"(run them as two sweeps)"
+            )
         if self.ycsb_workloads():
             raise ConfigError("link traces act on the paper's writes so far: not with YCSB")
         for t in named:

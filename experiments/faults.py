@@ -27,8 +27,8 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from emulation import api as emulation_api
@@ -80,7 +80,7 @@ class Fault:
     nodes: tuple[str, ...] = ()
     groups: tuple[tuple[str, ...], ...] = ()
     pairs: tuple[tuple[str, str], ...] = ()
-    link: Link | None = None
+    values: tuple[tuple[str, float], ...] = ()  # a links fault's settings (the rest: the cell's)
     start: Offset = Offset(0.0, "%")
     end: Offset | None = None
 
@@ -119,7 +119,7 @@ def parse(text: str) -> Fault | None:
     """A fault from its text (None for ``none``); ConfigError (one line) otherwise."""
     spec = str(text).strip()
     if spec.lower() == NONE:
-        return None
+        return None  # NONE, None: the same
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in KINDS:
         raise ConfigError(
@@ -170,7 +170,10 @@ def parse(text: str) -> Fault | None:
             values[names[k.strip()]] = float(v.strip().removesuffix("ms").removesuffix("%"))
         except ValueError:
             raise ConfigError(f"fault {spec!r}: {v!r} is not a number") from None
-    return Fault(spec, "links", pairs=tuple(pairs), link=Link(**values), start=start, end=end)
+    Link(**values)  # the values alone must make a link (0..100 % loss, jitter <= delay)
+    return Fault(
+        spec, "links", pairs=tuple(pairs), values=tuple(values.items()), start=start, end=end
+    )
 
 
 def split_list(text: str) -> list[str]:
@@ -196,9 +199,10 @@ def faulted_matrix(base: LinkMatrix, fault: Fault) -> LinkMatrix:
         for s, d in list(links):
             if s in where and d in where and where[s] != where[d]:
                 links[(s, d)] = cut
-    elif fault.kind == "links" and fault.link is not None:
-        for a, b in fault.pairs:
-            links[(a, b)] = links[(b, a)] = fault.link
+    elif fault.kind == "links":
+        for a, b in fault.pairs:  # the fault's values over the cell's: the rest stays
+            for s, d in ((a, b), (b, a)):
+                links[(s, d)] = Link(**{**asdict(links[(s, d)]), **dict(fault.values)})
     return LinkMatrix(
         base.topology, {k: v for k, v in links.items() if v.shaped}, profile=base.profile
     )
@@ -228,6 +232,7 @@ class Runner:
     starts: list[tuple[threading.Thread, dict[str, Any]]] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)
     shaped: bool = False
+    error: BaseException | None = None
 
     def __post_init__(self) -> None:
         self.fault.check(self.tb.topology)
@@ -260,7 +265,11 @@ class Runner:
 
     def _tick(self) -> None:
         while not self._stop.wait(0.02):
-            self._fire()
+            try:
+                self._fire()
+            except Exception as exc:  # noqa: BLE001 - kept, raised by finish()
+                self.error = self.error or exc
+                return
 
     def _fire(self) -> None:
         if self._t0 is None:
@@ -280,9 +289,9 @@ class Runner:
             if f.kind == "kill":
                 for n in f.nodes:
                     if step == "make":
+                        self.killed.add(n)  # first: the sweep's watch expects it dead
                         tb.nodes[n].signal(signal.SIGKILL)
                         tb.nodes[n].wait_exit(10)
-                        self.killed.add(n)
                     else:
                         self._start_later(n)
             elif f.kind == "pause":
@@ -336,8 +345,8 @@ class Runner:
                     event["stopped_s"] = round(time.monotonic() - t, 3)
                 self._start(name)
                 event["ready_s"] = round(time.monotonic() - t, 3)
-            except TestbedError as exc:  # recover() tries again and fails loudly
-                event["error"] = str(exc).splitlines()[0]
+            except Exception as exc:  # noqa: BLE001 - recover() tries again, loudly
+                event["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
 
         thread = threading.Thread(target=start, name=f"start-{name}", daemon=True)
         self.starts.append((thread, event))
@@ -361,6 +370,8 @@ class Runner:
             if self.shaped and self.base is not None:
                 emulation_api.set_links(self.tb, self.base, self.shaper)
                 self.shaped = False
+        if self.error is not None:
+            raise FaultError(f"fault {self.fault.text!r}: {self.error}") from self.error
 
     def recover(self, timeout_s: float = RECOVERY_TIMEOUT_S) -> dict[str, Any]:
         """Killed nodes started again, then every node UN as seen from every node and no
@@ -368,7 +379,10 @@ class Runner:
         t0 = time.monotonic()
         out: dict[str, Any] = {"restarted": sorted(self.killed)}
         for n in sorted(self.killed):
-            self._start(n)
+            if self.tb.nodes[n].alive():  # a start thread got it up after all
+                self.killed.discard(n)
+            else:
+                self._start(n)
         out["restart_s"] = round(time.monotonic() - t0, 3)
         deadline = time.monotonic() + timeout_s
         nodes = [h.name for h in self.tb.topology.edges]
@@ -401,7 +415,3 @@ def _no_hints(text: str) -> bool:
     table with a header line and one line per target."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return not lines or "does not have any pending hints" in text or len(lines) <= 1
-
-
-def describe(events: Sequence[dict[str, Any]]) -> str:
-    return "; ".join(f"{e['what']} at {e['writes_done']} writes" for e in events)

@@ -572,6 +572,8 @@ class Shard:
             if fault is not None:
                 fault.progress(n)
 
+        failed: BaseException | None = None
+        rows: list[dict[str, Any]] = []
         try:
             rows = worker.run(
                 keyspace=keyspace(cell.rf),
@@ -583,37 +585,56 @@ class Shard:
                 on_progress=wrote,
                 on_measuring=measuring,
             )
-        except BaseException:
-            self.fault = None  # the cell is void; its cluster is checked as any other
-            raise
-        finally:
-            trace_log = None
-            if replay is not None:  # stopped, and the cell's own links back
+        except BaseException as exc:
+            failed = exc
+        # Whatever happened: the trace stopped and the cell's links back, the partition
+        # healed, paused nodes continued; each step tried even when another failed.
+        problems: list[str] = []
+        trace_log = None
+        if replay is not None:
+            try:
                 trace_log = replay.stop()
                 emulation.set_links(tb, replay.base, replay_shaper(tb))
-            if fault is not None:
-                fault.finish()  # partition healed, paused nodes continued, whatever happened
+                if trace_log["error"]:
+                    problems.append(f"the link trace failed: {trace_log['error']}")
+            except Exception as exc:  # noqa: BLE001 - the cell fails below, with this
+                problems.append(f"restoring the links after the trace: {exc}")
+        if fault is not None:
+            try:
+                fault.finish()
+            except Exception as exc:  # noqa: BLE001 - the cell fails below, with this
+                problems.append(str(exc))
+        if failed is not None or problems:
+            # A void cell: its cluster whole again (killed nodes started) for the next
+            # attempt, unless the sweep is being stopped (then it is torn down anyway).
+            if fault is not None and not isinstance(failed, (KeyboardInterrupt, plan.Stopped)):
+                try:
+                    fault.recover()
+                except Exception as exc:  # noqa: BLE001 - the check after says what is broken
+                    self.note(f"fault {cell.fault}: the cluster is not whole again: {exc}")
+            self.fault = None
+            if failed is not None:
+                raise failed
+            raise ComponentLost("; ".join(problems), recoverable=True)
         if trace_log is not None:
-            if trace_log["error"]:
-                raise ComponentLost(
-                    f"the link trace failed: {trace_log['error']}", recoverable=True
-                )
             self.note(
                 f"trace {cell.trace}: {trace_log['applied']} of {trace_log['steps']} steps, "
-                f"at most {trace_log['max_late_ms'] or 0:.1f} ms late"
+                f"at most {trace_log['max_late_ms'] or 0:.1f} ms off schedule"
             )
         cpu = cpu_busy(cpu0, cpu_times())
         fault_log = None
         if fault is not None:  # the testbed whole again before its check and the next cell
             if not fault.events:
                 self.note(f"fault {cell.fault}: never due (the writes ended first)")
-            recovery = fault.recover()
+            try:
+                recovery = fault.recover()
+            finally:
+                self.fault = None
             self.note(
                 f"recovered from {cell.fault} in {recovery['hints_delivered_s']:.1f} s "
                 f"(restart {recovery['restart_s']:.1f} s, all UN {recovery['all_up_s']:.1f} s)"
             )
             fault_log = {"fault": cell.fault, "events": fault.events, "recovery": recovery}
-            self.fault = None
         # A component that broke during the cell voids it: a dead node or gateway, a host
         # that lost its namespace, shaping that is gone. Never stored as complete.
         check_components(tb, thorough=True)

@@ -199,11 +199,16 @@ class Layout:
     v1_parents: tuple[tuple[str, Path], ...] = ()
 
     def dirs(self, name: str) -> dict[str, Path]:
-        """controller (``""`` for v2) -> the cgroup directory of ``name``."""
+        """controller (``""`` for v2) -> the cgroup directory of ``name``; controllers
+        mounted together (v1 ``cpu,cpuacct``) share one directory, named once."""
         if self.version == 2:
             assert self.v2_parent is not None
             return {"": self.v2_parent / name}
-        return {ctrl: parent / name for ctrl, parent in self.v1_parents}
+        out: dict[str, Path] = {}
+        for ctrl, parent in self.v1_parents:
+            if parent / name not in out.values():
+                out[ctrl] = parent / name
+        return out
 
 
 def _mounts() -> list[tuple[str, Path, set[str]]]:
@@ -283,15 +288,41 @@ def _write(path: Path, value: str) -> None:
         raise StateError(f"cannot write {value!r} to {path}: {exc.strerror or exc}") from None
 
 
+def needed_v2(res: Resources) -> list[str]:
+    """The v2 controllers ``res`` uses."""
+    out = []
+    for ctrl, used in (
+        ("cpu", res.cpu is not None),
+        ("cpuset", res.cpuset is not None),
+        ("memory", res.memory_mb is not None),
+        ("io", res.read_mbps is not None or res.write_mbps is not None),
+    ):
+        if used:
+            out.append(ctrl)
+    return out
+
+
+def check_v2_root(lay: Layout, controllers: Sequence[str]) -> None:
+    """The controllers must be enabled for the root's children already: the testbed
+    never changes the root cgroup (not its own; other software manages it)."""
+    assert lay.v2_parent is not None
+    root = lay.v2_parent.parent
+    have = set((root / "cgroup.subtree_control").read_text().split())
+    missing = [c for c in controllers if c not in have]
+    if missing:
+        raise ConfigError(
+            f"node resources need the {', '.join(missing)} controller(s) enabled in "
+            f"{root}/cgroup.subtree_control, which the testbed does not change: "
+            f"echo '{' '.join('+' + c for c in missing)}' > {root}/cgroup.subtree_control"
+        )
+
+
 def _enable_v2(parent: Path, controllers: Sequence[str]) -> None:
-    """The controllers enabled for ``parent``'s children, and for ``parent`` in its own
-    parent (the root's are only added to, never removed)."""
-    for directory in (parent.parent, parent):
-        have = set((directory / "cgroup.subtree_control").read_text().split())
-        available = set((directory / "cgroup.controllers").read_text().split())
-        missing = [c for c in controllers if c not in have and c in available]
-        if missing:
-            _write(directory / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
+    """The controllers enabled for the children of ``parent`` (ours: edgetb/)."""
+    have = set((parent / "cgroup.subtree_control").read_text().split())
+    missing = [c for c in controllers if c not in have]
+    if missing:
+        _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
 
 
 def block_device(path: Path) -> str:
@@ -316,8 +347,9 @@ def create(lay: Layout, name: str, res: Resources, data_dir: Path) -> dict[str, 
     dirs = lay.dirs(name)
     if lay.version == 2:
         parent = dirs[""].parent
+        check_v2_root(lay, needed_v2(res))
         parent.mkdir(exist_ok=True)
-        _enable_v2(parent, V2_CONTROLLERS)
+        _enable_v2(parent, needed_v2(res))
     for ctrl, d in dirs.items():
         if ctrl == "cpuset":  # v1: a cpuset has no CPUs until given its parent's
             _inherit_cpuset(d.parent)
@@ -348,8 +380,8 @@ def apply(lay: Layout, dirs: Mapping[str, Path], res: Resources, data_dir: Path)
     """Write ``res`` into a host's cgroup (also to change them at run time)."""
     if lay.version == 2:
         d = dirs[""]
-        quota = "max" if res.cpu is None else str(max(1000, round(res.cpu * PERIOD_US)))
-        _write(d / "cpu.max", f"{quota} {PERIOD_US}")
+        if res.cpu is not None:
+            _write(d / "cpu.max", f"{max(1000, round(res.cpu * PERIOD_US))} {PERIOD_US}")
         if res.cpuset is not None:
             _write(d / "cpuset.cpus", format_cpuset(parse_cpuset(res.cpuset)))
         if res.memory_mb is not None:
@@ -420,8 +452,9 @@ def cpu_usage_s(dirs: Mapping[str, str | Path]) -> float:
             if key == "usage_usec":
                 return int(value) / 1e6
         raise StateError(f"no usage_usec in {dirs['']}/cpu.stat")
-    if "cpuacct" in dirs:
-        return int((Path(dirs["cpuacct"]) / "cpuacct.usage").read_text()) / 1e9
+    for d in dirs.values():  # cpuacct's own hierarchy, or mounted with cpu
+        if (Path(d) / "cpuacct.usage").is_file():
+            return int((Path(d) / "cpuacct.usage").read_text()) / 1e9
     raise StateError("no CPU accounting for this cgroup (cpuacct is not mounted)")
 
 
@@ -543,6 +576,11 @@ def parse_flag(name: str, text: str | None) -> dict[str, Any]:
     # per host: e0=1,e1=0.5 (or ; between hosts, for cpusets with commas: e0=0,1;e1=2)
     sep_hosts = ";" if ";" in str(text) else ","
     parts = str(text).split(sep_hosts) if "=" in str(text) else [str(text)]
+    if len(parts) > 1 and not all("=" in p for p in parts):
+        raise ConfigError(
+            f"{flag} {text!r}: per host, every part is HOST=VALUE (between hosts ';' when a "
+            f"value has commas: e0=0,1;e1=2)"
+        )
     for part in parts:
         host, sep, value = part.partition("=")
         if not sep:

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RunSelectionError, StateError, StateFileError
+
+_SAVING = threading.RLock()  # RunState.save, across threads
 
 PREFIX = "tb"
 STATE_FILE = "state.json"
@@ -78,13 +81,16 @@ class RunState:
 
     def save(self) -> None:
         """Write atomically (temp file + rename), so a crash never leaves half a state."""
-        data = asdict(self)
-        data.pop("run_dir")
-        # A temp file of this process's own: another process saving at the same moment
-        # (a command given --force on a run in use) must not rename ours away.
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        # One thread at a time (a fault's node start and a trace may save at once): the
+        # temp file is per process, and asdict must not race a change to the dicts.
+        with _SAVING:
+            data = asdict(self)
+            data.pop("run_dir")
+            # A temp file of this process's own: another process saving at the same moment
+            # (a command given --force on a run in use) must not rename ours away.
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
 
     @classmethod
     def load(cls, run_dir: Path) -> RunState:

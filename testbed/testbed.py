@@ -440,12 +440,17 @@ class Testbed:
             env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only
         return env
 
-    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
-        """The argument list that runs ``argv`` on ``host`` with its environment set."""
+    def exec_argv(self, host: str, argv: Sequence[str], *, limited: bool = True) -> list[str]:
+        """The argument list that runs ``argv`` on ``host`` with its environment set.
+        ``limited=False``: outside the host's device limits (netns cgroups) — the
+        testbed's own tools (nodetool, tc), which no device would run on itself and
+        which must not eat the node's CPU quota or memory."""
         if self.backend is None:
             raise StateError("testbed is not up")
         env = [f"{k}={v}" for k, v in self.environment(host).items()]
-        return self.backend.exec_argv(host, ["env", *env, *argv])
+        if limited:
+            return self.backend.exec_argv(host, ["env", *env, *argv])
+        return self.backend.exec_argv(host, ["env", *env, *argv], limited=False)
 
     def exec(
         self,
@@ -471,7 +476,7 @@ class Testbed:
             raise StateError("testbed is not up")  # as exec_argv would say
         java = self.backend.tool_java(self.java.path)
         argv = [java, *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
-        return run(self.exec_argv(host, argv), timeout=timeout).stdout
+        return run(self.exec_argv(host, argv, limited=False), timeout=timeout).stdout
 
     def status(self) -> list[dict[str, Any]]:
         """Per host: name, role, address, and Cassandra's state as one live node sees it."""

@@ -38,8 +38,9 @@ class Backend(Protocol):
     def destroy(self) -> None:
         """Remove every object recorded in the state or carrying the run's prefix."""
 
-    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
-        """The argument list that runs ``argv`` on ``host``."""
+    def exec_argv(self, host: str, argv: Sequence[str], *, limited: bool = True) -> list[str]:
+        """The argument list that runs ``argv`` on ``host`` (``limited``: within the
+        host's device limits, where the backend has any)."""
 
     def pids(self, host: str) -> list[int]:
         """PIDs of processes running on ``host`` (for cleanup)."""

@@ -145,9 +145,13 @@ class NetnsBackend:
 
     @staticmethod
     def validate(topology: Topology, options: dict) -> None:
-        """Node resources need cgroups with the cpu and memory controllers."""
+        """Node resources need cgroups with the cpu and memory controllers (v2: enabled
+        at the root already; the testbed does not change the root cgroup)."""
         if options.get("resources"):
-            cgroups.require_layout()
+            lay = cgroups.require_layout()
+            if lay.version == 2:
+                for res in cgroups.resolve_spec(options["resources"], topology).values():
+                    cgroups.check_v2_root(lay, cgroups.needed_v2(res))
 
     @property
     def resources(self) -> dict[str, cgroups.Resources]:
@@ -230,10 +234,10 @@ class NetnsBackend:
             ]
         return out
 
-    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+    def exec_argv(self, host: str, argv: Sequence[str], *, limited: bool = True) -> list[str]:
         self.topology.host(host)  # raises ConfigError for an unknown host
         inside = ["ip", "netns", "exec", namespace_name(self.state.run_id, host), *argv]
-        dirs = self.cgroup_dirs.get(host)
+        dirs = self.cgroup_dirs.get(host) if limited else None
         # the cgroup first: under `ip netns exec` the cgroup file systems are not mounted
         return cgroups.join_argv(dirs, inside) if dirs else inside
 

@@ -289,7 +289,7 @@ class RemoteBackend:
     ssh: SSH
     hosts: dict[str, RemoteHost]
 
-    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+    def exec_argv(self, host: str, argv: Sequence[str], *, limited: bool = True) -> list[str]:
         # `python` and `tcset` are the testbed venv's, as on the controller under netns.
         path = (
             f"{Path(GUEST_PYTHON).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:"

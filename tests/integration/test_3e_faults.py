@@ -1,5 +1,5 @@
 """Faults during a measurement, for real: a sweep kills a node of a 3-node cluster at 30 %
-of a cell's writes; at RF 3 (LOCAL_QUORUM: 2 of 3) the writes keep succeeding, errors
+of a cell's writes; at RF 3 (QUORUM: 2 of 3) the writes keep succeeding, errors
 only while the driver has not yet seen the node go (counted), while at RF 1 the writes
 whose only replica is the dead node fail. The node is started again after each cell and
 the recovery timed. A partition made and healed through the shaper shows in the ping."""
@@ -29,7 +29,7 @@ def swept(tmp_path_factory):
         [sys.executable, "-m", "experiments.sweep", "--nodes", "3", "--rf", "1,3",
          "--latency", "10", "--loss", "0", "--profile", "uniform", "--writes", str(WRITES),
          "--warmup", "20", "--cluster-warmup", "50", "--verify-probes", "0",
-         "--fault", "kill:e1@30%", "--out", str(out)],
+         "--cl", "QUORUM", "--fault", "kill:e1@30%", "--out", str(out)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]

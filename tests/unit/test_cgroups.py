@@ -19,6 +19,8 @@ def test_one_value_for_every_edge_node_or_per_host():
     assert cgroups.parse_flag("cpuset", "0,1") == {"*": "0,1"}
     assert cgroups.parse_flag("cpuset", "e0=0,1;e1=1") == {"e0": "0,1", "e1": "1"}
     assert cgroups.parse_flag("memory_mb", None) == {}
+    with pytest.raises(ConfigError, match="every part is HOST=VALUE"):
+        cgroups.parse_flag("cpuset", "e0=0,1,e1=2")
     with pytest.raises(ConfigError, match="--node-memory: cannot read 'lots' as int"):
         cgroups.parse_flag("memory_mb", "lots")
 
@@ -108,6 +110,17 @@ def test_the_v1_and_v2_layouts_name_one_directory_per_hierarchy():
     assert v1.dirs("tb-abc123-e0") == {
         "cpu": Path("/sys/fs/cgroup/cpu/edgetb/tb-abc123-e0"),
         "memory": Path("/sys/fs/cgroup/memory/a/edgetb/tb-abc123-e0"),
+    }
+    # cpu and cpuacct mounted together (systemd's v1 layout): one directory, named once
+    both = cgroups.Layout(
+        1,
+        v1_parents=(
+            ("cpu", Path("/sys/fs/cgroup/cpu,cpuacct/edgetb")),
+            ("cpuacct", Path("/sys/fs/cgroup/cpu,cpuacct/edgetb")),
+        ),
+    )
+    assert both.dirs("tb-abc123-e0") == {
+        "cpu": Path("/sys/fs/cgroup/cpu,cpuacct/edgetb/tb-abc123-e0")
     }
     assert cgroups.run_of_cgroup("tb-abc123-e0") == "abc123"
     assert cgroups.run_of_cgroup("tb-abc12-e0") is None

@@ -24,7 +24,7 @@ def test_the_grammar():
     assert p.end == faults.Offset(0.6, "%")
     s = faults.parse("links:e0-e1,e1-e2:delay=200,loss=10@5s-10s")
     assert s is not None and s.pairs == (("e0", "e1"), ("e1", "e2"))
-    assert s.link == links.Link(delay_ms=200, loss_pct=10)
+    assert dict(s.values) == {"delay_ms": 200, "loss_pct": 10}
     assert s.start == faults.Offset(5, "s")
     assert faults.parse("none") is None
 
@@ -84,6 +84,33 @@ def test_labels_are_one_to_one_and_cells_without_a_fault_keep_their_ids():
     assert plain != SweepConfig(**grid, fault=("kill:e1@30%",)).fingerprint()  # type: ignore[arg-type]
 
 
+def test_none_in_any_case_and_no_link_fault_with_a_trace():
+    grid = {"nodes": (3,), "rf": (3,), "latency_ms": (20.0,), "loss_pct": (0.5,)}
+    assert SweepConfig(**grid, fault=("NONE",)).fault == ("none",)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="lists a value twice"):
+        SweepConfig(**grid, fault=("none", "None"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="changes links, and so does a trace"):
+        SweepConfig(**grid, fault=("partition:e0|e1@1s",), trace=("lte-handover",))  # type: ignore[arg-type]
+    SweepConfig(**grid, fault=("kill:e1@30%",), trace=("lte-handover",))  # type: ignore[arg-type]
+
+
+def test_the_fault_window_ends_when_a_started_node_is_back():
+    from analysis.faults import window_ns
+
+    events = [
+        {"step": "make", "what": "kill", "at_ns": 100},
+        {"step": "heal", "what": "heal kill", "at_ns": 200},
+        {"step": "started", "what": "start e1", "at_ns": 200, "ready_s": 3.0},
+    ]
+    assert window_ns({"fault_log": {"events": events}}) == (100, 200 + 3_000_000_000)
+    restart = [
+        {"step": "make", "what": "restart", "at_ns": 100},
+        {"step": "started", "what": "start e1", "at_ns": 100, "ready_s": 1.0, "stopped_s": 0.5},
+    ]
+    assert window_ns({"fault_log": {"events": restart}}) == (100, 100 + 1_000_000_000)
+    assert window_ns({"fault_log": {"events": events[:1]}}) == (100, None)
+
+
 def test_faults_need_the_netns_backend_and_the_writes():
     with pytest.raises(ConfigError, match="netns backend"):
         SweepConfig(backend="libvirt", fault=("kill:e1@30%",))
@@ -102,7 +129,10 @@ def test_a_partition_cuts_the_groups_apart_and_keeps_the_rest():
     assert cut.link("ep", "e0") == base.link("ep", "e0")  # the endpoint reaches everyone
     slow = faults.faulted_matrix(base, faults.parse("links:e0-e1:delay=200@1s"))  # type: ignore[arg-type]
     assert slow.link("e0", "e1").delay_ms == 200 == slow.link("e1", "e0").delay_ms
+    assert slow.link("e0", "e1").loss_pct == 0.5  # the cell's loss stays: only delay given
     assert slow.link("e0", "e2") == base.link("e0", "e2")
+    lossy = faults.faulted_matrix(base, faults.parse("links:e0-e1:loss=10@1s"))  # type: ignore[arg-type]
+    assert lossy.link("e1", "e0") == links.Link(20, 0, 10)  # the cell's 20 ms stays
 
 
 def test_when_a_step_is_due():
