@@ -171,6 +171,8 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .plots import _save as save_figure
+
     made = []
     for c in cells:
         reqs = c.get("requests") or []
@@ -206,12 +208,6 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
         )
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
-        stem = out / f"fault_{c['cell_id']}"
-        paths = []
-        for fmt in ("png", "svg"):
-            path = stem.with_suffix(f".{fmt}")
-            fig.savefig(path, dpi=110, bbox_inches="tight")
-            paths.append(path)
-        plt.close(fig)
-        made.append({"name": stem.name, "paths": paths, "series": 2})
+        name = f"fault_{c['cell_id']}"  # ids have dots (p0.5): no with_suffix here
+        made.append({"name": name, "paths": save_figure(fig, out, name), "series": 2})
     return made

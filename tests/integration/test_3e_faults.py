@@ -88,6 +88,9 @@ def test_the_analysis_shows_the_fault_and_the_recovery(swept):
     table = (out / "analysis" / "faults.txt").read_text()
     assert "kill:e1@30%" in table, table
     assert len(list((out / "analysis").glob("fault_*.svg"))) == 2
+    # every figure the report links to is there under its own name (cell ids have dots)
+    for name in json.loads((out / "analysis" / "figures.json").read_text())["figures"]:
+        assert (out / "analysis" / f"{name}.png").is_file(), name
     report = (out / "report.html").read_text()
     assert "Faults: availability and recovery" in report
     # the fault cells are not points of the paper's RTT curves

@@ -184,3 +184,24 @@ def test_bad_traces_are_one_line_errors(tmp_path, text, message):
         trace.load(str(path))
     with pytest.raises(ConfigError, match="no such file, nor a shipped sample"):
         trace.load(str(tmp_path / "missing.csv"))
+
+
+def test_a_fault_figure_keeps_a_cell_id_with_dots_whole(tmp_path):
+    """Cell ids have dots (p0.5): the figure is saved under the whole id, which the
+    report links to (Path.with_suffix cut it at p0.)."""
+    from analysis.faults import figures
+
+    reqs = [
+        {"t_start_ns": 10**9 * i, "rtt_ns": 40_000_000, "error": None if i % 5 else "Unavailable"}
+        for i in range(20)
+    ]
+    cell = {
+        "cell_id": "n3-rf3-l20-p0.5-fkill_e1@30p-r1", "fault": "kill:e1@30%", "trace": None,
+        "nodes": 3, "rf": 3, "cl": "QUORUM", "latency_ms": 20.0, "loss_pct": 0.5,
+        "requests": reqs,
+        "fault_log": {"events": [{"step": "make", "what": "kill", "at_ns": 5 * 10**9}]},
+    }  # fmt: skip
+    (made,) = figures([cell], tmp_path)
+    assert made["name"] == "fault_n3-rf3-l20-p0.5-fkill_e1@30p-r1"
+    for fmt in ("png", "svg"):
+        assert (tmp_path / f"{made['name']}.{fmt}").is_file()
