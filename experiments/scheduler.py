@@ -725,13 +725,12 @@ class Shard:
         if fault is None:
             return None
         assert self.tb is not None
-        shaping = shapers.emulation_state(self.tb)
         runner = faults.Runner(
             self.tb,
             fault,
             self.config.writes,
             base=emulation.configured(self.tb),
-            shaper=shaping.get("shaper") or "auto",
+            shaper=replay_shaper(self.tb),
             say=self.note,
         )
         runner.prepare()
@@ -846,7 +845,8 @@ class Shard:
 
 
 def replay_shaper(tb: Testbed) -> str:
-    """The shaper the testbed's links were set with (a trace changes them the same way)."""
+    """The shaper the testbed's links were set with (a trace or a fault changes them the
+    same way)."""
     return shapers.emulation_state(tb).get("shaper") or "auto"
 
 

@@ -28,7 +28,7 @@ import re
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ PARENT = "edgetb"  # shared by every run: never removed (another run may be maki
 NAME_RE = re.compile(r"^tb-([0-9a-f]{6})-([a-z][a-z0-9]{0,11})$")
 PERIOD_US = 100_000  # the CFS period the quota is a share of
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
-V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io")
 JVM_OVERHEAD_MB = 160  # metaspace, code cache, threads, direct buffers of a small node
 
 
@@ -63,19 +62,6 @@ class Resources:
     @property
     def limited(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self) if f.name != "profile")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Resources:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ConfigError(
-                f"unknown node resources {sorted(unknown)} (known: {', '.join(sorted(known))})"
-            )
-        return cls(**data)
 
     def check(self, cpus: Sequence[int] | None = None) -> None:
         """ConfigError (one line) for a value no cgroup would take."""
@@ -537,11 +523,6 @@ def find(run_id: str | None = None, *, depth: int = 4) -> dict[str, dict[str, st
                 elif level < depth and not m:
                     stack.append((c, level + 1))
     return out
-
-
-def run_of_cgroup(name: str) -> str | None:
-    m = NAME_RE.match(name)
-    return m.group(1) if m else None
 
 
 # -- node resources from flags and config files -------------------------------------------

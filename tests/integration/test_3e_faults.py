@@ -102,16 +102,21 @@ def test_the_analysis_shows_the_fault_and_the_recovery(swept):
         assert_no_residue(cluster["testbed_run"])
 
 
-def _ping_loss(tb: Testbed, src: str, dst: str) -> int:
-    """% of 20 ICMP echoes from ``src`` to ``dst`` unanswered (emulation.probe, the
-    project's own ping: the machine may have none)."""
+def _probe(tb: Testbed, src: str, dst: str, count: int) -> dict:
+    """``count`` ICMP echoes from ``src`` to ``dst`` (emulation.probe, the project's own
+    ping: the machine may have none): {"sent": n, "rtt_us": [answered ...]}."""
     proc = tb.exec(
         src,
-        [tb.python, "-m", "emulation.probe", tb.address(dst), "--count", "20",
+        [tb.python, "-m", "emulation.probe", tb.address(dst), "--count", str(count),
          "--interval", "0.02", "--wait", "1"],
         timeout=60,
     )  # fmt: skip
-    got = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def _ping_loss(tb: Testbed, src: str, dst: str) -> int:
+    """% of 20 echoes unanswered."""
+    got = _probe(tb, src, dst, 20)
     return round(100 * (got["sent"] - len(got["rtt_us"])) / got["sent"])
 
 
@@ -176,13 +181,7 @@ def test_a_trace_of_three_steps_is_replayed_on_schedule(tmp_path):
 
 
 def _median_rtt(tb: Testbed, src: str, dst: str) -> float:
-    proc = tb.exec(
-        src,
-        [tb.python, "-m", "emulation.probe", tb.address(dst), "--count", "10",
-         "--interval", "0.02", "--wait", "1"],
-        timeout=60,
-    )  # fmt: skip
-    rtts = sorted(json.loads(proc.stdout)["rtt_us"])
+    rtts = sorted(_probe(tb, src, dst, 10)["rtt_us"])
     return rtts[len(rtts) // 2] / 1000
 
 

@@ -122,5 +122,6 @@ def test_the_v1_and_v2_layouts_name_one_directory_per_hierarchy():
     assert both.dirs("tb-abc123-e0") == {
         "cpu": Path("/sys/fs/cgroup/cpu,cpuacct/edgetb/tb-abc123-e0")
     }
-    assert cgroups.run_of_cgroup("tb-abc123-e0") == "abc123"
-    assert cgroups.run_of_cgroup("tb-abc12-e0") is None
+    m = cgroups.NAME_RE.match("tb-abc123-e0")
+    assert m is not None and m.group(1) == "abc123"
+    assert cgroups.NAME_RE.match("tb-abc12-e0") is None
