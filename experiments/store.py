@@ -347,6 +347,31 @@ def _added_column(statement: str) -> tuple[str, str]:
     return words[2], words[5]
 
 
+def _create(path: Path) -> None:
+    """Make an empty store at ``path`` in one step: built beside it under a name of this
+    process's own, then linked into place. A reader (analysis, a test polling a running
+    sweep) never sees a file that has no schema yet, and a kill midway leaves no
+    half-made store. When another process made the store first, its store is kept."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        con = sqlite3.connect(tmp)
+        try:
+            con.execute("PRAGMA journal_mode = WAL")
+            with con:
+                con.executescript(SCHEMA)
+                con.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        finally:
+            con.close()  # the last connection: SQLite checkpoints and removes the WAL
+        try:
+            os.link(tmp, path)  # unlike rename, never replaces a store made meanwhile
+        except FileExistsError:
+            pass
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+
+
 class Store:
     """A results directory's SQLite store. Safe against kill -9 (SQLite transactions).
 
@@ -385,6 +410,7 @@ class Store:
         else:
             check_writable_dir(self.dir)
             self.dir.mkdir(parents=True, exist_ok=True)
+            _create(self.path)
         if read_only:
             self.db = sqlite3.connect(
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s

@@ -276,6 +276,48 @@ def test_an_empty_store_file_left_by_a_kill_is_reused(tmp_path):
         assert s.runs() == []
 
 
+def test_a_reader_polling_a_store_being_made_sees_no_store_or_a_whole_one(tmp_path):
+    """A test or an analysis polling a sweep that is just starting: the store appears
+    whole (schema in it) or not at all, never as an empty or schema-less file."""
+    from testbed.errors import ConfigError
+
+    dirs = [tmp_path / f"out{i}" for i in range(30)]
+    seen: list[str] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            for d in dirs:
+                if (d / DB_NAME).exists():
+                    try:
+                        with Store(d, read_only=True) as s:
+                            seen.append(f"ok {len(s.runs())}")
+                    except (ConfigError, sqlite3.Error) as exc:
+                        seen.append(f"{type(exc).__name__}: {exc}")
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for d in dirs:
+            Store(d).close()
+    finally:
+        done.set()
+        reader.join()
+    assert seen and all(s == "ok 0" for s in seen), sorted(set(seen))
+    assert not [p for d in dirs for p in d.iterdir() if ".new-" in p.name]  # nothing left
+
+
+def test_a_store_made_meanwhile_by_another_process_is_kept(tmp_path):
+    from experiments.store import _create
+
+    with Store(tmp_path) as s:
+        s.begin_run("run1", "fp", "name", {}, {})
+    _create(tmp_path / DB_NAME)  # lost the race: links nothing, removes its own copy
+    with Store(tmp_path, read_only=True) as s:
+        assert [r.run_id for r in s.runs()] == ["run1"]
+    assert not [p for p in tmp_path.iterdir() if ".new-" in p.name]
+
+
 def test_results_directory_must_be_a_writable_directory(tmp_path):
     from experiments.store import check_writable_dir
     from testbed.errors import ConfigError
