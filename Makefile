@@ -45,9 +45,10 @@ lint: python
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The whole suite: unit tests, then integration tests on real namespaces and Cassandra.
+# The whole suite: unit tests, then integration tests on real namespaces and Cassandra;
+# the 25 slowest tests are listed at the end, to keep the suite under its time budget.
 test: install
-	$(PY) -m pytest -ra $(PYTEST_ARGS) tests/unit tests/integration
+	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS) tests/unit tests/integration
 
 unit: python
 	$(PY) -m pytest -ra tests/unit

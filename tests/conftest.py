@@ -1,11 +1,27 @@
+import atexit
 import os
+import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 # Tests keep their runs apart from a researcher's own (~/.edgetb); the Cassandra cache
 # (~/.cache/edgetb) is shared so it is assembled once.
-os.environ.setdefault("EDGETB_HOME", tempfile.mkdtemp(prefix="edgetb-tests-"))
+if "EDGETB_HOME" not in os.environ:
+    _HOME = tempfile.mkdtemp(prefix="edgetb-tests-")
+    os.environ["EDGETB_HOME"] = _HOME
+
+    @atexit.register
+    def _remove_home() -> None:
+        """The session's state directory goes with it, unless a run is still recorded
+        there (a leak: kept so `python -m testbed clean` with this EDGETB_HOME finds it)."""
+        runs = Path(_HOME, "runs")
+        if runs.is_dir() and any(runs.iterdir()):
+            print(f"edgetb: runs left recorded in {runs}; kept for `clean`", file=sys.stderr)
+            return
+        shutil.rmtree(_HOME, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
