@@ -16,6 +16,7 @@ import time
 from collections import Counter, defaultdict
 
 import pytest
+from scipy.stats import binomtest
 
 from experiments.store import Store
 from testbed.errors import ConfigError
@@ -159,10 +160,13 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     """`python -m analysis.model` as a user runs it: the prediction at 20 ms (from the
     0 ms cells and the configured links, nothing fitted) agrees with the measurement.
 
-    Tolerance: the median within 5 % (a wrong round-trip count would be off by 25-50 %),
-    and the mean within the model's 10 % or inside the measured mean's 95 % bootstrap
-    CI: at 50 writes and 0.5 % loss, one write more or less that waited for TCP's 250 ms
-    retransmission moves the mean by 5 ms of ~85."""
+    Tolerance: the median within 5 % (a wrong round-trip count would be off by 25-50 %).
+    The mean is checked in its two parts, as the model builds it: the writes no loss
+    touched (their mean within 10 %), and how many waited for a retransmission, which
+    must be a plausible draw from the predicted probability (binomial test, p >= 0.001).
+    The mean itself is not: at 50 writes and 0.5 % loss, 3 writes instead of the
+    expected 0.8 that waited for TCP's 250 ms timer (a 4 % chance per cell; CI met it)
+    move it by 16 %, with the model right."""
     out, *_ = small_grid
     proc = subprocess.run(
         [sys.executable, "-m", "analysis.model", str(out), "--json"],
@@ -176,7 +180,12 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     assert sorted(c["rf"] for c in at_20) == [1, 2, 3]
     for c in at_20:
         assert abs(c["error_median"]) <= 0.05, c
-        assert abs(c["error_mean"]) <= 0.10 or c["within_ci"], c
+        hit_m, hit_p = c["measured_hit_fraction"], c["predicted_hit_fraction"]
+        body_m = c["measured_body_ms"] / (1 - hit_m)  # the mean of the untouched writes
+        body_p = c["predicted_body_ms"] / (1 - hit_p)
+        assert abs(body_p - body_m) <= 0.10 * body_m, (body_p, body_m, c)
+        hits = round(hit_m * c["n"])
+        assert binomtest(hits, c["n"], hit_p).pvalue >= 0.001, (hits, hit_p, c)
     (group,) = data["groups"]
     assert (group["nodes"], group["cells"], group["profile"]) == (NODES, 3, "uniform")
     report = (out / "report.html").read_text()
