@@ -334,13 +334,7 @@ class SweepConfig:
         sweep) and act on the paper's writes."""
         from .faults import parse
 
-        object.__setattr__(
-            self,
-            "fault",
-            _strings(
-                "fault", [f.lower() if f.strip().lower() == "none" else f for f in self.fault]
-            ),
-        )
+        object.__setattr__(self, "fault", _strings("fault", self.fault, none=True))
         faults = [parse(f) for f in self.fault]
         if not any(faults):
             return
@@ -363,13 +357,7 @@ class SweepConfig:
         the paper's writes, over a profile's matrix (not a fixed links file)."""
         from emulation.trace import load
 
-        object.__setattr__(
-            self,
-            "trace",
-            _strings(
-                "trace", [t.lower() if t.strip().lower() == "none" else t for t in self.trace]
-            ),
-        )
+        object.__setattr__(self, "trace", _strings("trace", self.trace, none=True))
         named = [t for t in self.trace if t != "none"]
         if not named:
             return
@@ -779,7 +767,9 @@ def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _strings(name: str, values: Any, upper: bool = False) -> tuple[str, ...]:
+def _strings(name: str, values: Any, upper: bool = False, none: bool = False) -> tuple[str, ...]:
+    """Names, stripped (``upper``: in upper case; ``none``: ``none`` in any case is
+    ``none``, the dimension's "nothing" value), each once."""
     values = _as_tuple(name, values)
     if not values:
         raise ConfigError(f"{name} is empty: the grid needs at least one value")
@@ -787,7 +777,8 @@ def _strings(name: str, values: Any, upper: bool = False) -> tuple[str, ...]:
     for v in values:
         if not isinstance(v, str) or not v.strip():
             raise ConfigError(f"{name} values must be names, got {v!r}")
-        out.append(v.strip().upper() if upper else v.strip())
+        v = v.strip().upper() if upper else v.strip()
+        out.append("none" if none and v.lower() == "none" else v)
     if len(set(out)) != len(out):
         raise ConfigError(f"{name} lists a value twice: {out}")
     return tuple(out)

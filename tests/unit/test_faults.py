@@ -87,6 +87,9 @@ def test_labels_are_one_to_one_and_cells_without_a_fault_keep_their_ids():
 def test_none_in_any_case_and_no_link_fault_with_a_trace():
     grid = {"nodes": (3,), "rf": (3,), "latency_ms": (20.0,), "loss_pct": (0.5,)}
     assert SweepConfig(**grid, fault=("NONE",)).fault == ("none",)  # type: ignore[arg-type]
+    # one name, not a list (as a config file may give it), as for every other dimension
+    assert SweepConfig(**grid, fault="kill:e1@30%").fault == ("kill:e1@30%",)  # type: ignore[arg-type]
+    assert SweepConfig(**grid, trace="NONE").trace == ("none",)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="lists a value twice"):
         SweepConfig(**grid, fault=("none", "None"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="changes links, and so does a trace"):
