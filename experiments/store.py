@@ -347,6 +347,14 @@ def _added_column(statement: str) -> tuple[str, str]:
     return words[2], words[5]
 
 
+def _ensure_schema(db: sqlite3.Connection) -> None:
+    """Every table of this schema (those a store lacks are added), and the schema's
+    version where none is recorded yet."""
+    db.executescript(SCHEMA)
+    if db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() is None:
+        db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+
 def _create(path: Path) -> None:
     """Make an empty store at ``path`` in one step: built beside it under a name of this
     process's own, then linked into place. A reader (analysis, a test polling a running
@@ -359,8 +367,7 @@ def _create(path: Path) -> None:
         try:
             con.execute("PRAGMA journal_mode = WAL")
             with con:
-                con.executescript(SCHEMA)
-                con.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                _ensure_schema(con)
         finally:
             con.close()  # the last connection: SQLite checkpoints and removes the WAL
         try:
@@ -426,9 +433,7 @@ class Store:
             self.db.execute(f"PRAGMA max_page_count = {int(max_pages)}")
         if not read_only:
             with self._writing():
-                self.db.executescript(SCHEMA)
-                if self._schema_version() is None:
-                    self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                _ensure_schema(self.db)
             if self._schema_version() in MIGRATIONS:
                 self._migrate()
         version = self._schema_version()

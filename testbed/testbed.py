@@ -448,9 +448,7 @@ class Testbed:
         if self.backend is None:
             raise StateError("testbed is not up")
         env = [f"{k}={v}" for k, v in self.environment(host).items()]
-        if limited:
-            return self.backend.exec_argv(host, ["env", *env, *argv])
-        return self.backend.exec_argv(host, ["env", *env, *argv], limited=False)
+        return self.backend.exec_argv(host, ["env", *env, *argv], limited=limited)
 
     def exec(
         self,
