@@ -7,10 +7,11 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install system python cassandra ycsb gateway image lint test unit sweep bench clean-testbed
+.PHONY: install system python cassandra ycsb shaper gateway image lint test unit sweep bench clean-testbed
 
-install: cassandra ycsb gateway image
+install: cassandra ycsb shaper gateway image
 	$(PY) -m testbed check
+	$(PY) -m emulation shaper check
 	$(PY) -m emulation gateway check
 
 system:
@@ -29,6 +30,11 @@ cassandra: python
 # YCSB and the Java driver (Maven Central) and the project's CQL binding (javac); cached.
 ycsb: python
 	$(PY) -m experiments.ycsb install
+
+# The host shaper's delayer (C, libnetfilter_queue; ~1 s; cached on its source): the
+# default shaper where the kernel has no sch_netem.
+shaper: python
+	$(PY) -m emulation shaper build
 
 # The netem gateway VM image (kernel, busybox, ip/tc) from Debian packages; cached.
 gateway: python

@@ -1,4 +1,4 @@
-"""python -m emulation {set,show,clear,verify,gateway build} on a running testbed."""
+"""python -m emulation {set,show,clear,verify,shaper build,gateway build}."""
 
 from __future__ import annotations
 
@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="confidence level of the loss interval",
     )
     v.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("shaper", help="the host shaper's delayer (kernels without netem)")
+    b.add_argument("action", choices=["build", "check"], help="build it, or check it exists")
+    b.add_argument("--force", action="store_true")
 
     g = sub.add_parser("gateway", help="the netem gateway VM image")
     g.add_argument("action", choices=["build", "check"], help="build it, or check it exists")
@@ -205,6 +209,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shaper(args: argparse.Namespace) -> int:
+    from . import hostshaper
+
+    if args.action == "check":
+        path = hostshaper.binary_path()
+        missing = hostshaper.needed_tools()
+        if not path.is_file() or missing:
+            raise TestbedError(
+                f"host shaper: {'built' if path.is_file() else 'not built'}"
+                + (f", {', '.join(missing)} missing" if missing else "")
+                + " (`make shaper`)"
+            )
+        print(f"  host shaper: present ({path})")
+        return 0
+    print(f"  host shaper: {hostshaper.build(force=args.force)}")
+    return 0
+
+
 def cmd_gateway(args: argparse.Namespace) -> int:
     from .gateway import image
 
@@ -220,6 +242,7 @@ COMMANDS = {
     "show": cmd_show,
     "clear": cmd_clear,
     "verify": cmd_verify,
+    "shaper": cmd_shaper,
     "gateway": cmd_gateway,
 }
 

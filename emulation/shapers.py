@@ -1,7 +1,11 @@
-"""Shapers apply a LinkMatrix to a running testbed, both through tcconfig:
+"""Shapers apply a LinkMatrix to a running testbed:
 
-- ``direct``: where the kernel has sch_netem, on each host's own eth0 (sender egress);
-- ``gateway``: where it has not, in the netem gateway VM (loss applied in the network).
+- ``direct``: tcconfig's netem on each host's own eth0 (sender egress), wherever the
+  kernel has sch_netem (and always inside VMs and inventory hosts);
+- ``host``: where the kernel has no netem, a compiled delayer on the machine fed by
+  netfilter queues inside the testbed's namespaces (``emulation.hostshaper``);
+- ``gateway``: tcconfig's netem in a gateway VM routing the testbed (kept to test the
+  tcconfig-on-netem path on kernels without netem; ``--shaper gateway``).
 
 A shaper records what it built in the run's state file; ``for_testbed`` reattaches.
 """
@@ -13,6 +17,8 @@ import hashlib
 import json
 import os
 import secrets
+import select
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -22,13 +28,15 @@ from typing import Any, Protocol
 
 from testbed import qdisc
 from testbed.backends import backend_class
-from testbed.backends.netns import BRIDGE, switch_namespace
+from testbed.backends.netns import BRIDGE, list_prefixed_namespaces, switch_namespace
 from testbed.cassandra.dist import cache_root
+from testbed.cassandra.node import pid_alive
 from testbed.errors import CommandError, ConfigError, StateError
 from testbed.runner import run
 from testbed.state import namespace_name
 from testbed.testbed import Testbed
 
+from . import hostshaper as hs
 from . import tcgen
 from .gateway import image as gw_image
 from .gateway.vm import (
@@ -43,7 +51,7 @@ from .gateway.vm import (
 from .links import LinkMatrix
 from .tcgen import Rule, Structure
 
-SHAPERS = ("auto", "direct", "gateway")
+SHAPERS = ("auto", "direct", "host", "gateway")
 _netem_cache: bool | None = None
 
 
@@ -82,23 +90,37 @@ def netem_available() -> bool:
 
 
 def resolve(name: str, backend: str = "netns") -> str:
-    """auto -> direct where the kernel has netem, else gateway; ConfigError for unknown names.
+    """auto -> direct where the kernel has netem, else host; ConfigError for unknown names.
 
     VMs and inventory hosts (``libvirt``, ``hosts``) have kernels of their own with netem:
     they are always shaped directly, inside each host, as the paper's scripts did."""
     if name not in SHAPERS:
         raise ConfigError(f"unknown shaper {name!r} (choose from {', '.join(SHAPERS)})")
     if backend_class(backend).remote:
-        if name == "gateway":
+        if name in ("gateway", "host"):
             raise ConfigError(
                 f"the {backend} backend shapes inside its hosts: use --shaper direct (or auto)"
             )
         return "direct"
     if name == "auto":
-        return "direct" if netem_available() else "gateway"
+        return "direct" if netem_available() else "host"
     if name == "direct" and not netem_available():
-        raise ConfigError("this kernel has no sch_netem: use --shaper gateway (or auto)")
+        raise ConfigError("this kernel has no sch_netem: use --shaper host (or auto)")
     return name
+
+
+def preflight(name: str) -> None:
+    """What a resolved shaper needs on this machine, checked before anything starts
+    (ConfigError saying what to install)."""
+    if name == "host":
+        missing = hs.needed_tools()
+        if not hs.binary_path().is_file():
+            missing += hs.missing_build_inputs()
+        if missing:
+            raise ConfigError(
+                f"the host shaper needs {', '.join(missing)}: `make shaper` installs "
+                f"{hs.PACKAGES} and builds it"
+            )
 
 
 class Shaper(Protocol):
@@ -298,6 +320,7 @@ class GatewayShaper:
 
 
 DIRECT_DEVICE = "eth0"
+START_TIMEOUT_S = 10.0  # the delayer binds its queues in milliseconds
 
 
 class DirectShaper:
@@ -436,7 +459,215 @@ class DirectShaper:
         self.structures = None
 
 
-REGISTRY: dict[str, type[Shaper]] = {"direct": DirectShaper, "gateway": GatewayShaper}
+class HostShaper:
+    """A compiled delayer on the machine, fed by netfilter queues in the testbed's own
+    namespaces (``emulation.hostshaper``): the default where the kernel has no netem.
+
+    Each host queues what arrives on its eth0 from a shaped source; one delayer process
+    per testbed, in its switch namespace, holds each packet for its link's delay and
+    drops it with the link's loss. A change of the matrix is one message to the delayer
+    (and new queue rules only where a link becomes shaped or unshaped). Its state in the
+    run: the delayer's pid and control socket, the queued sources per host, and each
+    host's offload settings before (put back by ``stop``).
+    """
+
+    name = "host"
+    loss_location = (
+        "in the network (dropped at the receiver's ingress, before its stack: the sender "
+        "is not told and recovers by its timer)"
+    )
+
+    def __init__(self, tb: Testbed):
+        self.tb = tb
+        assert tb.state is not None
+        self.saved: dict[str, Any] | None = emulation_state(tb).get("host")
+        self.control = hs.Control(hs.socket_path(tb.state.run_dir, tb.run_id))
+
+    @property
+    def tag(self) -> str:
+        return f"edgetb.run={self.tb.run_id}:shaper"
+
+    def _ns(self, host: str) -> str:
+        return namespace_name(self.tb.run_id, host)
+
+    def _in(self, host: str, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self._ns(host), *argv]
+
+    def alive(self) -> bool:
+        return self.saved is not None and pid_alive(self.saved["pid"], f"--tag={self.tag}")
+
+    def start(self) -> float:
+        """Start the delayer and queue nothing yet (unshaped links are not queued)."""
+        if self.saved is not None and self.alive():
+            return 0.0
+        if self.tb.backend_name != "netns":
+            raise ConfigError("the host shaper serves the netns backend only")
+        if self.saved is not None:  # a delayer that died: its rules and record go first
+            self.stop()
+        t0 = time.monotonic()
+        binary = hs.build()
+        hosts = self.tb.topology.hosts
+        members = [hs.Member(h.name, h.address, f"/run/netns/{self._ns(h.name)}") for h in hosts]
+        state = emulation_state(self.tb)
+        # Recorded before anything is made, so a crash midway leaves what `stop` undoes.
+        self.saved = state["host"] = {"pid": None, "socket": self.control.path, "queued": {}}
+        _save(self.tb)
+        try:
+            offloads = {}
+            for h in hosts:
+                shown = run(self._in(h.name, ["ethtool", "-k", hs.DEVICE])).stdout
+                offloads[h.name] = hs.parse_offloads(shown)
+            self.saved["offloads"] = offloads
+            _save(self.tb)
+            for h in hosts:
+                wanted = {f: "off" for f in offloads[h.name]}
+                if wanted:
+                    run(self._in(h.name, hs.offload_argv(wanted)))
+                run(self._in(h.name, ["iptables-restore", "-w", "--noflush"]),
+                    input=hs.chain_setup_text())  # fmt: skip
+            self.saved["pid"] = self._spawn(binary, members)
+            _save(self.tb)
+        except BaseException:
+            self.stop()
+            raise
+        return time.monotonic() - t0
+
+    def _spawn(self, binary: Path, members: Sequence[hs.Member]) -> int:
+        assert self.tb.state is not None
+        sock = Path(self.control.path)
+        sock.parent.mkdir(parents=True, exist_ok=True)
+        argv = [
+            "ip", "netns", "exec", switch_namespace(self.tb.run_id),
+            *hs.delayer_argv(binary, sock, self.tag, members, dists=hs.dist_dir()),
+        ]  # fmt: skip
+        log_path = self.tb.state.run_dir / "shaper.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        assert proc.stdout is not None
+        ready = ""  # "ready PID", or nothing when it ended or hangs
+        if select.select([proc.stdout], [], [], START_TIMEOUT_S)[0]:
+            ready = proc.stdout.readline().decode(errors="replace")
+        proc.stdout.close()
+        if not ready and proc.poll() is None:
+            proc.kill()
+        if not ready.startswith("ready"):
+            proc.wait(timeout=10)
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise hs.ShaperError(
+                f"the host shaper did not start (exit {proc.returncode}): " + " / ".join(tail)
+            )
+        return proc.pid
+
+    def _queue(self, wanted: dict[str, list[str]]) -> None:
+        """Queue rules changed only in the namespaces whose shaped sources changed."""
+        assert self.saved is not None
+        queued = self.saved.setdefault("queued", {})
+        for host, sources in wanted.items():
+            if queued.get(host) == sources:
+                continue
+            run(self._in(host, ["iptables-restore", "-w", "--noflush"]),
+                input=hs.chain_rules_text(sources))  # fmt: skip
+            queued[host] = sources
+        _save(self.tb)
+
+    def apply(self, matrix: LinkMatrix) -> float:
+        self.start()
+        for link in matrix.links.values():
+            hs.check_link_supported(link)
+        t0 = time.monotonic()
+        # Links first, queues second: a newly queued packet finds its link's setting.
+        self.control.send(hs.matrix_lines(matrix.links))
+        addresses = {h.name: h.address for h in self.tb.topology.hosts}
+        self._queue(hs.shaped_sources(matrix.links, addresses))
+        return time.monotonic() - t0
+
+    def stats(self) -> dict[str, Any]:
+        """The delayer's counters: per link packets, drops, held; release lateness."""
+        return json.loads(self.control.send(["stats"])[0])
+
+    def problems(self, *, thorough: bool = False) -> list[str]:
+        """The delayer is not running (cheap); ``thorough``: it does not answer, or a
+        host's queue rules are not the ones set."""
+        if self.saved is None:
+            return []
+        if not self.alive():
+            return [f"the host shaper (pid {self.saved.get('pid')}) is not running"]
+        if not thorough:
+            return []
+        found = []
+        try:
+            self.control.ping()
+        except hs.ShaperError as exc:
+            found.append(str(exc))
+        for host, sources in (self.saved.get("queued") or {}).items():
+            proc = run(self._in(host, ["iptables", "-w", "-t", "raw", "-S", hs.CHAIN]),
+                       check=False)  # fmt: skip
+            present = hs.queued_sources(proc.stdout) if proc.returncode == 0 else None
+            if present != set(sources):
+                found.append(f"{host}: its queue rules are gone or changed")
+        return found
+
+    def show(self) -> list[str]:
+        if not self.alive():
+            return []
+        data = self.stats()
+        lines = [
+            f"{l['src']} -> {l['dst']}: delay {l['delay_ns'] / 1e6:g} ms"
+            f" jitter {l['jitter_ns'] / 1e6:g} ms ({l['dist']})"
+            f" loss {100 * l['loss_threshold'] / hs.LOSS_SCALE:.4g} %"
+            + (f" rate {l['rate_bps'] / 1e6:g} mbit" if l["rate_bps"] else "")
+            + f"; {l['packets']} packets, {l['dropped']} dropped, {l['held']} held"
+            for l in data["links"]
+            if l["packets"] or l["delay_ns"] or l["loss_threshold"]
+        ]
+        late = data["late_us"]
+        return lines + [
+            f"releases late by p50 {late['p50']} us, p99 {late['p99']} us "
+            f"(pid {data['pid']}, {data['released']} released)"
+        ]
+
+    def close(self) -> None:
+        """Nothing held open: each change is one connection to the control socket."""
+
+    def stop(self) -> None:
+        """Queue rules out first (traffic flows unshaped), then the delayer ended (it lets
+        what it holds go), offloads back as they were. Namespaces that are gone are
+        skipped: their rules went with them."""
+        saved = self.saved or emulation_state(self.tb).get("host") or {}
+        present = set(list_prefixed_namespaces(self.tb.run_id))
+        for host in self.tb.topology.hosts:
+            if self._ns(host.name) not in present:
+                continue
+            for argv in hs.chain_remove_argvs():
+                run(self._in(host.name, argv), check=False)
+            before = (saved.get("offloads") or {}).get(host.name)
+            if before:
+                run(self._in(host.name, hs.offload_argv(before)), check=False)
+        pid = saved.get("pid")
+        if pid is not None and pid_alive(pid, f"--tag={self.tag}"):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        Path(saved.get("socket") or self.control.path).unlink(missing_ok=True)
+        emulation_state(self.tb).pop("host", None)
+        _save(self.tb)
+        self.saved = None
+
+
+REGISTRY: dict[str, type[Shaper]] = {
+    "direct": DirectShaper,
+    "host": HostShaper,
+    "gateway": GatewayShaper,
+}
 
 
 def for_testbed(tb: Testbed, name: str = "auto") -> Shaper:

@@ -27,7 +27,7 @@ from .consistency import check_level, required_acks
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("round-robin", "token-aware")
-SHAPERS = ("auto", "gateway", "direct")
+SHAPERS = ("auto", "direct", "host", "gateway")
 JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
 MAX_CELLS = 100_000
@@ -275,7 +275,7 @@ class SweepConfig:
             raise ConfigError("the hosts backend needs inventory (--inventory FILE)")
         if self.subnet_pool is not None:
             pool_from(self.subnet_pool)
-        if backend_class(self.backend).remote and self.shaper == "gateway":
+        if backend_class(self.backend).remote and self.shaper in ("gateway", "host"):
             raise ConfigError(
                 f"the {self.backend} backend shapes inside its hosts: use shaper direct or auto"
             )

@@ -112,7 +112,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="round-robin (default, as the paper) or token-aware")
     p.add_argument("--seed", type=int, help="seed of the write keys (default 1)")
     p.add_argument("--backend", help="testbed backend (default netns)")
-    p.add_argument("--shaper", help="auto (default), gateway or direct")
+    p.add_argument(
+        "--shaper",
+        help="auto (default: direct where the kernel has netem, else host), direct, host "
+        "or gateway",
+    )
     p.add_argument("--out", metavar="DIR", help="results directory (default ./results)")
     p.add_argument(
         "--verify-probes",
@@ -249,11 +253,14 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 
 
 def preflight(config: SweepConfig) -> None:
-    """Checks that need no testbed: root, the gateway image when the gateway shapes."""
+    """Checks that need no testbed: root, the gateway image when the gateway shapes, the
+    host shaper's tools when it does."""
     if os.geteuid() != 0:
         raise ConfigError("the sweep builds network namespaces: run it as root")
-    if shapers.resolve(config.shaper, config.backend or "netns") == "gateway":
+    shaper = shapers.resolve(config.shaper, config.backend or "netns")
+    if shaper == "gateway":
         gateway_image.load()
+    shapers.preflight(shaper)
     if config.ycsb_workloads():  # YCSB and the binding installed (make install does it)
         from .ycsb import dist as ycsb_dist
 

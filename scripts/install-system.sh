@@ -12,7 +12,10 @@ packages=(
   maven               # assembles Cassandra from Maven Central
   python3 python3-venv python3-pip
   ca-certificates
-  qemu-system-x86     # the netem gateway VM (kernels without sch_netem), the VM backend
+  # the host shaper (kernels without sch_netem): netfilter queues in the testbed's
+  # namespaces, a delayer compiled at set-up, offloads off on the testbed's links
+  iptables libnetfilter-queue-dev libmnl-dev ethtool
+  qemu-system-x86     # the netem gateway VM (--shaper gateway), the VM backend
   # the libvirt backend: libvirtd, its network helper, the image build, SSH to the VMs,
   # and what building libvirt-python from PyPI needs
   libvirt-daemon-system libvirt-daemon-driver-qemu dnsmasq-base

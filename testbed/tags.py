@@ -9,10 +9,13 @@ import re
 from .cassandra.node import pid_alive
 
 # The tag as a whole argument: JVMs carry -Dedgetb.run=<run>:<host>, the gateway VM
-# `-name guest=edgetb.run=<run>:gateway`, SSH a ControlPath ending in it (and a connection
-# master retitles itself "ssh: <control path> [mux]").
+# `-name guest=edgetb.run=<run>:gateway`, the host shaper `--tag=edgetb.run=<run>:shaper`,
+# SSH a ControlPath ending in it (and a connection master retitles itself
+# "ssh: <control path> [mux]").
 TAG_RES = (
-    re.compile(rb"(?:-Dedgetb\.run=|guest=edgetb\.run=)([0-9a-f]{6}):[a-z][a-z0-9]{0,11}"),
+    re.compile(
+        rb"(?:-Dedgetb\.run=|guest=edgetb\.run=|--tag=edgetb\.run=)([0-9a-f]{6}):[a-z][a-z0-9]{0,11}"
+    ),
     re.compile(rb"(?:ControlPath=|ssh: )/\S*/edgetb\.run=([0-9a-f]{6}):\S+(?: \[mux\])?"),
 )
 

@@ -1,5 +1,6 @@
-"""Shaping a running cluster: measured RTT/loss match the configured links (real netem,
-in the gateway VM on kernels without it), nothing is restarted, clear restores baseline."""
+"""Shaping a running cluster with the machine's default shaper (tcconfig's netem where
+the kernel has it, the host shaper where it has not): measured RTT/loss match the
+configured links, nothing is restarted, clear restores the baseline."""
 
 import os
 

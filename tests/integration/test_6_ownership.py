@@ -1,8 +1,9 @@
 """A running sweep owns its testbed and its results directory: `clean` naming its run, a
 second sweep on the same directory, and `emulation set` / `down` without --run all leave
 it measuring, and its cells come out whole and shaped as configured. The same sweep then
-loses its gateway VM (kill -9) in the middle of a cell: the cell is voided, the gateway
-restarted and re-wired, the cell measured again, and the fault stored with the run."""
+loses its shaper (the host shaper's delayer, kill -9) in the middle of a cell: the cell
+is voided, the shaper started again, the cell measured again, and the fault stored with
+the run."""
 
 import os
 import signal
@@ -20,7 +21,7 @@ LATENCY = 20.0
 ARGS = [
     "--nodes", "3", "--rf", "1,2,3", "--latency", str(LATENCY), "--loss", "0.5",
     "--profile", "uniform", "--writes", "150", "--warmup", "10", "--cluster-warmup", "60",
-    "--verify-probes", "0", "--shaper", "gateway",
+    "--verify-probes", "0", "--shaper", "host",
 ]  # fmt: skip
 
 
@@ -49,7 +50,7 @@ def _cells_done(out) -> int:
         return len(store.cells())
 
 
-def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_gateway(
+def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_shaper(
     tmp_path,
 ):
     out = tmp_path / "results"
@@ -76,14 +77,14 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_
             assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
             assert f"{testbed_run} (in use by pid {sweep.pid}" in proc.stderr, proc.stderr
 
-        # the gateway dies while the second cell is measured
+        # the delayer dies while the second cell is measured
         deadline = time.monotonic() + 300
         while not _cells_done(out):
             assert sweep.poll() is None, sweep.stdout.read()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        gateway = RunState.load(home() / "runs" / testbed_run).extra["emulation"]["gateway"]
-        os.kill(gateway["pid"], signal.SIGKILL)  # a process of the sweep this test started
+        shaper = RunState.load(home() / "runs" / testbed_run).extra["emulation"]["host"]
+        os.kill(shaper["pid"], signal.SIGKILL)  # a process of the sweep this test started
 
         output, _ = sweep.communicate(timeout=900)
         assert sweep.returncode == 0, output[-3000:]
@@ -97,7 +98,7 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_
         cells = store.cells(run.run_id)
         assert len(cells) == 3
         (fault,) = run.manifest["faults"]
-        assert f"gateway VM (pid {gateway['pid']}) is not running" in fault["problem"]
+        assert f"host shaper (pid {shaper['pid']}) is not running" in fault["problem"]
         assert fault["recovery_s"] > 0
         for cell in cells:
             rtts_ms = [r / 1e6 for r in store.rtts_ns(run.run_id, cell["cell_id"])]

@@ -1,0 +1,123 @@
+"""The host shaper (the default where the kernel has no netem) on a testbed of its own:
+jitter drawn from netem's normal table, the paper's highest loss, a runtime change, a
+killed delayer detected and replaced, and nothing left once the testbed is down.
+
+Runs on any machine: ``--shaper host`` is asked for by name (elsewhere the default is
+the direct shaper)."""
+
+import json
+import os
+import signal
+import statistics
+import time
+
+import pytest
+
+from emulation import api, links, shapers
+from emulation.verify import PROBE_INTERVAL_S, binomial_interval, measure_pair
+from testbed import Testbed
+
+from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli, run_id_in
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Two edge nodes and the endpoint, no Cassandra: the network is what is tested."""
+    up = run_cli("up", "--nodes", "2", "--no-cassandra")
+    assert up.returncode == 0, up.stderr
+    run_id = run_id_in(up.stdout)
+    tb = Testbed.attach(run_id)
+    yield tb
+    down = run_cli("down", run=run_id)
+    assert down.returncode == 0, down.stderr
+    assert_no_residue(run_id)
+
+
+def _rtts_ms(tb, a, b, count):
+    argv = [tb.python, "-m", "emulation.probe", tb.address(b), "--count", str(count),
+            "--interval", str(PROBE_INTERVAL_S), "--wait", "1"]  # fmt: skip
+    data = json.loads(tb.exec(a, argv, timeout=count * PROBE_INTERVAL_S + 30).stdout)
+    return [us / 1000 for us in data["rtt_us"]], data["sent"]
+
+
+def _offloads(tb, host):
+    return tb.exec(host, ["ethtool", "-k", "eth0"]).stdout
+
+
+def test_jitter_has_the_configured_spread_and_loss_its_rate(small):
+    # 1 ms of normal jitter each way: a round trip spreads by sqrt(2) ms (netem's table
+    # has a standard deviation of exactly one unit); 1000 echoes give it within ~2 %.
+    matrix = links.uniform(small.topology, 20, 0, jitter_ms=1)
+    assert api.set_links(small, matrix, "host")["shaper"] == "host"
+    rtts, _ = _rtts_ms(small, "e0", "e1", 1000)
+    assert abs(statistics.median(rtts) - 40) <= rtt_tolerance_ms(40)
+    assert statistics.stdev(rtts) == pytest.approx(2**0.5, rel=0.10)
+    # the paper's highest loss, each way: an echo is lost when either leg is
+    matrix = links.uniform(small.topology, 5, 7.5)
+    api.set_links(small, matrix, "host")
+    rtts, sent = _rtts_ms(small, "e0", "e1", 3000)
+    expected = matrix.round_trip_loss_pct("e0", "e1")
+    low, high = binomial_interval(expected, sent, 0.99)
+    assert low <= 100 * (1 - len(rtts) / sent) <= high, (len(rtts), sent, expected)
+    # segments, not 64 KB aggregates, cross the shaped links
+    assert "tcp-segmentation-offload: off" in _offloads(small, "e0")
+
+
+def test_a_change_takes_effect_at_once_and_unshaped_links_are_not_queued(small):
+    api.set_links(small, links.uniform(small.topology, 50, 0), "host")
+    matrix = links.paper(small.topology, 10, 0)
+    api.set_links(small, matrix, "host")  # the endpoint's own egress is now unshaped
+    edge = measure_pair(small, matrix, "e0", "e1")
+    endpoint = measure_pair(small, matrix, "ep", "e0")
+    assert edge.median_rtt_ms is not None and endpoint.median_rtt_ms is not None
+    assert abs(edge.median_rtt_ms - 20) <= rtt_tolerance_ms(20), edge
+    assert abs(endpoint.median_rtt_ms - 10) <= rtt_tolerance_ms(10), endpoint
+    stats = shapers.for_testbed(small).stats()  # type: ignore[attr-defined]
+    ep_links = [l for l in stats["links"] if l["src"] == "ep"]
+    before = sum(l["packets"] for l in ep_links)
+    measure_pair(small, matrix, "ep", "e0")
+    after = shapers.for_testbed(small).stats()  # type: ignore[attr-defined]
+    assert sum(l["packets"] for l in after["links"] if l["src"] == "ep") == before
+
+
+def test_a_killed_delayer_is_detected_and_replaced(small):
+    matrix = links.uniform(small.topology, 10, 0)
+    api.set_links(small, matrix, "host")
+    pid = shapers.emulation_state(Testbed.attach(small.run_id))["host"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the delayer this test's testbed started
+    deadline = time.monotonic() + 5
+    while not api.problems(small) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert api.problems(small) == [f"the host shaper (pid {pid}) is not running"]
+    # queued packets find no listener: the shaped links are cut, not left unshaped
+    rtts, sent = _rtts_ms(small, "e0", "e1", 50)
+    assert (len(rtts), sent) == (0, 50)
+    api.clear(small, remove=True)  # what the sweep's recovery does
+    assert "tcp-segmentation-offload: on" in _offloads(small, "e0")
+    api.set_links(small, matrix, "host")
+    assert api.problems(small, thorough=True) == []
+    pair = measure_pair(small, matrix, "e0", "e1")
+    assert pair.median_rtt_ms is not None and abs(pair.median_rtt_ms - 20) <= rtt_tolerance_ms(20)
+
+
+def test_the_gateway_still_shapes_with_tcconfig_on_netem(small):
+    """``--shaper gateway`` keeps tcconfig's netem under test on kernels without netem."""
+    api.clear(small, remove=True)
+    matrix = links.uniform(small.topology, 20, 0)
+    assert api.set_links(small, matrix, "gateway")["shaper"] == "gateway"
+    pair = measure_pair(small, matrix, "e0", "e1")
+    assert pair.median_rtt_ms is not None, pair
+    assert abs(pair.median_rtt_ms - 40) <= rtt_tolerance_ms(40), pair
+    api.clear(small, remove=True)
+    assert not any(":gateway" in p for p in _tagged_cmdlines(small.run_id))
+
+
+def _tagged_cmdlines(run_id):
+    from testbed.tags import tagged_processes
+
+    found = []
+    for pid, rid in tagged_processes().items():
+        if rid == run_id:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+    return found
