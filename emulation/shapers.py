@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
@@ -523,14 +524,30 @@ class HostShaper:
                 wanted = {f: "off" for f in offloads[h.name]}
                 if wanted:
                     run(self._in(h.name, hs.offload_argv(wanted)))
-                run(self._in(h.name, ["iptables-restore", "-w", "--noflush"]),
-                    input=hs.chain_setup_text())  # fmt: skip
+            self.saved["iptables"] = self._chains([h.name for h in hosts])
             self.saved["pid"] = self._spawn(binary, members)
             _save(self.tb)
         except BaseException:
             self.stop()
             raise
         return time.monotonic() - t0
+
+    def _chains(self, hosts: list[str]) -> str:
+        """The chain and its jump made in every host; returns the iptables back end that
+        took them (the faster one where the kernel has its tables)."""
+        found = hs.variants()
+        if not found:
+            raise hs.ShaperError("no iptables-restore on this machine (`make shaper`)")
+        for i, variant in enumerate(found):
+            proc = run(self._in(hosts[0], hs.restore_argv(variant)),
+                       input=hs.chain_setup_text(), check=False)  # fmt: skip
+            if proc.returncode == 0:
+                break
+            if i == len(found) - 1:
+                raise CommandError(proc.args, proc.returncode, proc.stdout, proc.stderr)
+        for host in hosts[1:]:
+            run(self._in(host, hs.restore_argv(variant)), input=hs.chain_setup_text())
+        return variant
 
     def _spawn(self, binary: Path, members: Sequence[hs.Member]) -> int:
         assert self.tb.state is not None
@@ -568,12 +585,18 @@ class HostShaper:
         """Queue rules changed only in the namespaces whose shaped sources changed."""
         assert self.saved is not None
         queued = self.saved.setdefault("queued", {})
-        for host, sources in wanted.items():
-            if queued.get(host) == sources:
-                continue
-            run(self._in(host, ["iptables-restore", "-w", "--noflush"]),
-                input=hs.chain_rules_text(sources))  # fmt: skip
-            queued[host] = sources
+        variant = self.saved.get("iptables", "nft")
+        changed = {h: s for h, s in wanted.items() if queued.get(h) != s}
+        if not changed:
+            return
+        argv = hs.restore_argv(variant)
+        with ThreadPoolExecutor(max_workers=len(changed)) as pool:
+            done = pool.map(
+                lambda item: run(self._in(item[0], argv), input=hs.chain_rules_text(item[1])),
+                changed.items(),
+            )
+            list(done)  # raises the first failure
+        queued.update(changed)
         _save(self.tb)
 
     def apply(self, matrix: LinkMatrix) -> float:
@@ -605,9 +628,9 @@ class HostShaper:
             self.control.ping()
         except hs.ShaperError as exc:
             found.append(str(exc))
+        variant = self.saved.get("iptables", "nft")
         for host, sources in (self.saved.get("queued") or {}).items():
-            proc = run(self._in(host, ["iptables", "-w", "-t", "raw", "-S", hs.CHAIN]),
-                       check=False)  # fmt: skip
+            proc = run(self._in(host, hs.list_argv(variant)), check=False)
             present = hs.queued_sources(proc.stdout) if proc.returncode == 0 else None
             if present != set(sources):
                 found.append(f"{host}: its queue rules are gone or changed")
@@ -644,7 +667,7 @@ class HostShaper:
         for host in self.tb.topology.hosts:
             if self._ns(host.name) not in present:
                 continue
-            for argv in hs.chain_remove_argvs():
+            for argv in hs.chain_remove_argvs(saved.get("iptables", "nft")):
                 run(self._in(host.name, argv), check=False)
             before = (saved.get("offloads") or {}).get(host.name)
             if before:

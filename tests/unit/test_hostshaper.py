@@ -21,9 +21,12 @@ def test_chain_rules_queue_exactly_the_shaped_sources_and_flush_first():
     ]
     assert hs.chain_rules_text([]).splitlines() == ["*raw", ":EDGETB - [0:0]", "COMMIT"]
     assert "-A PREROUTING -i eth0 -j EDGETB" in hs.chain_setup_text()
-    removal = hs.chain_remove_argvs()
-    assert [a[4] for a in removal] == ["-D", "-F", "-X"]
-    assert all(a[:4] == ["iptables", "-w", "-t", "raw"] for a in removal)
+    for variant, binary in (("nft", "iptables"), ("legacy", "iptables-legacy")):
+        removal = hs.chain_remove_argvs(variant)
+        assert [a[4] for a in removal] == ["-D", "-F", "-X"]
+        assert all(a[:4] == [binary, "-w", "-t", "raw"] for a in removal)
+        assert hs.list_argv(variant)[0] == binary
+        assert hs.restore_argv(variant) == [f"{binary}-restore", "-w", "--noflush"]
 
 
 def test_queued_sources_read_back_from_iptables_listing():
