@@ -10,7 +10,8 @@ Cassandra (the network alone):
    sqrt(2) x jitter.
 4. A runtime change: seconds `apply` takes, parameters only (20 <-> 40 ms) and when
    links become shaped or unshaped (0 <-> 20 ms: queue rules change too).
-5. CPU: per packet under a flood of echoes (1 ms apart, 5 ms links), and idle with the
+5. Rate: the goodput of one TCP transfer over a link limited to 2 and 10 mbit/s.
+6. CPU: per packet under a flood of echoes (1 ms apart, 5 ms links), and idle with the
    links shaped, for the host shaper's delayer and (``--gateway``) the gateway VM.
 
     python benchmarks/host_shaper.py [--reps 3] [--probes 300] [--gateway]
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import time
 
 from emulation import api, links, shapers
@@ -104,6 +106,46 @@ def change(tb: Testbed, reps: int) -> None:
               f"max {1000 * max(took):.1f} ms")  # fmt: skip
 
 
+SINK = """
+import socket, sys, time
+s = socket.socket(); s.bind((sys.argv[1], 5999)); s.listen(1); print("ready", flush=True)
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    b = c.recv(65536)
+    if not b: break
+    t0 = t0 or time.monotonic(); n += len(b)
+print(n, time.monotonic() - t0, flush=True)
+"""
+SOURCE = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], 5999)); c.sendall(b"x" * int(sys.argv[2])); c.close()
+"""
+
+
+def rate(tb: Testbed, reps: int) -> None:
+    print(f"5. rate: one TCP transfer e0 -> e1 (2 ms links), goodput vs rate, median of {reps}")
+    for mbit, size in ((2, 500_000), (10, 2_500_000)):
+        api.set_links(tb, links.LinkMatrix(tb.topology, {
+            (s.name, d.name): links.Link(2, rate_mbit=mbit if s.name == "e0" else None)
+            for s in tb.topology.hosts for d in tb.topology.hosts if s is not d
+        }), "host")  # fmt: skip
+        got = []
+        for _ in range(reps):
+            sink = subprocess.Popen(
+                tb.exec_argv("e1", [tb.python, "-c", SINK, tb.address("e1")]),
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            assert sink.stdout is not None
+            sink.stdout.readline()
+            tb.exec("e0", [tb.python, "-c", SOURCE, tb.address("e1"), str(size)], timeout=120)
+            n, took = sink.stdout.readline().split()
+            sink.wait()
+            got.append(int(n) * 8 / float(took) / 1e6)
+        # goodput: TCP/IP and Ethernet headers take 66 of every 1514 bytes on the wire
+        print(f"   {mbit:>3} mbit: goodput {statistics.median(got):.2f} mbit/s "
+              f"(payload share of the wire {mbit * 1448 / 1514:.2f})")  # fmt: skip
+
+
 def cost(tb: Testbed, shaper: str, echo_count: int, idle_s: float) -> None:
     if shaper == "gateway" or shapers.emulation_state(tb).get("shaper") != shaper:
         api.clear(tb, remove=True)
@@ -136,7 +178,8 @@ def main() -> None:
         loss(tb, args.loss_probes)
         jitter(tb, 1000)
         change(tb, 5)
-        print("5. CPU (the delayer's process; the gateway's QEMU), 10 ms RTT")
+        rate(tb, args.reps)
+        print("6. CPU (the delayer's process; the gateway's QEMU), 10 ms RTT")
         cost(tb, "host", 3000, 20)
         if args.gateway:
             cost(tb, "gateway", 3000, 20)

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help=FORCE_HELP)
     c.add_argument("--run", type=argtypes.run_id)
     c.add_argument(
-        "--remove", action="store_true", help="also remove the shaper (stop the gateway VM)"
+        "--remove", action="store_true", help="also remove the shaper (its process or VM)"
     )
 
     v = sub.add_parser("verify", help="measure RTT and loss per host pair vs configured")

@@ -704,4 +704,6 @@ def for_testbed(tb: Testbed, name: str = "auto") -> Shaper:
             f"this testbed already shapes with {current}; "
             f"`python -m emulation clear --remove` first"
         )
+    if current is None:
+        preflight(chosen)  # before anything is made
     return REGISTRY[chosen](tb)

@@ -137,3 +137,9 @@ def test_jvm_args_standard_profile_and_training():
     assert "-XX:+UseG1GC" in args and "-XX:TieredStopAtLevel=1" not in args
     assert "-XX:ArchiveClassesAtExit=/t.jsa.tmp" in args
     assert not any(a.startswith("-XX:SharedArchiveFile") for a in args)
+
+
+def test_jvm_args_the_coarser_approximate_clock_in_every_profile():
+    for profile in config.JVM_PROFILES:
+        args = _jvm(CassandraSettings(jvm_profile=profile))  # type: ignore[arg-type]
+        assert "-Dcassandra.approximate_time_precision_ms=20" in args, profile
