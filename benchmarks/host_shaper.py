@@ -22,14 +22,13 @@ Prints its figures; nothing is asserted (the machine is noisy).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import time
 
 from emulation import api, links, shapers
-from emulation.verify import binomial_interval
+from emulation.verify import binomial_interval, echo_rtts
 from testbed import Testbed, Topology
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -41,11 +40,8 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def echoes(tb: Testbed, count: int, interval: float = 0.005, a="e0", b="e1") -> tuple:
-    argv = [tb.python, "-m", "emulation.probe", tb.address(b), "--count", str(count),
-            "--interval", str(interval), "--wait", "1"]  # fmt: skip
-    data = json.loads(tb.exec(a, argv, timeout=count * interval + 60).stdout)
-    return [us / 1000 for us in data["rtt_us"]], data["sent"]
+def echoes(tb: Testbed, count: int, interval: float = 0.005) -> tuple[list[float], int]:
+    return echo_rtts(tb, "e0", "e1", count, interval_s=interval)
 
 
 def shaper_pid(tb: Testbed) -> int:

@@ -18,7 +18,6 @@ import json
 import os
 import secrets
 import select
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from testbed import qdisc
 from testbed.backends import backend_class
 from testbed.backends.netns import BRIDGE, list_prefixed_namespaces, switch_namespace
 from testbed.cassandra.dist import cache_root
-from testbed.cassandra.node import pid_alive
+from testbed.cassandra.node import pid_alive, terminate
 from testbed.errors import CommandError, ConfigError, StateError
 from testbed.runner import run
 from testbed.state import namespace_name
@@ -499,7 +498,7 @@ class HostShaper:
 
     def start(self) -> float:
         """Start the delayer and queue nothing yet (unshaped links are not queued)."""
-        if self.saved is not None and self.alive():
+        if self.alive():
             return 0.0
         if self.tb.backend_name != "netns":
             raise ConfigError("the host shaper serves the netns backend only")
@@ -538,13 +537,13 @@ class HostShaper:
         found = hs.variants()
         if not found:
             raise hs.ShaperError("no iptables-restore on this machine (`make shaper`)")
-        for i, variant in enumerate(found):
+        for variant in found:
             proc = run(self._in(hosts[0], hs.restore_argv(variant)),
                        input=hs.chain_setup_text(), check=False)  # fmt: skip
             if proc.returncode == 0:
                 break
-            if i == len(found) - 1:
-                raise CommandError(proc.args, proc.returncode, proc.stdout, proc.stderr)
+        else:  # not one back end took it: the last one's error
+            raise CommandError(proc.args, proc.returncode, proc.stdout, proc.stderr)
         for host in hosts[1:]:
             run(self._in(host, hs.restore_argv(variant)), input=hs.chain_setup_text())
         return variant
@@ -672,14 +671,8 @@ class HostShaper:
             before = (saved.get("offloads") or {}).get(host.name)
             if before:
                 run(self._in(host.name, hs.offload_argv(before)), check=False)
-        pid = saved.get("pid")
-        if pid is not None and pid_alive(pid, f"--tag={self.tag}"):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        if saved.get("pid") is not None:
+            terminate(saved["pid"], f"--tag={self.tag}")
         Path(saved.get("socket") or self.control.path).unlink(missing_ok=True)
         emulation_state(self.tb).pop("host", None)
         _save(self.tb)

@@ -70,6 +70,23 @@ def pairs_to_check(
     return pairs
 
 
+def echo_rtts(
+    tb: Testbed,
+    a: str,
+    b: str,
+    count: int,
+    *,
+    interval_s: float = PROBE_INTERVAL_S,
+    wait_s: float = 1.0,
+) -> tuple[list[float], int]:
+    """``count`` ICMP echoes from a to b (emulation.probe): the RTTs of those answered,
+    in ms, and how many were sent."""
+    argv = [tb.python, "-m", "emulation.probe", tb.address(b), "--count", str(count),
+            "--interval", str(interval_s), "--wait", str(wait_s)]  # fmt: skip
+    data = json.loads(tb.exec(a, argv, timeout=count * interval_s + wait_s + 30).stdout)
+    return [us / 1000 for us in data["rtt_us"]], data["sent"]
+
+
 def measure_pair(
     tb: Testbed,
     matrix: LinkMatrix,
@@ -85,21 +102,7 @@ def measure_pair(
     count = loss_probes if loss > 0 else rtt_probes
     rtt = matrix.rtt_ms(a, b)
     wait_s = max(1.0, 4 * rtt / 1000 + 4 * matrix.link(a, b).jitter_ms / 1000)
-    argv = [
-        tb.python,
-        "-m",
-        "emulation.probe",
-        tb.address(b),
-        "--count",
-        str(count),
-        "--interval",
-        str(PROBE_INTERVAL_S),
-        "--wait",
-        str(wait_s),
-    ]
-    data = json.loads(tb.exec(a, argv, timeout=count * PROBE_INTERVAL_S + wait_s + 30).stdout)
-    rtts = [us / 1000 for us in data["rtt_us"]]
-    sent = data["sent"]
+    rtts, sent = echo_rtts(tb, a, b, count, wait_s=wait_s)
     return PairResult(
         a,
         b,

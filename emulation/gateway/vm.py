@@ -12,7 +12,6 @@ run directory) feeding a persistent ``tc -batch``.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from testbed.accel import known_accel, record_accel
 from testbed.backends.netns import bridge_add_argv
-from testbed.cassandra.node import pid_alive, tail
+from testbed.cassandra.node import pid_alive, tail, terminate
 from testbed.errors import CommandError, TestbedError
 from testbed.runner import run
 
@@ -237,17 +236,8 @@ class GatewayVM:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop QEMU (before its TAPs or namespace go: otherwise it spins at 100 % CPU)."""
         self.close()
-        if not self.alive():
-            return
-        assert self.pid is not None
-        os.kill(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-            while self.alive():
-                time.sleep(0.05)
+        if self.pid is not None:
+            terminate(self.pid, self.marker, timeout_s)
 
 
 def _read(path: Path) -> str:

@@ -35,9 +35,6 @@ PACKAGES = "libnetfilter-queue-dev libmnl-dev iptables ethtool"
 CHAIN = "EDGETB"
 QUEUE = 0
 DEVICE = "eth0"
-# Receive offloads off on the hosts' eth0: segments (not 64 KB aggregates) are what a
-# wire carries, so loss and delay apply per segment.
-OFFLOADS = ("tso", "gso", "gro")
 RT_PRIORITY = 10
 # iproute2's netem distribution tables (Debian puts them under the multiarch lib dir)
 DIST_DIRS = ("/usr/lib/x86_64-linux-gnu/tc", "/usr/lib/aarch64-linux-gnu/tc", "/usr/lib/tc",
@@ -190,6 +187,8 @@ def offload_argv(settings: Mapping[str, str]) -> list[str]:
     return argv
 
 
+# The offloads turned off on the hosts' eth0 while the host shaper runs: segments (not
+# 64 KB aggregates) are what a wire carries, so loss and delay apply per segment.
 _ETHTOOL_NAMES = {
     "tcp-segmentation-offload": "tso",
     "generic-segmentation-offload": "gso",
@@ -298,8 +297,8 @@ def socket_path(run_dir: Path, run_id: str) -> Path:
 
 
 def check_link_supported(link: Link) -> None:
-    """ConfigError for what the delayer cannot express (nothing the matrix holds today;
-    kept so a new Link field cannot pass through silently)."""
+    """ConfigError for a link the delayer cannot draw: jitter without iproute2's tables
+    (the delayer would refuse it too, but as a failure rather than bad input)."""
     if link.jitter_ms and dist_dir() is None:
         raise ConfigError(
             "jitter needs iproute2's netem distribution tables (normal.dist), not found in "

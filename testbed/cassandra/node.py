@@ -78,6 +78,21 @@ def pid_alive(pid: int, marker: str | None = None) -> bool:
         return False
 
 
+def terminate(pid: int, marker: str | None = None, timeout_s: float = 5.0) -> None:
+    """SIGTERM ``pid`` if it runs (and carries ``marker``), SIGKILL it after ``timeout_s``;
+    returns once it is gone."""
+    if not pid_alive(pid, marker):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid, marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if pid_alive(pid, marker):
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid, marker):
+            time.sleep(0.02)
+
+
 def listening_ports(exec_argv: ExecArgv, host: str) -> set[tuple[str, int]]:
     """(address, port) pairs listening on TCP inside ``host``."""
     from ..runner import run

@@ -5,7 +5,6 @@ killed delayer detected and replaced, and nothing left once the testbed is down.
 Runs on any machine: ``--shaper host`` is asked for by name (elsewhere the default is
 the direct shaper)."""
 
-import json
 import os
 import signal
 import statistics
@@ -14,7 +13,7 @@ import time
 import pytest
 
 from emulation import api, links, shapers
-from emulation.verify import PROBE_INTERVAL_S, binomial_interval, measure_pair
+from emulation.verify import binomial_interval, echo_rtts, measure_pair
 from testbed import Testbed
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli, run_id_in
@@ -33,13 +32,6 @@ def small():
     assert_no_residue(run_id)
 
 
-def _rtts_ms(tb, a, b, count):
-    argv = [tb.python, "-m", "emulation.probe", tb.address(b), "--count", str(count),
-            "--interval", str(PROBE_INTERVAL_S), "--wait", "1"]  # fmt: skip
-    data = json.loads(tb.exec(a, argv, timeout=count * PROBE_INTERVAL_S + 30).stdout)
-    return [us / 1000 for us in data["rtt_us"]], data["sent"]
-
-
 def _offloads(tb, host):
     return tb.exec(host, ["ethtool", "-k", "eth0"]).stdout
 
@@ -49,13 +41,13 @@ def test_jitter_has_the_configured_spread_and_loss_its_rate(small):
     # has a standard deviation of exactly one unit); 1000 echoes give it within ~2 %.
     matrix = links.uniform(small.topology, 20, 0, jitter_ms=1)
     assert api.set_links(small, matrix, "host")["shaper"] == "host"
-    rtts, _ = _rtts_ms(small, "e0", "e1", 1000)
+    rtts, _ = echo_rtts(small, "e0", "e1", 1000)
     assert abs(statistics.median(rtts) - 40) <= rtt_tolerance_ms(40)
     assert statistics.stdev(rtts) == pytest.approx(2**0.5, rel=0.10)
     # the paper's highest loss, each way: an echo is lost when either leg is
     matrix = links.uniform(small.topology, 5, 7.5)
     api.set_links(small, matrix, "host")
-    rtts, sent = _rtts_ms(small, "e0", "e1", 3000)
+    rtts, sent = echo_rtts(small, "e0", "e1", 3000)
     expected = matrix.round_trip_loss_pct("e0", "e1")
     low, high = binomial_interval(expected, sent, 0.99)
     assert low <= 100 * (1 - len(rtts) / sent) <= high, (len(rtts), sent, expected)
@@ -90,7 +82,7 @@ def test_a_killed_delayer_is_detected_and_replaced(small):
         time.sleep(0.05)
     assert api.problems(small) == [f"the host shaper (pid {pid}) is not running"]
     # queued packets find no listener: the shaped links are cut, not left unshaped
-    rtts, sent = _rtts_ms(small, "e0", "e1", 50)
+    rtts, sent = echo_rtts(small, "e0", "e1", 50)
     assert (len(rtts), sent) == (0, 50)
     api.clear(small, remove=True)  # what the sweep's recovery does
     assert "tcp-segmentation-offload: on" in _offloads(small, "e0")
