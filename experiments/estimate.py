@@ -36,36 +36,91 @@ PROBE_INTERVAL_S = 0.005
 
 @dataclass(frozen=True)
 class Costs:
-    """What the model charges per write and per testbed."""
+    """What the model charges per write and per testbed, and how many testbeds the
+    machine runs at once without biasing what they measure."""
 
-    # Fitted (``calibrate``) to the 36 sequential cells of benchmarks/parallel_fidelity.py
-    # on the 2-core development machine (3 nodes, paper profile, gateway under TCG).
-    base_write_ms: float = 3.3  # median write at 0 ms through the gateway
-    cpu_ms_per_write: float = 5.3  # client, coordinator, replicas and gateway together
-    idle_cores_per_node: float = 0.0176  # an idle Cassandra JVM
-    idle_cores_gateway: float = 0.0206  # the idle TCG gateway VM
-    source: str = "fitted on the 2-core development machine (parallel_fidelity.py)"
+    base_write_ms: float  # median write at 0 ms
+    cpu_ms_per_write: float  # client, coordinator, replicas and shaper together
+    idle_cores_per_node: float  # an idle Cassandra JVM
+    idle_cores_shaper: float  # an idle testbed's shaper (the gateway VM's guest kernel)
+    shaper_mb: float  # the shaper's resident memory
+    # The share of the machine's cores the testbeds (idle and measuring) may keep busy,
+    # and the largest P that benchmarks/parallel_fidelity.py accepted with that budget.
+    max_busy: float
+    max_parallel: int
+    source: str
 
 
-COSTS = Costs()
+# What each shaper costs on the 2-core development machine (TCG, no netem), until a
+# results directory's own cells recalibrate it (``calibrate``).
+SHAPER_COSTS = {
+    # Fitted to the 36 sequential cells of parallel_fidelity.py (3 nodes, paper profile).
+    # At ~9 % busy during cells (P=2) cells matched sequential ones as closely as two
+    # sequential runs match; at ~15 % (P=4) every cell was slower by ~1 ms (the TCG
+    # gateways' netem timers fire late under load).
+    "gateway": Costs(
+        base_write_ms=3.3,
+        cpu_ms_per_write=5.3,
+        idle_cores_per_node=0.0176,
+        idle_cores_shaper=0.0206,
+        shaper_mb=260,  # QEMU and its 160 MB guest
+        max_busy=0.12,
+        max_parallel=2,
+        source="fitted on the 2-core development machine (parallel_fidelity.py, gateway)",
+    ),
+    # benchmarks/jvm_profiles.py (CPU per write, steady; an idle JVM with the approximate
+    # clock at 20 ms) and host_shaper.py (0.00 % idle, ~1 MB); the delayer runs under
+    # SCHED_FIFO, so other testbeds' load delays the JVMs, not the packets.
+    "host": Costs(
+        base_write_ms=2.6,
+        cpu_ms_per_write=4.7,
+        idle_cores_per_node=0.017,
+        idle_cores_shaper=0.0,
+        shaper_mb=2,
+        max_busy=0.6,
+        max_parallel=4,
+        source="measured on the 2-core development machine (jvm_profiles.py, host_shaper.py)",
+    ),
+}
+# tc in each namespace: no process of its own, the host kernel's cost (not measured on
+# the development machine, which has no netem: the host shaper's figures less its own)
+SHAPER_COSTS["direct"] = replace(
+    SHAPER_COSTS["host"],
+    shaper_mb=0,
+    source="the host shaper's figures (netem was not measurable on the development machine)",
+)
+
+COSTS = SHAPER_COSTS["host"]
+
+
+def defaults(shaper: str) -> Costs:
+    """The development machine's costs with ``shaper`` (a resolved name)."""
+    return SHAPER_COSTS[shaper]
 
 
 def use(costs: Costs) -> None:
-    """Make ``costs`` the model's (the sweep calls it with ``calibrate``'s result)."""
+    """Make ``costs`` the model's (the sweep calls it with ``defaults`` of its shaper, then
+    with ``calibrate``'s result)."""
     global COSTS
     COSTS = costs
     write_ms.cache_clear()
 
 
 def calibrate(
-    cells: list[dict[str, Any]], manifests: list[dict[str, Any]], cores: int
+    cells: list[dict[str, Any]], manifests: list[dict[str, Any]], cores: int, shaper: str
 ) -> Costs | None:
     """The costs fitted to measured cells (None when they are too few to fit).
 
-    CPU: the cells of runs with one testbed (``manifest["parallel"]["p"] == 1``) give
-    busy cores = idle + cpu_per_write x writes per second; a Theil-Sen line through
-    them (robust to cells that shared the machine). The write at 0 ms: the median of the
-    runs' baselines."""
+    Only runs whose testbeds were shaped by ``shaper`` count (a gateway's cells say
+    nothing about the host shaper's costs). CPU: the cells of runs with one testbed
+    (``manifest["parallel"]["p"] == 1``) give busy cores = idle + cpu_per_write x writes
+    per second; a Theil-Sen line through them (robust to cells that shared the machine).
+    The write at 0 ms: the median of the runs' baselines."""
+    manifests = [
+        m
+        for m in manifests
+        if any(c.get("shaper") == shaper for c in m.get("clusters", {}).values())
+    ]
     one = {m.get("run_id") for m in manifests if m.get("parallel", {}).get("p") == 1}
     rows = [
         c
@@ -92,14 +147,14 @@ def calibrate(
             fit = stats.theilslopes(busy, rate)
             slope, idle = float(fit.slope), float(fit.intercept)
             nodes = statistics.median(c["nodes"] for c in rows)
-            default_idle = nodes * COSTS.idle_cores_per_node + COSTS.idle_cores_gateway
+            default_idle = idle_cores(int(nodes))
             if slope > 0 and idle > 0:
                 scale = idle / default_idle
                 costs = replace(
                     costs,
                     cpu_ms_per_write=round(slope * 1000, 2),
                     idle_cores_per_node=round(COSTS.idle_cores_per_node * scale, 4),
-                    idle_cores_gateway=round(COSTS.idle_cores_gateway * scale, 4),
+                    idle_cores_shaper=round(COSTS.idle_cores_shaper * scale, 4),
                 )
     if costs == COSTS:
         return None
@@ -188,22 +243,13 @@ def sweep_s(config: SweepConfig, cells: list[Cell] | None = None) -> float:
 
 # -- what a testbed costs the machine: the parallel sweep's limits -------------------------
 
-# The share of the machine's cores the sweep lets its testbeds (idle and measuring) use.
-# From benchmarks/parallel_fidelity.py here (3 nodes, gateway under TCG): with the machine
-# ~9 % busy during cells (P=2) they matched sequential ones as closely as two sequential
-# runs match; at ~15 % (P=4) every cell was slower by ~1 ms (the TCG gateways' netem
-# timers fire late under load). Beyond it, other testbeds' load shows in what a cell
-# measures.
-MAX_BUSY = 0.12
 # Resident memory of one node beyond its heap (metaspace, code cache, thread stacks,
-# direct buffers), of the gateway VM (QEMU, 160 MB guest) and of the endpoint's workload.
-# Measured (benchmarks/testbed_memory.py): a shaped 5-node testbed, heap 256 MB, 2044 MB
-# without the workload process (median of 2).
+# direct buffers) and of the endpoint's workload; the shaper's is in ``Costs``.
+# Measured (benchmarks/testbed_memory.py): a 5-node testbed shaped by the gateway, heap
+# 256 MB, 2044 MB without the workload process (median of 2).
 NODE_OVERHEAD_MB = 100
-GATEWAY_MB = 260
 WORKLOAD_MB = 120
 MAX_MEMORY_SHARE = 0.75  # --parallel auto keeps all testbeds under this share of RAM
-MAX_AUTO_PARALLEL = 8
 
 
 def cpu_cores(config: SweepConfig, cell: Cell) -> float:
@@ -215,40 +261,53 @@ def cpu_cores(config: SweepConfig, cell: Cell) -> float:
 
 
 def idle_cores(nodes: int) -> float:
-    return nodes * COSTS.idle_cores_per_node + COSTS.idle_cores_gateway
+    return nodes * COSTS.idle_cores_per_node + COSTS.idle_cores_shaper
 
 
 def testbed_mb(config: SweepConfig, nodes: int) -> float:
     """Resident memory of one testbed of ``nodes`` nodes (netns)."""
-    return nodes * (config.heap_mb + NODE_OVERHEAD_MB) + GATEWAY_MB + WORKLOAD_MB
+    return nodes * (config.heap_mb + NODE_OVERHEAD_MB) + COSTS.shaper_mb + WORKLOAD_MB
 
 
 def budget(cores: int) -> float:
     """Cores the sweep's testbeds, idle and measuring, may keep busy together."""
-    return cores * MAX_BUSY
+    return cores * COSTS.max_busy
 
 
 def auto_parallel(
-    config: SweepConfig, cells: list[Cell], *, cores: int, total_mb: float, used_mb: float
+    config: SweepConfig,
+    cells: list[Cell],
+    *,
+    cores: int,
+    total_mb: float,
+    used_mb: float,
+    accepted: tuple[int, str] | None = None,
 ) -> tuple[int, str]:
-    """How many testbeds at once: (P, why). The memory bounds P (every testbed under
-    MAX_MEMORY_SHARE of RAM beside what is in use already); within that, the P whose
-    replayed schedule (``wall_s``: idle testbeds shrink what measurements may use) ends
-    first."""
+    """How many testbeds at once: (P, why). At most the largest P the fidelity benchmark
+    accepted (``accepted``: this machine's verdict and where it comes from; default the
+    development machine's, ``Costs.max_parallel``) and what the memory allows (every
+    testbed under MAX_MEMORY_SHARE of RAM beside what is in use already); within that,
+    the P whose replayed schedule (``wall_s``: idle testbeds shrink what measurements
+    may use) ends first."""
     if config.backend != "netns":
         return 1, f"the {config.backend} backend: one testbed at a time"
     nodes = max(config.nodes)
     each = testbed_mb(config, nodes)
     by_mem = max(1, int((total_mb * MAX_MEMORY_SHARE - used_mb) / each))
-    # idle testbeds alone must leave the measurements some of MAX_BUSY
-    by_cpu = max(1, int(cores * MAX_BUSY / idle_cores(nodes)))
-    candidates = range(1, min(by_mem, by_cpu, MAX_AUTO_PARALLEL) + 1)
+    # idle testbeds alone must leave the measurements some of the budget
+    by_cpu = max(1, int(budget(cores) / idle_cores(nodes))) if idle_cores(nodes) else by_mem
+    by_fidelity, source = accepted or (
+        COSTS.max_parallel,
+        "parallel_fidelity.py on the development machine",
+    )
+    candidates = range(1, max(1, min(by_mem, by_cpu, by_fidelity)) + 1)
     times = {p: wall_s(config, cells, p, cores) for p in candidates}
     best = min(times, key=lambda p: (round(times[p] / 60), p))  # ties: fewer testbeds
     why = (
-        f"memory allows {by_mem} testbeds of {nodes} nodes ({each / 1024:.1f} GB each, "
-        f"{used_mb / 1024:.1f} of {total_mb / 1024:.1f} GB in use), {cores} cores at most "
-        f"{100 * MAX_BUSY:.0f} % busy allow {by_cpu}; "
+        f"fidelity accepts up to {by_fidelity} ({source}); memory allows {by_mem} testbeds "
+        f"of {nodes} nodes ({each / 1024:.1f} GB each, {used_mb / 1024:.1f} of "
+        f"{total_mb / 1024:.1f} GB in use); {cores} cores at most "
+        f"{100 * COSTS.max_busy:.0f} % busy allow {by_cpu}; "
         f"P={best} ends first by the model ({fmt_duration(times[best])}"
         + (f"; P=1: {fmt_duration(times[1])}" if best != 1 else "")
         + ")"

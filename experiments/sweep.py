@@ -32,7 +32,7 @@ from testbed.errors import ConfigError, RunInUseError, StoreFullError
 from testbed.state import OwnerLock, describe_holder
 from testbed.subnets import pool_from
 
-from . import estimate
+from . import estimate, fidelity
 from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
 from .figures import Figures
 from .plan import Gate, Stopped
@@ -302,8 +302,23 @@ def parse_parallel(text: str, config: SweepConfig) -> int | None:
     return p
 
 
-def calibrate_from(out: Path) -> None:
-    """The cost model fitted to the cells ``out`` already holds (kept as is without)."""
+def costs_shaper(config: SweepConfig) -> str:
+    """The shaper whose costs the model uses: the one the sweep will resolve to (a user
+    who may not probe the kernel, or asks for a shaper it lacks, gets the name asked,
+    auto meaning host; the preflight reports the problem when the sweep starts)."""
+    try:
+        return shapers.resolve(config.shaper, config.backend or "netns")
+    except TestbedError:
+        return "host" if config.shaper == "auto" else config.shaper
+
+
+def calibrate_from(config: SweepConfig, out: Path | None = None) -> None:
+    """The cost model of the sweep's shaper, fitted to the cells its results directory
+    (``out``, default the config's) already holds (the development machine's costs
+    without)."""
+    shaper = costs_shaper(config)
+    estimate.use(estimate.defaults(shaper))
+    out = Path(config.out) if out is None else out
     if not (out / DB_NAME).is_file():
         return
     try:
@@ -312,13 +327,14 @@ def calibrate_from(out: Path) -> None:
     except TestbedError:  # an empty store a kill left: nothing to fit
         return
     manifests = [{**r.manifest, "run_id": r.run_id} for r in runs]
-    costs = estimate.calibrate(cells, manifests, CORES)
+    costs = estimate.calibrate(cells, manifests, CORES, shaper)
     if costs is not None:
         estimate.use(costs)
 
 
 def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
-    """P and why: as asked, or (auto) from the machine's cores and memory."""
+    """P and why: as asked, or (auto) from the machine's cores and memory and what the
+    fidelity benchmark accepted here."""
     if parallel is not None:
         return parallel, "as asked"
     info = {}
@@ -328,7 +344,12 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
             info[key] = int(value.split()[0]) / 1024  # MB
     used = info["MemTotal"] - info.get("MemAvailable", info["MemFree"])
     return estimate.auto_parallel(
-        config, cells, cores=CORES, total_mb=info["MemTotal"], used_mb=used
+        config,
+        cells,
+        cores=CORES,
+        total_mb=info["MemTotal"],
+        used_mb=used,
+        accepted=fidelity.accepted(costs_shaper(config), CORES),
     )
 
 
@@ -372,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parallel = parse_parallel(args.parallel, config)
         pool_from(config.subnet_pool)  # $EDGETB_SUBNET_POOL too: named before a run exists
         specs = check_workers(args, config)
-        calibrate_from(Path(config.out))
+        calibrate_from(config)
         preview = config.preview() if args.preview else None
         if preview is not None:
             check_writable_dir(preview.out, "--out")
@@ -423,7 +444,7 @@ def _run(args, argv, config, parallel, specs, preview, owner) -> int:
             say(f"preview figures: {where / 'analysis'}, {where / 'report.html'}")
         else:
             say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
-        calibrate_from(Path(config.out))
+        calibrate_from(config)
     return execute(args, argv, config, parallel, specs, new_run=args.new_run, owner=owner)
 
 

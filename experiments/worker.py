@@ -279,7 +279,7 @@ def serve(root: Path, name: str, parallel: str) -> int:
             manifest = static_manifest(config, ["(worker)", name])
             store.begin_run(run_id, config.fingerprint(), config.name, config.to_dict(), manifest)
         remove_stale_testbeds(store, lambda m: print(m, file=sys.stderr, flush=True))
-        calibrate_from(out)
+        calibrate_from(config, out)
         asked = parse_parallel(parallel, config)
         p, why = choose_parallel(config, config.cells(), asked)
         channel.send("started", p=p, why=why)

@@ -6,8 +6,16 @@ import time
 
 import pytest
 
-from experiments import estimate, plan
+from experiments import estimate, fidelity, plan
 from experiments.config import Cell, SweepConfig
+
+
+@pytest.fixture
+def costs():
+    """The model's costs for one test (it sets them with ``estimate.use``), restored after."""
+    before = estimate.COSTS
+    yield
+    estimate.use(before)
 
 
 def unit(nodes, cost, demand=0.1, latency=50.0, phase=0):
@@ -230,25 +238,80 @@ def test_dry_run_estimate_shrinks_with_parallel_testbeds():
     assert p == 1  # no memory for a second testbed
 
 
-def test_costs_are_fitted_to_measured_cells_of_one_testbed():
-    """busy cores = idle + CPU per write x write rate: the fit recovers both, and the
-    baseline medians give the write at 0 ms; cells of parallel runs are left out."""
+def test_auto_parallel_stays_within_what_the_fidelity_benchmark_accepted(costs):
+    config = SweepConfig(nodes=(3,), latency_ms=(20.0, 50.0, 100.0), loss_pct=(0.5, 7.5))
+    cells = config.cells()
+    estimate.use(estimate.defaults("host"))
+    free, _ = estimate.auto_parallel(config, cells, cores=2, total_mb=24000, used_mb=1000)
+    assert free > 2  # the host shaper's budget lets more than two testbeds help
+    p, why = estimate.auto_parallel(
+        config, cells, cores=2, total_mb=24000, used_mb=1000, accepted=(2, "here, today")
+    )
+    assert p == 2 and "fidelity accepts up to 2 (here, today)" in why
+    estimate.use(estimate.defaults("gateway"))  # its budget: 12 % of 2 cores
+    p, _ = estimate.auto_parallel(config, cells, cores=2, total_mb=24000, used_mb=1000)
+    assert p <= estimate.defaults("gateway").max_parallel
+
+
+def test_each_shaper_charges_its_own_idle_cost_and_memory(costs):
+    config = SweepConfig(nodes=(5,))
+    estimate.use(estimate.defaults("gateway"))
+    gateway = estimate.idle_cores(5), estimate.testbed_mb(config, 5)
+    estimate.use(estimate.defaults("host"))
+    host = estimate.idle_cores(5), estimate.testbed_mb(config, 5)
+    assert host[0] == pytest.approx(5 * estimate.COSTS.idle_cores_per_node)
+    assert gateway[1] - host[1] == pytest.approx(260 - estimate.COSTS.shaper_mb)
+
+
+def test_the_largest_accepted_p_is_below_the_first_rejection(tmp_path, monkeypatch):
+    assert fidelity.largest_accepted({2: True, 4: True, 6: False, 8: True}) == 4
+    assert fidelity.largest_accepted({2: False, 4: True}) == 1
+    monkeypatch.setenv("EDGETB_HOME", str(tmp_path))
+    assert fidelity.accepted("host", 2) is None  # never measured here
+    assert fidelity.record("host", 2, {2: True, 4: True, 6: False}, "3 nodes", tmp_path) == 4
+    p, why = fidelity.accepted("host", 2)  # type: ignore[misc]
+    assert p == 4 and "this machine" in why
+    assert fidelity.accepted("host", 4) is None  # measured with other cores
+    assert fidelity.accepted("gateway", 2) is None
+    fidelity.path().write_text("{not json")
+    assert fidelity.accepted("host", 2) is None  # damaged: as if never measured
+
+
+def calibration_cells() -> tuple[list[dict], list[dict]]:
+    """Cells of a sequential run shaped by the gateway (8 CPU-ms per write, 0.1 cores
+    idle on 3 nodes) and one cell of a parallel run."""
     cells = []
     for i, rate in enumerate((2.0, 5.0, 10.0, 50.0, 100.0)):
-        busy = 0.1 + 0.008 * rate  # 8 CPU-ms per write, 0.1 cores idle (3 nodes)
+        busy = 0.1 + 0.008 * rate
         cells.append(
             {"run_id": "one", "cell_id": f"c{i}", "nodes": 3, "writes": 100, "warmup": 0,
              "started": 0.0, "finished": 100 / rate, "cpu_util": busy / 2}
         )  # fmt: skip
     cells.append({**cells[0], "run_id": "par", "cpu_util": 0.9})
+    gateway = {"clusters": {"abc123": {"shaper": "gateway"}}}
     manifests = [
-        {"run_id": "one", "parallel": {"p": 1}, "baseline": {"3": {"median": 2.6}}},
-        {"run_id": "par", "parallel": {"p": 3}},
+        {"run_id": "one", "parallel": {"p": 1}, "baseline": {"3": {"median": 2.6}}, **gateway},
+        {"run_id": "par", "parallel": {"p": 3}, **gateway},
     ]
-    costs = estimate.calibrate(cells, manifests, cores=2)
-    assert costs is not None and "5 measured cells" in costs.source
-    assert costs.cpu_ms_per_write == pytest.approx(8.0)
-    assert costs.base_write_ms == 2.6
-    idle3 = 3 * costs.idle_cores_per_node + costs.idle_cores_gateway
+    return cells, manifests
+
+
+def test_costs_are_fitted_to_measured_cells_of_one_testbed(costs):
+    """busy cores = idle + CPU per write x write rate: the fit recovers both, and the
+    baseline medians give the write at 0 ms; cells of parallel runs are left out."""
+    estimate.use(estimate.defaults("gateway"))
+    cells, manifests = calibration_cells()
+    fitted = estimate.calibrate(cells, manifests, cores=2, shaper="gateway")
+    assert fitted is not None and "5 measured cells" in fitted.source
+    assert fitted.cpu_ms_per_write == pytest.approx(8.0)
+    assert fitted.base_write_ms == 2.6
+    idle3 = 3 * fitted.idle_cores_per_node + fitted.idle_cores_shaper
     assert idle3 == pytest.approx(0.1, abs=1e-3)
-    assert estimate.calibrate(cells[:2], manifests[1:], cores=2) is None  # nothing to fit
+    # nothing to fit
+    assert estimate.calibrate(cells[:2], manifests[1:], cores=2, shaper="gateway") is None
+
+
+def test_cells_of_another_shaper_are_not_fitted(costs):
+    estimate.use(estimate.defaults("host"))
+    cells, manifests = calibration_cells()
+    assert estimate.calibrate(cells, manifests, cores=2, shaper="host") is None
