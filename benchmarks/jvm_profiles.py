@@ -55,19 +55,20 @@ def idle_share(profile: str, settle_s: float, idle_s: float) -> float:
 
 def write_costs(profile: str, cells: int, writes: int, shaper: str) -> list[float]:
     """CPU-ms of the whole machine per write, cell by cell."""
-    out = Path(tempfile.mkdtemp(prefix="edgetb-jvm-"))
-    argv = [
-        sys.executable, "-m", "experiments.sweep", "--nodes", "3", "--rf", "3",
-        "--latency", "0", "--loss", "0", "--profile", "uniform", "--writes", str(writes),
-        "--repetitions", str(cells), "--jvm-profile", profile, "--shaper", shaper,
-        "--verify-probes", "0", "--parallel", "1", "--out", str(out),
-    ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"sweep failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    with Store(out, create=False) as store:
-        (run,) = store.runs()
-        rows = sorted(store.cells(run.run_id), key=lambda c: c["repetition"])
+    with tempfile.TemporaryDirectory(prefix="edgetb-jvm-") as tmp:
+        out = Path(tmp)
+        argv = [
+            sys.executable, "-m", "experiments.sweep", "--nodes", "3", "--rf", "3",
+            "--latency", "0", "--loss", "0", "--profile", "uniform", "--writes", str(writes),
+            "--repetitions", str(cells), "--jvm-profile", profile, "--shaper", shaper,
+            "--verify-probes", "0", "--parallel", "1", "--out", str(out),
+        ]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"sweep failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        with Store(out, create=False) as store:
+            (run,) = store.runs()
+            rows = sorted(store.cells(run.run_id), key=lambda c: c["repetition"])
     return [
         1000 * c["cpu_util"] * CORES * (c["finished"] - c["started"]) / (c["writes"] + c["warmup"])
         for c in rows

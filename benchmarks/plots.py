@@ -10,6 +10,7 @@ Prints the median wall time of the whole command over runs (goal <= 10 s).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,6 +44,7 @@ def main() -> None:
         )
         times.append(time.monotonic() - t0)
     figures = len(list((directory / "analysis").glob("*.png")))
+    shutil.rmtree(directory)
     print(
         f"{args.module}: {figures} figures (PNG+SVG) + report, median "
         f"{statistics.median(times):.1f} s over {len(times)} runs "

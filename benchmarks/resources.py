@@ -16,6 +16,7 @@ Prints its figures; nothing is asserted (the machine is noisy).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -108,9 +109,12 @@ def main() -> None:
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="edgetb-resources-bench-"))
     print(f"cgroups: {cgroups.require_layout()}")
-    quota(args.reps, args.seconds, args.threads, work)
-    if not args.skip_memory:
-        memory(args.memory, args.records, work)
+    try:
+        quota(args.reps, args.seconds, args.threads, work)
+        if not args.skip_memory:
+            memory(args.memory, args.records, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

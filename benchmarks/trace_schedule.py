@@ -15,6 +15,7 @@ Prints its figures; nothing is asserted (the machine is noisy).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -71,6 +72,7 @@ def main() -> None:
         )
     finally:
         tb.down()
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
