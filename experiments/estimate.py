@@ -44,8 +44,10 @@ class Costs:
     idle_cores_per_node: float  # an idle Cassandra JVM
     idle_cores_shaper: float  # an idle testbed's shaper (the gateway VM's guest kernel)
     shaper_mb: float  # the shaper's resident memory
+    shaper_boot_s: float  # starting the shaper with a new cluster
     # The share of the machine's cores the testbeds (idle and measuring) may keep busy,
-    # and the largest P that benchmarks/parallel_fidelity.py accepted with that budget.
+    # and the largest P that benchmarks/parallel_fidelity.py accepted with that budget
+    # (where it has not run yet, ``source`` says the figure is provisional).
     max_busy: float
     max_parallel: int
     source: str
@@ -64,6 +66,7 @@ SHAPER_COSTS = {
         idle_cores_per_node=0.0176,
         idle_cores_shaper=0.0206,
         shaper_mb=260,  # QEMU and its 160 MB guest
+        shaper_boot_s=5.0,
         max_busy=0.12,
         max_parallel=2,
         source="fitted on the 2-core development machine (parallel_fidelity.py, gateway)",
@@ -77,9 +80,11 @@ SHAPER_COSTS = {
         idle_cores_per_node=0.017,
         idle_cores_shaper=0.0,
         shaper_mb=2,
+        shaper_boot_s=0.2,
         max_busy=0.6,
         max_parallel=4,
-        source="measured on the 2-core development machine (jvm_profiles.py, host_shaper.py)",
+        source="measured on the 2-core development machine (jvm_profiles.py, host_shaper.py; "
+        "budget and P provisional)",
     ),
 }
 # tc in each namespace: no process of its own, the host kernel's cost (not measured on
@@ -87,7 +92,9 @@ SHAPER_COSTS = {
 SHAPER_COSTS["direct"] = replace(
     SHAPER_COSTS["host"],
     shaper_mb=0,
-    source="the host shaper's figures (netem was not measurable on the development machine)",
+    shaper_boot_s=0.0,
+    source="the host shaper's figures (netem was not measurable on the development machine; "
+    "budget and P provisional)",
 )
 
 COSTS = SHAPER_COSTS["host"]
@@ -116,6 +123,7 @@ def calibrate(
     (``manifest["parallel"]["p"] == 1``) give busy cores = idle + cpu_per_write x writes
     per second; a Theil-Sen line through them (robust to cells that shared the machine).
     The write at 0 ms: the median of the runs' baselines."""
+    base = costs = defaults(shaper)
     manifests = [
         m
         for m in manifests
@@ -130,7 +138,6 @@ def calibrate(
         and c["finished"] > c["started"]
         and c.get("workload") in (None, "writes")  # a YCSB cell's JVM and threads cost other
     ]
-    costs = COSTS
     bases = [
         b["median"] for m in manifests for b in m.get("baseline", {}).values() if "median" in b
     ]
@@ -147,23 +154,24 @@ def calibrate(
             fit = stats.theilslopes(busy, rate)
             slope, idle = float(fit.slope), float(fit.intercept)
             nodes = statistics.median(c["nodes"] for c in rows)
-            default_idle = idle_cores(int(nodes))
+            default_idle = nodes * base.idle_cores_per_node + base.idle_cores_shaper
             if slope > 0 and idle > 0:
                 scale = idle / default_idle
                 costs = replace(
                     costs,
                     cpu_ms_per_write=round(slope * 1000, 2),
-                    idle_cores_per_node=round(COSTS.idle_cores_per_node * scale, 4),
-                    idle_cores_shaper=round(COSTS.idle_cores_shaper * scale, 4),
+                    idle_cores_per_node=round(base.idle_cores_per_node * scale, 4),
+                    idle_cores_shaper=round(base.idle_cores_shaper * scale, 4),
                 )
-    if costs == COSTS:
+    if costs == base:
         return None
     return replace(costs, source=f"fitted to {len(rows)} measured cells and {len(bases)} baselines")
 
 
 def bringup_s(nodes: int) -> float:
-    """Cluster up (measured: 11.6 s for 3 nodes, 18.9 s for 5), gateway boot, teardown."""
-    return 1.0 + 3.7 * nodes + 5.0 + 2.0
+    """Cluster up (measured: 11.6 s for 3 nodes, 18.9 s for 5), the shaper's start,
+    teardown."""
+    return 1.0 + 3.7 * nodes + COSTS.shaper_boot_s + 2.0
 
 
 @lru_cache(maxsize=1)
@@ -298,7 +306,7 @@ def auto_parallel(
     by_cpu = max(1, int(budget(cores) / idle_cores(nodes))) if idle_cores(nodes) else by_mem
     by_fidelity, source = accepted or (
         COSTS.max_parallel,
-        "parallel_fidelity.py on the development machine",
+        f"the development machine's: {COSTS.source}",
     )
     candidates = range(1, max(1, min(by_mem, by_cpu, by_fidelity)) + 1)
     times = {p: wall_s(config, cells, p, cores) for p in candidates}

@@ -33,19 +33,26 @@ def largest_accepted(verdicts: dict[int, bool]) -> int:
     return best
 
 
-def record(shaper: str, cores: int, verdicts: dict[int, bool], grid: str, out: Path) -> int:
-    """Store the benchmark's verdicts (P -> accepted) for ``shaper`` on this machine;
-    returns the largest accepted P."""
-    best = largest_accepted(verdicts)
+def record(
+    shaper: str, cores: int, verdicts: dict[int, bool], grid: str, rule: str, out: Path
+) -> int:
+    """Store the benchmark's verdicts (P -> accepted) on ``grid`` for ``shaper`` on this
+    machine, beside those of other grids (a grid measured again replaces its verdicts);
+    returns the largest P that every grid accepted."""
     data = _read()
-    data[shaper] = {
-        "max_parallel": best,
-        "cores": cores,
+    entry = data.get(shaper)
+    same = isinstance(entry, dict) and entry.get("cores") == cores
+    grids = entry.get("grids", {}) if same else {}  # type: ignore[union-attr]
+    grids[grid] = {
         "verdicts": {str(p): ok for p, ok in sorted(verdicts.items())},
-        "grid": grid,
+        "rule": rule,
         "results": str(out.resolve()),
         "measured": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
     }
+    best = min(
+        largest_accepted({int(p): ok for p, ok in g["verdicts"].items()}) for g in grids.values()
+    )
+    data[shaper] = {"max_parallel": best, "cores": cores, "grids": grids}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}")
@@ -63,7 +70,9 @@ def accepted(shaper: str, cores: int) -> tuple[int, str] | None:
     best = entry.get("max_parallel")
     if not isinstance(best, int) or best < 1:
         return None
-    return best, f"parallel_fidelity.py on this machine, {entry.get('measured', '?')}"
+    grids = entry.get("grids") or {}
+    when = max((g.get("measured", "?") for g in grids.values()), default="?")
+    return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s), {when}"
 
 
 def _read() -> dict[str, Any]:

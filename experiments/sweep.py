@@ -303,13 +303,10 @@ def parse_parallel(text: str, config: SweepConfig) -> int | None:
 
 
 def costs_shaper(config: SweepConfig) -> str:
-    """The shaper whose costs the model uses: the one the sweep will resolve to (a user
-    who may not probe the kernel, or asks for a shaper it lacks, gets the name asked,
-    auto meaning host; the preflight reports the problem when the sweep starts)."""
-    try:
-        return shapers.resolve(config.shaper, config.backend or "netns")
-    except TestbedError:
-        return "host" if config.shaper == "auto" else config.shaper
+    """The shaper whose costs the model uses: the one the sweep will resolve to, judged
+    without touching the machine (a dry run makes no namespace); a shaper this kernel
+    lacks is reported by the preflight when the sweep starts."""
+    return shapers.resolve(config.shaper, config.backend or "netns", probe=False)
 
 
 def calibrate_from(config: SweepConfig, out: Path | None = None) -> None:

@@ -377,6 +377,10 @@ _PROFILE_OPTIONS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# A node's directories under its node dir (the netns backend makes them; the playbook
+# makes the same list on VMs and inventory hosts).
+NODE_DIRS = ("conf", "logs", "data", "commitlog", "hints", "saved_caches", "cdc_raw", "tmp")
+
 # System properties that make a throw-away test cluster start and stop quickly: no wait for
 # gossip to settle, short ring delay, unsynced system tables, no graceful drain on SIGTERM.
 FAST_LIFECYCLE_PROPERTIES: tuple[str, ...] = (
@@ -438,6 +442,9 @@ def jvm_args(
         f"-Dcassandra.config=file://{node_dir / 'conf' / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={node_dir}",
         f"-Dcassandra.logdir={node_dir / 'logs'}",
+        # the JVM's temporary files (lz4-java unpacks its native library there on every
+        # start and deletes it only on a clean exit) go with the node, not to /tmp
+        f"-Djava.io.tmpdir={node_dir / 'tmp'}",
         f"-Dlogback.configurationFile=file://{node_dir / 'conf' / 'logback.xml'}",
         f"-Dcassandra.jmx.local.port={JMX_PORT}",
         *(system_auth_properties(system_auth_rf) if system_auth_rf is not None else []),

@@ -139,7 +139,7 @@ class CassandraNode:
     def write_config(
         self, settings: CassandraSettings, topology: Topology, *, auth: bool = False
     ) -> None:
-        for sub in ("conf", "logs", "data", "commitlog", "hints", "saved_caches", "cdc_raw"):
+        for sub in config.NODE_DIRS:
             (self.node_dir / sub).mkdir(parents=True, exist_ok=True)
         values = config.node_settings(settings, topology, self.host, self.node_dir, auth=auth)
         (self.node_dir / "conf" / "cassandra.yaml").write_text(config.render_yaml(values))
@@ -171,6 +171,7 @@ class CassandraNode:
         cds_dump_to: Path | None = None,
     ) -> int:
         """Launch the JVM inside the node's host, detached into its own session."""
+        (self.node_dir / "tmp").mkdir(exist_ok=True)  # a node dir of an older version lacks it
         args = config.jvm_args(
             settings=settings,
             classpath=dist.classpath,

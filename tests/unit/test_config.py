@@ -143,3 +143,14 @@ def test_jvm_args_the_coarser_approximate_clock_in_every_profile():
     for profile in config.JVM_PROFILES:
         args = _jvm(CassandraSettings(jvm_profile=profile))  # type: ignore[arg-type]
         assert "-Dcassandra.approximate_time_precision_ms=20" in args, profile
+
+
+def test_jvm_temporary_files_stay_in_the_node_dir_every_backend_makes():
+    """lz4-java unpacks a native library into java.io.tmpdir at every start and a killed
+    JVM leaves it behind: it must go to the node's own directory, which every backend
+    creates (the playbook's list for VMs and inventory hosts) and removes."""
+    assert "-Djava.io.tmpdir=/run/x/nodes/e0/tmp" in _jvm(CassandraSettings())
+    book = Path(config.__file__).parents[1] / "playbooks" / "cassandra.yml"
+    plays = yaml.safe_load(book.read_text())
+    (task,) = [t for p in plays for t in p["tasks"] if t.get("name") == "node directories"]
+    assert tuple(task["loop"]) == config.NODE_DIRS

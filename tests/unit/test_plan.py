@@ -268,9 +268,12 @@ def test_the_largest_accepted_p_is_below_the_first_rejection(tmp_path, monkeypat
     assert fidelity.largest_accepted({2: False, 4: True}) == 1
     monkeypatch.setenv("EDGETB_HOME", str(tmp_path))
     assert fidelity.accepted("host", 2) is None  # never measured here
-    assert fidelity.record("host", 2, {2: True, 4: True, 6: False}, "3 nodes", tmp_path) == 4
+    assert fidelity.record("host", 2, {2: True, 4: True, 6: False}, "3 nodes", "r", tmp_path) == 4
     p, why = fidelity.accepted("host", 2)  # type: ignore[misc]
     assert p == 4 and "this machine" in why
+    # every grid must accept a P; a grid measured again replaces its own verdicts
+    assert fidelity.record("host", 2, {2: True, 4: False}, "5 nodes", "r", tmp_path) == 2
+    assert fidelity.record("host", 2, {2: True, 4: True}, "5 nodes", "r", tmp_path) == 4
     assert fidelity.accepted("host", 4) is None  # measured with other cores
     assert fidelity.accepted("gateway", 2) is None
     fidelity.path().write_text("{not json")
