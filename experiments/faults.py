@@ -376,38 +376,77 @@ class Runner:
     def recover(self, timeout_s: float = RECOVERY_TIMEOUT_S) -> dict[str, Any]:
         """Killed nodes started again, then every node UN as seen from every node and no
         hints pending anywhere; returns the timings and what nodetool said last."""
-        t0 = time.monotonic()
-        out: dict[str, Any] = {"restarted": sorted(self.killed)}
-        for n in sorted(self.killed):
+        restarted = sorted(self.killed)
+        for n in restarted:
             if self.tb.nodes[n].alive():  # a start thread got it up after all
                 self.killed.discard(n)
-            else:
-                self._start(n)
-        out["restart_s"] = round(time.monotonic() - t0, 3)
-        deadline = time.monotonic() + timeout_s
-        nodes = [h.name for h in self.tb.topology.edges]
-        while True:
-            views = {n: self.tb.status_from(n) for n in nodes}
-            if all(all(v == "UN" for v in view.values()) and len(view) == len(nodes)
-                   for view in views.values()):  # fmt: skip
-                break
-            if time.monotonic() > deadline:
-                raise FaultError(
-                    f"the cluster is not whole {timeout_s:g} s after the cell: {views}"
-                )
-            time.sleep(1)
-        out["all_up_s"] = round(time.monotonic() - t0, 3)
-        hints: dict[str, str] = {}
-        while True:
-            hints = {n: self.tb.nodetool(n, "listpendinghints", timeout=60).strip() for n in nodes}
-            if all(_no_hints(text) for text in hints.values()):
-                break
-            if time.monotonic() > deadline:
-                raise FaultError(f"hints still pending {timeout_s:g} s after the cell: {hints}")
-            time.sleep(1)
-        out["hints_delivered_s"] = round(time.monotonic() - t0, 3)
-        out["nodetool"] = {"status": views, "listpendinghints": hints}
-        return out
+        out = whole_again(self.tb, sorted(self.killed), self._start, timeout_s)
+        return {**out, "restarted": restarted}
+
+
+def whole_again(
+    tb: Any,
+    dead: list[str],
+    start: Callable[[str], Any],
+    timeout_s: float = RECOVERY_TIMEOUT_S,
+) -> dict[str, Any]:
+    """The cluster whole again: the ``dead`` nodes started (``start``), then every node
+    UN as seen from every node, one schema version (a killed node may come back without
+    the schema changes it had not flushed, ``unsafesystem``, and refuses a keyspace
+    until it has pulled them), and no hints pending anywhere (a node that was away is
+    sent the writes it missed; a measurement during that would share the links with
+    them). Returns the timings and what nodetool said last (FaultError on timeout)."""
+    t0 = time.monotonic()
+    out: dict[str, Any] = {"restarted": list(dead)}
+    for n in dead:
+        start(n)
+    out["restart_s"] = round(time.monotonic() - t0, 3)
+    deadline = time.monotonic() + timeout_s
+    nodes = [h.name for h in tb.topology.edges]
+    while True:
+        views = {n: tb.status_from(n) for n in nodes}
+        if all(all(v == "UN" for v in view.values()) and len(view) == len(nodes)
+               for view in views.values()):  # fmt: skip
+            break
+        if time.monotonic() > deadline:
+            raise FaultError(f"the cluster is not whole {timeout_s:g} s after the cell: {views}")
+        time.sleep(1)
+    out["all_up_s"] = round(time.monotonic() - t0, 3)
+    while True:
+        versions = schema_versions(tb.nodetool(nodes[0], "describecluster", timeout=60))
+        if len(versions) == 1:
+            break
+        if time.monotonic() > deadline:
+            raise FaultError(
+                f"the nodes disagree on the schema {timeout_s:g} s after the cell: {versions}"
+            )
+        time.sleep(1)
+    out["schema_agreed_s"] = round(time.monotonic() - t0, 3)
+    hints: dict[str, str] = {}
+    while True:
+        hints = {n: tb.nodetool(n, "listpendinghints", timeout=60).strip() for n in nodes}
+        if all(_no_hints(text) for text in hints.values()):
+            break
+        if time.monotonic() > deadline:
+            raise FaultError(f"hints still pending {timeout_s:g} s after the cell: {hints}")
+        time.sleep(1)
+    out["hints_delivered_s"] = round(time.monotonic() - t0, 3)
+    out["nodetool"] = {"status": views, "listpendinghints": hints}
+    return out
+
+
+def schema_versions(describecluster: str) -> list[str]:
+    """The schema versions ``nodetool describecluster`` lists (one line each, under
+    "Schema versions:", ``<uuid>: [addresses]``); UNREACHABLE counts as one."""
+    out, inside = [], False
+    for line in describecluster.splitlines():
+        if line.strip().startswith("Schema versions:"):
+            inside = True
+        elif inside and ": [" in line:
+            out.append(line.split(":", 1)[0].strip())
+        elif inside and line.strip() and not line.startswith((" ", "\t")):
+            break  # the next section
+    return out
 
 
 def _no_hints(text: str) -> bool:

@@ -1,7 +1,7 @@
 """The sweep's scheduler: P shards (threads), each with a testbed of its own, measure the
 grid's units by the rules of ``plan`` (longest first; CPU-bound work alone; set-up never
 beside a measurement) into one store; the checks that void a cell measured while a
-component was broken, and the recovery from a broken emulation.
+component was broken, and the recovery from a broken emulation or a dead node.
 
 Stopping: a failure in one shard lets the others finish their current cell, then every
 testbed goes down and the failure is raised; Ctrl-C (or SIGTERM) leaves the current
@@ -16,7 +16,9 @@ import platform
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -243,6 +245,7 @@ class Shard:
         self.rfs: list[int] = []
         self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster
         self.unit: plan.Unit | None = None
+        self.restarts: Counter[str] = Counter()  # nodes started again after they died
         self.thread = threading.Thread(target=self.main, name=f"shard-{name}", daemon=True)
 
     def note(self, message: str) -> None:
@@ -383,6 +386,13 @@ class Shard:
         try:
             for rf in self.rfs:
                 worker.schema(keyspace(rf), rf)
+            # Nodes run with unsafesystem (fast bring-up): schema changes stay in memtables,
+            # and a node killed before they are flushed comes back without the keyspaces
+            # and refuses writes as coordinator. Flushed, a dead node can be restarted.
+            alive = [h.name for h in tb.topology.edges if tb.nodes[h.name].alive()]
+            with ThreadPoolExecutor(max(1, len(alive))) as pool:
+                for done in [pool.submit(tb.nodetool, n, "flush", "system_schema") for n in alive]:
+                    done.result()  # a failure is the sweep's error
         except BaseException:
             worker.abort()
             raise
@@ -472,17 +482,34 @@ class Shard:
                         shaping = None  # the restarted shaper gets the cell's setting again
 
     def recover(self, cell: Cell, exc: ComponentLost) -> None:
-        """After the emulation broke (the gateway VM died, shaping vanished or was changed
+        """After the emulation broke (the shaper died, shaping vanished or was changed
         by another process): the shaper removed and built again (a new gateway, re-wired
         cleanly), the cell's network setting applied, the cluster whole again (the driver
-        sees every node up). The fault and the recovery time go into the run's manifest."""
+        sees every node up). After a node died: the node started again (its data and
+        command line), every node UN from every node, no hints pending. The fault and the
+        recovery time go into the run's manifest."""
         sweep, tb = self.sweep, self.tb
         assert tb is not None
         t0 = time.monotonic()
-        self.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
-        emulation.clear(tb, remove=True)
-        self.set_network(cell)
-        tb.driver_probe(timeout_s=180)
+        extra: dict[str, Any] = {}
+        if isinstance(exc, NodeLost):
+            self.restarts[exc.node] += 1
+            if self.restarts[exc.node] > MAX_NODE_RESTARTS:
+                raise ComponentLost(
+                    f"{exc.node} died {self.restarts[exc.node]} times in this sweep; not "
+                    f"started again (its log: {tb.nodes[exc.node].system_log}); rerun the "
+                    "same command to resume"
+                ) from exc
+            self.note(f"{exc}; starting {exc.node} again, then measuring {cell.cell_id} again")
+            from .faults import whole_again
+
+            extra = {"node": exc.node, **whole_again(tb, [exc.node], tb.restart_node)}
+            extra.pop("nodetool", None)
+        else:
+            self.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
+            emulation.clear(tb, remove=True)
+            self.set_network(cell)
+            tb.driver_probe(timeout_s=180)
         took = round(time.monotonic() - t0, 1)
         with sweep.lock:
             sweep.faults.append(
@@ -492,6 +519,7 @@ class Shard:
                     "problem": str(exc),
                     "at": time.time(),
                     "recovery_s": took,
+                    **extra,
                 }
             )
             sweep.store.update_manifest(sweep.run_id, faults=list(sweep.faults))
@@ -907,7 +935,16 @@ class ComponentLost(TestbedError):
         self.recoverable = recoverable
 
 
+class NodeLost(ComponentLost):
+    """A Cassandra node died while a cell was measured (its log tail in the message)."""
+
+    def __init__(self, message: str, *, node: str, recoverable: bool):
+        super().__init__(message, recoverable=recoverable)
+        self.node = node
+
+
 MAX_RECOVERIES_PER_CELL = 1
+MAX_NODE_RESTARTS = 3  # per node and testbed: a node that keeps dying stops the sweep
 ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
 
 
@@ -920,10 +957,9 @@ def check_components(
     ``expected_down``: nodes a fault of the cell took down on purpose."""
     for node in tb.nodes.values():
         if not node.alive() and node.name not in expected_down:
-            raise node.error(
-                "Cassandra died during the sweep; the cell it was in is "
-                "not stored (rerun the same command to resume)"
-            )
+            error = node.error("Cassandra died during the cell; the cell is void")
+            # restart_node: the netns backend (elsewhere the sweep stops; rerun resumes)
+            raise NodeLost(str(error), node=node.name, recoverable=tb.backend_name == "netns")
     broken = [p for p in tb.problems() if not any(p.startswith(f"{n}: ") for n in expected_down)]
     if broken:
         raise ComponentLost(

@@ -1,9 +1,10 @@
 """A running sweep owns its testbed and its results directory: `clean` naming its run, a
 second sweep on the same directory, and `emulation set` / `down` without --run all leave
 it measuring, and its cells come out whole and shaped as configured. The same sweep then
-loses its shaper (the host shaper's delayer, kill -9) in the middle of a cell: the cell
-is voided, the shaper started again, the cell measured again, and the fault stored with
-the run."""
+loses its shaper (the host shaper's delayer, kill -9) in the middle of a cell, and a
+Cassandra node (kill -9 of its JVM) in the middle of the next: each time the cell is
+voided, the shaper or the node started again, the cell measured again, and the fault
+stored with the run."""
 
 import os
 import signal
@@ -50,7 +51,15 @@ def _cells_done(out) -> int:
         return len(store.cells())
 
 
-def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_shaper(
+def _wait_for_cells(out, sweep, n: int, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _cells_done(out) < n:
+        assert sweep.poll() is None, sweep.stdout.read()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_a_dead_shaper_and_node(
     tmp_path,
 ):
     out = tmp_path / "results"
@@ -78,13 +87,14 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_
             assert f"{testbed_run} (in use by pid {sweep.pid}" in proc.stderr, proc.stderr
 
         # the delayer dies while the second cell is measured
-        deadline = time.monotonic() + 300
-        while not _cells_done(out):
-            assert sweep.poll() is None, sweep.stdout.read()[-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        _wait_for_cells(out, sweep, 1)
         shaper = RunState.load(home() / "runs" / testbed_run).extra["emulation"]["host"]
         os.kill(shaper["pid"], signal.SIGKILL)  # a process of the sweep this test started
+        # a node dies while the third is
+        _wait_for_cells(out, sweep, 2, timeout_s=600)
+        time.sleep(2)  # into its writes
+        node = RunState.load(home() / "runs" / testbed_run).processes["e1"]
+        os.kill(node["pid"], signal.SIGKILL)  # the sweep's own JVM
 
         output, _ = sweep.communicate(timeout=900)
         assert sweep.returncode == 0, output[-3000:]
@@ -97,9 +107,14 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_and_a_dead_
         assert run.status == "complete"
         cells = store.cells(run.run_id)
         assert len(cells) == 3
-        (fault,) = run.manifest["faults"]
-        assert f"host shaper (pid {shaper['pid']}) is not running" in fault["problem"]
-        assert fault["recovery_s"] > 0
+        lost_shaper, lost_node = run.manifest["faults"]
+        assert f"host shaper (pid {shaper['pid']}) is not running" in lost_shaper["problem"]
+        assert lost_shaper["recovery_s"] > 0
+        assert lost_node["node"] == "e1" and "e1: Cassandra died" in lost_node["problem"]
+        assert lost_node["cell_id"] == sorted(c["cell_id"] for c in cells)[2]
+        # started again, seen UN from every node, the writes it missed handed over
+        assert 0 < lost_node["restart_s"] <= lost_node["all_up_s"] <= lost_node["hints_delivered_s"]
+        assert lost_node["restarted"] == ["e1"]
         for cell in cells:
             rtts_ms = [r / 1e6 for r in store.rtts_ns(run.run_id, cell["cell_id"])]
             assert len(rtts_ms) == 150

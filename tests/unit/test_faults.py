@@ -208,3 +208,28 @@ def test_a_fault_figure_keeps_a_cell_id_with_dots_whole(tmp_path):
     assert made["name"] == "fault_n3-rf3-l20-p0.5-fkill_e1@30p-r1"
     for fmt in ("png", "svg"):
         assert (tmp_path / f"{made['name']}.{fmt}").is_file()
+
+
+DESCRIBECLUSTER = """Cluster Information:
+\tName: edgetb
+\tSnitch: org.apache.cassandra.locator.SimpleSnitch
+\tDynamicEndPointSnitch: enabled
+\tPartitioner: org.apache.cassandra.dht.Murmur3Partitioner
+\tSchema versions:
+\t\t2207c2a9-f598-3971-986b-2926e09e239d: [10.0.0.2:7000, 10.0.0.3:7000]
+
+\t\tUNREACHABLE: [10.0.0.4:7000]
+
+Stats for all nodes:
+\tLive: 2
+\tJoining: 0
+"""
+
+
+def test_schema_versions_of_describecluster():
+    assert faults.schema_versions(DESCRIBECLUSTER) == [
+        "2207c2a9-f598-3971-986b-2926e09e239d",
+        "UNREACHABLE",
+    ]
+    agreed = DESCRIBECLUSTER.replace("\n\t\tUNREACHABLE: [10.0.0.4:7000]\n", "")
+    assert faults.schema_versions(agreed) == ["2207c2a9-f598-3971-986b-2926e09e239d"]
