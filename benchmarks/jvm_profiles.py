@@ -2,13 +2,16 @@
 
 1. Idle: a 3-node netns testbed up ``--settle`` s, then each JVM's CPU (utime + stime
    from /proc) over ``--idle`` s, as a share of one core.
-2. Per write: a sweep of ``--cells`` repetitions of one cell (3 nodes, RF 3, 0 ms, the
-   paper's LOCAL_QUORUM writes, ``--writes`` each, after the sweep's own warm-up) with
-   the shaper given; the machine's busy CPU during each cell (the store's ``cpu_util``)
-   over its writes. The last cell is the steady state (the JIT has compiled what it
-   will); the first shows the warm-up.
+2. Per write: a sweep of ``--cells`` repetitions of one cell (3 nodes, RF 3,
+   ``--latency`` ms on every link, the paper's LOCAL_QUORUM writes, ``--writes`` each,
+   after the sweep's own warm-up) with the shaper given; the machine's busy CPU during
+   each cell (the store's ``cpu_util``) over its writes. The last cell is the steady
+   state (the JIT has compiled what it will); the first shows the warm-up. At 0 ms the
+   host shaper queues nothing; give a latency to count the shaper's part.
 
     python benchmarks/jvm_profiles.py [--profiles fast,standard] [--reps 2] [--shaper auto]
+    python benchmarks/jvm_profiles.py --profiles fast --skip-idle --latency 5 \
+        --shaper gateway                                # a shaper's CPU per write
 
 Prints its figures; nothing is asserted (the machine is noisy). Run it alone.
 """
@@ -53,13 +56,16 @@ def idle_share(profile: str, settle_s: float, idle_s: float) -> float:
         return statistics.median((cpu_s(p) - b) / took for p, b in zip(pids, before, strict=True))
 
 
-def write_costs(profile: str, cells: int, writes: int, shaper: str) -> list[float]:
+def write_costs(
+    profile: str, cells: int, writes: int, shaper: str, latency: float = 0.0
+) -> list[float]:
     """CPU-ms of the whole machine per write, cell by cell."""
     with tempfile.TemporaryDirectory(prefix="edgetb-jvm-") as tmp:
         out = Path(tmp)
         argv = [
             sys.executable, "-m", "experiments.sweep", "--nodes", "3", "--rf", "3",
-            "--latency", "0", "--loss", "0", "--profile", "uniform", "--writes", str(writes),
+            "--latency", f"{latency:g}", "--loss", "0", "--profile", "uniform",
+            "--writes", str(writes),
             "--repetitions", str(cells), "--jvm-profile", profile, "--shaper", shaper,
             "--verify-probes", "0", "--parallel", "1", "--out", str(out),
         ]  # fmt: skip
@@ -84,6 +90,8 @@ def main() -> None:
     p.add_argument("--cells", type=int, default=3)
     p.add_argument("--writes", type=int, default=2000)
     p.add_argument("--shaper", default="auto")
+    p.add_argument("--latency", type=float, default=0.0, help="one-way ms on every link")
+    p.add_argument("--skip-idle", action="store_true")
     args = p.parse_args()
     profiles = args.profiles.split(",")
     idle: dict[str, list[float]] = {pr: [] for pr in profiles}
@@ -91,16 +99,21 @@ def main() -> None:
     first: dict[str, list[float]] = {pr: [] for pr in profiles}
     for rep in range(args.reps):
         for pr in profiles:  # alternated, so a slow spell of the machine hits both
-            idle[pr].append(idle_share(pr, args.settle, args.idle))
-            costs = write_costs(pr, args.cells, args.writes, args.shaper)
+            if not args.skip_idle:
+                idle[pr].append(idle_share(pr, args.settle, args.idle))
+            costs = write_costs(pr, args.cells, args.writes, args.shaper, args.latency)
             first[pr].append(costs[0])
             steady[pr].append(costs[-1])
-            print(f"  rep {rep + 1} {pr}: idle {100 * idle[pr][-1]:.2f} % of a core per JVM; "
+            idle_text = f"idle {100 * idle[pr][-1]:.2f} % of a core per JVM; " if idle[pr] else ""
+            print(f"  rep {rep + 1} {pr}: {idle_text}"
                   f"CPU-ms per write by cell {', '.join(f'{c:.2f}' for c in costs)}")  # fmt: skip
-    print(f"medians of {args.reps} (3 nodes, RF 3, 0 ms, {args.writes} writes a cell, "
-          f"shaper {args.shaper}):")  # fmt: skip
+    print(f"medians of {args.reps} (3 nodes, RF 3, {args.latency:g} ms, {args.writes} writes "
+          f"a cell, shaper {args.shaper}):")  # fmt: skip
     for pr in profiles:
-        print(f"  {pr:>8}: idle {100 * statistics.median(idle[pr]):.2f} % of a core per JVM; "
+        idle_text = ""
+        if idle[pr]:
+            idle_text = f"idle {100 * statistics.median(idle[pr]):.2f} % of a core per JVM; "
+        print(f"  {pr:>8}: {idle_text}"
               f"{statistics.median(first[pr]):.2f} CPU-ms per write in the first cell, "
               f"{statistics.median(steady[pr]):.2f} in the last")  # fmt: skip
 

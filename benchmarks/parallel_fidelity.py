@@ -5,7 +5,7 @@ variation) and once per P in --parallel, each into its own results directory, th
 compares every cell with the first sequential run. A run is accepted when (issue 23):
 
 - per-cell mean and median RTT agree within max(0.5 ms, 1 %) in >= 95 % of cells, and
-  the p99 within 10 % in >= 95 % of cells;
+  the p99 within max(1 ms, 10 %) in >= 95 % of cells;
 - the slope of mean RTT over latency, per (nodes, RF, loss), agrees within 2 %;
 - it shows no direction: a two-sided sign test over the cells' median differences,
   p >= 0.01.
@@ -15,8 +15,11 @@ this machine's run-to-run noise. Where it fails them (a mean under 7.5 % loss mo
 more than 1 % between two sequential runs of 300 writes: retransmissions), P is judged
 against that noise instead ("as close as two sequential runs"): its shares of agreeing
 cells at most 10 points below seq-b's, its largest slope deviation at most 1.5x seq-b's
-(or 2 %), and the same sign test. The largest P accepted with every smaller P tested
-also accepted is recorded for the shaper and grid ($EDGETB_HOME/fidelity.json), and
+(or 2 %), the median over cells of |Δ median| at most 1.5x seq-b's + 0.1 ms (the
+median is robust to the retransmission tail, and a load that slows every write shows
+in it first: the gateway VMs at P=4 moved every cell by ~1 ms), and the same sign
+test. The largest P accepted with every smaller P tested also accepted is recorded for
+the shaper and grid ($EDGETB_HOME/fidelity.json), and
 ``--parallel auto`` runs at most that many testbeds from then on. Prints one table per
 run and a summary; writes both to OUT/fidelity.md. A run already complete in OUT is
 reused (an interrupted one resumes), so the benchmark can be run in parts.
@@ -47,6 +50,7 @@ ABS_MS, REL = 0.5, 0.01  # mean and median: within max(0.5 ms, 1 %)
 P99_REL, P99_ABS_MS = 0.10, 1.0  # p99: within max(1 ms, 10 %)
 NOISE_SHARE = 0.10  # the noise rule: shares of agreeing cells at most this below seq-b's
 NOISE_SLOPE = 1.5
+NOISE_MEDIAN, NOISE_MEDIAN_MS = 1.5, 0.1
 SHARE = 0.95  # of cells
 SLOPE_REL = 0.02
 SIGN_ALPHA = 0.01
@@ -149,6 +153,7 @@ def judge(rows: list[dict], base_slopes: dict, other_slopes: dict) -> dict:
         "agree": sum(r["ok"] for r in rows) / n,
         "p99_agree": sum(r["p99_ok"] for r in rows) / n,
         "max_abs_mean_diff_ms": max(abs(r["mean_diff_ms"]) for r in rows),
+        "median_abs_median_diff_ms": statistics.median(abs(r["median_diff_ms"]) for r in rows),
         "slope_dev": slope_dev,
         "slower": slower,
         "sign_p": stats.binomtest(slower, moved).pvalue if moved else 1.0,
@@ -168,6 +173,8 @@ def as_close_as(s: dict, noise: dict) -> bool:
         s["agree"] >= noise["agree"] - NOISE_SHARE
         and s["p99_agree"] >= noise["p99_agree"] - NOISE_SHARE
         and s["slope_dev"] <= max(SLOPE_REL, NOISE_SLOPE * noise["slope_dev"])
+        and s["median_abs_median_diff_ms"]
+        <= NOISE_MEDIAN * noise["median_abs_median_diff_ms"] + NOISE_MEDIAN_MS
         and s["sign_p"] >= SIGN_ALPHA
     )
 
@@ -219,13 +226,15 @@ def main() -> int:
         sums[name]["cpu_util"] = manifest.get("cpu_util")
     report += [
         "| run | cells | mean & median agree | p99 agree | max abs Δ mean ms "
-        "| max slope Δ | cells slower | sign test p | wall s | CPU busy | accepted |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| median abs Δ median ms | max slope Δ | cells slower | sign test p | wall s "
+        "| CPU busy | by the issue's rules |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, s in sums.items():
         report.append(
             f"| {name} | {s['cells']} | {100 * s['agree']:.0f} % | {100 * s['p99_agree']:.0f} % "
-            f"| {s['max_abs_mean_diff_ms']:.2f} | {100 * s['slope_dev']:.2f} % "
+            f"| {s['max_abs_mean_diff_ms']:.2f} | {s['median_abs_median_diff_ms']:.2f} "
+            f"| {100 * s['slope_dev']:.2f} % "
             f"| {s['slower']}/{s['cells']} | {s['sign_p']:.3f} | {s['wall_s']} "
             f"| {100 * (s['cpu_util'] or 0):.0f} % | {'yes' if s['accepted'] else 'NO'} |"
         )
