@@ -44,7 +44,7 @@ def record(
     same = isinstance(entry, dict) and entry.get("cores") == cores
     grids = entry.get("grids", {}) if same else {}  # type: ignore[union-attr]
     grids[grid] = {
-        "verdicts": {str(p): ok for p, ok in sorted(verdicts.items())},
+        "verdicts": {str(p): bool(ok) for p, ok in sorted(verdicts.items())},
         "rule": rule,
         "results": str(out.resolve()),
         "measured": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
