@@ -3,6 +3,7 @@ rules replayed in virtual time for --dry-run."""
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -242,7 +243,7 @@ def test_dry_run_estimate_shrinks_with_parallel_testbeds():
 def test_auto_parallel_stays_within_what_the_fidelity_benchmark_accepted(costs, monkeypatch):
     config = SweepConfig(nodes=(3,), latency_ms=(20.0, 50.0, 100.0), loss_pct=(0.5, 7.5))
     cells = config.cells()
-    kw = {"cores": 2, "total_mb": 24000, "used_mb": 1000}
+    kw: dict[str, Any] = {"cores": 2, "total_mb": 24000, "used_mb": 1000}
     estimate.use(estimate.defaults("host"))
     p, why = estimate.auto_parallel(config, cells, **kw)
     assert p <= estimate.COSTS.max_parallel and "the development machine's" in why
