@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from emulation import api as emulation_api
 from emulation.links import Link, LinkMatrix
@@ -39,6 +39,7 @@ KINDS = ("kill", "pause", "restart", "partition", "links")
 NONE = "none"
 _WHEN = re.compile(r"^(\d+(?:\.\d+)?)(%|s)$")
 RECOVERY_TIMEOUT_S = 300.0
+T = TypeVar("T")
 
 
 class FaultError(TestbedError):
@@ -403,36 +404,51 @@ def whole_again(
     out["restart_s"] = round(time.monotonic() - t0, 3)
     deadline = time.monotonic() + timeout_s
     nodes = [h.name for h in tb.topology.edges]
-    while True:
-        views = {n: tb.status_from(n) for n in nodes}
-        if all(all(v == "UN" for v in view.values()) and len(view) == len(nodes)
-               for view in views.values()):  # fmt: skip
-            break
-        if time.monotonic() > deadline:
-            raise FaultError(f"the cluster is not whole {timeout_s:g} s after the cell: {views}")
-        time.sleep(1)
+    views = _until(
+        lambda: {n: tb.status_from(n) for n in nodes},
+        lambda views: all(
+            all(v == "UN" for v in view.values()) and len(view) == len(nodes)
+            for view in views.values()
+        ),
+        deadline,
+        lambda views: f"the cluster is not whole {timeout_s:g} s after the cell: {views}",
+    )
     out["all_up_s"] = round(time.monotonic() - t0, 3)
-    while True:
-        versions = schema_versions(tb.nodetool(nodes[0], "describecluster", timeout=60))
-        if len(versions) == 1:
-            break
-        if time.monotonic() > deadline:
-            raise FaultError(
-                f"the nodes disagree on the schema {timeout_s:g} s after the cell: {versions}"
-            )
-        time.sleep(1)
+    _until(
+        lambda: schema_versions(tb.nodetool(nodes[0], "describecluster", timeout=60)),
+        lambda versions: len(versions) == 1,
+        deadline,
+        lambda versions: (
+            f"the nodes disagree on the schema {timeout_s:g} s after the cell: {versions}"
+        ),
+    )
     out["schema_agreed_s"] = round(time.monotonic() - t0, 3)
-    hints: dict[str, str] = {}
-    while True:
-        hints = {n: tb.nodetool(n, "listpendinghints", timeout=60).strip() for n in nodes}
-        if all(_no_hints(text) for text in hints.values()):
-            break
-        if time.monotonic() > deadline:
-            raise FaultError(f"hints still pending {timeout_s:g} s after the cell: {hints}")
-        time.sleep(1)
+    hints = _until(
+        lambda: {n: tb.nodetool(n, "listpendinghints", timeout=60).strip() for n in nodes},
+        lambda hints: all(_no_hints(text) for text in hints.values()),
+        deadline,
+        lambda hints: f"hints still pending {timeout_s:g} s after the cell: {hints}",
+    )
     out["hints_delivered_s"] = round(time.monotonic() - t0, 3)
     out["nodetool"] = {"status": views, "listpendinghints": hints}
     return out
+
+
+def _until(
+    look: Callable[[], T],
+    done: Callable[[T], bool],
+    deadline: float,
+    failure: Callable[[T], str],
+) -> T:
+    """``look`` once a second until ``done`` with what it saw (returned); FaultError with
+    ``failure`` of the last look once past ``deadline`` (monotonic)."""
+    while True:
+        seen = look()
+        if done(seen):
+            return seen
+        if time.monotonic() > deadline:
+            raise FaultError(failure(seen))
+        time.sleep(1)
 
 
 def schema_versions(describecluster: str) -> list[str]:

@@ -33,7 +33,7 @@ from testbed.clean import clean
 from testbed.errors import StoreFullError
 from testbed.state import RunState
 
-from . import estimate, plan
+from . import estimate, faults, plan
 from .config import Cell, SweepConfig
 from .progress import Progress
 from .store import Store
@@ -501,9 +501,7 @@ class Shard:
                     "same command to resume"
                 ) from exc
             self.note(f"{exc}; starting {exc.node} again, then measuring {cell.cell_id} again")
-            from .faults import whole_again
-
-            extra = {"node": exc.node, **whole_again(tb, [exc.node], tb.restart_node)}
+            extra = {"node": exc.node, **faults.whole_again(tb, [exc.node], tb.restart_node)}
             extra.pop("nodetool", None)
         else:
             self.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
@@ -747,8 +745,6 @@ class Shard:
 
     def fault_runner(self, cell: Cell) -> Any:
         """The cell's fault, ready to apply while its writes run (None: no fault)."""
-        from . import faults
-
         fault = faults.parse(cell.fault)
         if fault is None:
             return None
