@@ -123,13 +123,13 @@ def compare(base: dict[str, list[float]], other: dict[str, list[float]]) -> list
     return rows
 
 
-def slopes(means: dict[str, float], cells: dict[str, dict]) -> dict[tuple, float]:
-    """(nodes, RF, loss) -> slope of a per-cell RTT statistic (``means``: the mean, or
-    the median) over latency (ms per ms), least squares."""
+def slopes(values: dict[str, float], cells: dict[str, dict]) -> dict[tuple, float]:
+    """(nodes, RF, loss) -> slope of a per-cell RTT statistic (``values``: cell id -> its
+    mean, or its median) over latency (ms per ms), least squares."""
     groups: dict[tuple, list[tuple[float, float]]] = {}
-    for cell_id, mean in means.items():
+    for cell_id, value in values.items():
         c = cells[cell_id]
-        groups.setdefault((c["nodes"], c["rf"], c["loss_pct"]), []).append((c["latency_ms"], mean))
+        groups.setdefault((c["nodes"], c["rf"], c["loss_pct"]), []).append((c["latency_ms"], value))
     return {
         key: float(np.polyfit([x for x, _ in pts], [y for _, y in pts], 1)[0])
         for key, pts in sorted(groups.items())
@@ -153,18 +153,25 @@ def table(title: str, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def run_slopes(run: dict[str, list[float]], cells: dict[str, dict]) -> tuple[dict, dict]:
+    """A run's slopes over latency: of its cells' means, of their medians."""
+    return (
+        slopes({k: statistics.fmean(v) for k, v in run.items()}, cells),
+        slopes({k: statistics.median(v) for k, v in run.items()}, cells),
+    )
+
+
 def deviation(base: dict, other: dict) -> float:
     """The largest relative difference of two runs' slopes over the groups."""
     return max((abs(other[k] / base[k] - 1) for k in base if base[k]), default=0.0)
 
 
-def judge(
-    rows: list[dict], base_slopes: dict, other_slopes: dict, base_med: dict, other_med: dict
-) -> dict:
+def judge(rows: list[dict], base: tuple[dict, dict], other: tuple[dict, dict]) -> dict:
+    """``rows`` (``compare``) and the two runs' ``run_slopes`` against the rules."""
     n = len(rows)
     slower = sum(r["median_diff_ms"] > 0 for r in rows)
     moved = sum(r["median_diff_ms"] != 0 for r in rows)
-    slope_dev = deviation(base_slopes, other_slopes)
+    slope_dev = deviation(base[0], other[0])
     s = {
         "cells": n,
         "agree": sum(r["ok"] for r in rows) / n,
@@ -172,7 +179,7 @@ def judge(
         "max_abs_mean_diff_ms": max(abs(r["mean_diff_ms"]) for r in rows),
         "median_abs_median_diff_ms": statistics.median(abs(r["median_diff_ms"]) for r in rows),
         "slope_dev": slope_dev,
-        "median_slope_dev": deviation(base_med, other_med),
+        "median_slope_dev": deviation(base[1], other[1]),
         "slower": slower,
         "sign_p": stats.binomtest(slower, moved).pvalue if moved else 1.0,
     }
@@ -227,12 +234,11 @@ def main() -> int:
         print(f"running {name} (--parallel {parallel}) ...", file=sys.stderr, flush=True)
         walls[name] = sweep(args, args.out / name, parallel)
     base, cells, _ = rtts(args.out / "seq-a")
-    base_slopes = slopes({k: statistics.fmean(v) for k, v in base.items()}, cells)
-    base_med = slopes({k: statistics.median(v) for k, v in base.items()}, cells)
+    base_slopes = run_slopes(base, cells)
     grid = (
         f"nodes {args.nodes}, RF {args.rf}, latency {args.latency} ms, loss {args.loss} %, "
-        f"{args.profile} profile, {args.writes} writes per cell, shaper {shaper}"
-        + f", budget {100 * busy:g} % of the cores"
+        f"{args.profile} profile, {args.writes} writes per cell, shaper {shaper}, "
+        f"budget {100 * busy:g} % of the cores"
     )
     report = [
         f"## Parallel fidelity: {grid}",
@@ -246,9 +252,7 @@ def main() -> int:
     for name in ["seq-b"] + [names[q] for q in ps]:
         other, _, manifest = rtts(args.out / name)
         rows = compare(base, other)
-        other_slopes = slopes({k: statistics.fmean(v) for k, v in other.items()}, cells)
-        other_med = slopes({k: statistics.median(v) for k, v in other.items()}, cells)
-        sums[name] = judge(rows, base_slopes, other_slopes, base_med, other_med)
+        sums[name] = judge(rows, base_slopes, run_slopes(other, cells))
         report += [table(f"{name} vs seq-a", rows), ""]
         # the sweep's own wall time (a reused run's is stored in its manifest)
         sums[name]["wall_s"] = round(manifest.get("wall_s") or walls[name])
