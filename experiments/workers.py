@@ -41,7 +41,7 @@ from testbed.backends.hosts import (
     read_inventory,
     validate_inventory,
 )
-from testbed.backends.remote import SSH, RemoteHost
+from testbed.backends.ssh import SSH, RemoteHost
 from testbed.errors import ConfigError, TestbedError
 from testbed.state import home
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .remote import HostKeyError, RemoteHost, UnreachableError
+from .ssh import HostKeyError, RemoteHost, UnreachableError
 
 log = logging.getLogger(__name__)
 

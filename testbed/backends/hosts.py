@@ -31,7 +31,7 @@ from ..runner import run
 from ..state import RunState, home
 from ..topology import Topology
 from . import hostkeys, provision, remote
-from .remote import SSH, RemoteHost
+from .ssh import SSH, RemoteHost
 
 SSH_TIMEOUT_S = 60.0
 USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")

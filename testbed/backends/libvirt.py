@@ -28,7 +28,7 @@ from ..runner import run
 from ..state import PREFIX, RunState, run_of
 from ..topology import Topology
 from . import provision, remote
-from .remote import SSH, RemoteHost
+from .ssh import SSH, RemoteHost
 
 log = logging.getLogger(__name__)
 

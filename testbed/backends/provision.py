@@ -19,7 +19,7 @@ from ..errors import TestbedError
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 
 if TYPE_CHECKING:
-    from .remote import SSH, RemoteHost
+    from .ssh import SSH, RemoteHost
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

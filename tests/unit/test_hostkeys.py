@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from testbed.backends import hostkeys, remote
-from testbed.backends.remote import HostKeyError, RemoteHost, UnreachableError
+from testbed.backends import hostkeys, ssh
+from testbed.backends.ssh import HostKeyError, RemoteHost, UnreachableError
 
 # Two ed25519 keys made with ssh-keygen; fingerprints as `ssh-keygen -lf` printed them.
 K1 = ("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIIrEtFuV36UBhdrOItGFUqgjy11CrbP2U4X8XOtIgEOT")
@@ -153,21 +153,21 @@ def test_unreachable_host_named(tmp_path, scan):
 
 
 def test_ssh_settings_strict_for_inventory_hosts(tmp_path):
-    strict = remote.SSH("abc123", tmp_path, strict=True).settings()
+    strict = ssh.SSH("abc123", tmp_path, strict=True).settings()
     assert "StrictHostKeyChecking=yes" in strict
     assert f"UserKnownHostsFile={tmp_path / 'known_hosts'}" in strict
     assert "GlobalKnownHostsFile=/dev/null" in strict
-    vms = remote.SSH("abc123", tmp_path).settings()
+    vms = ssh.SSH("abc123", tmp_path).settings()
     assert "StrictHostKeyChecking=accept-new" in vms
 
 
 def test_host_key_failures_recognised():
-    assert remote.host_key_refused("Host key verification failed.\r\n")
-    assert remote.host_key_refused(
+    assert ssh.host_key_refused("Host key verification failed.\r\n")
+    assert ssh.host_key_refused(
         "@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\n"
         "Host key for 10.0.0.1 has changed and you have requested strict checking."
     )
-    assert not remote.host_key_refused("ssh: connect to host 10.0.0.1 port 22: No route to host")
+    assert not ssh.host_key_refused("ssh: connect to host 10.0.0.1 port 22: No route to host")
 
 
 def test_brackets_are_literal_not_a_character_class():

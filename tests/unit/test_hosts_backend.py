@@ -9,6 +9,7 @@ import pytest
 
 from testbed import Topology
 from testbed.backends import hosts, provision, remote
+from testbed.backends.ssh import SSH
 from testbed.errors import ConfigError
 
 
@@ -127,7 +128,7 @@ def backend(tmp_path, key, monkeypatch):
         run_dir=tmp_path / "run",
     )
     state.run_dir.mkdir()
-    monkeypatch.setattr(remote.SSH, "close", lambda self, hosts: None)
+    monkeypatch.setattr(SSH, "close", lambda self, hosts: None)
     b = FakeHostsBackend(Topology(edge_nodes=1), state)
     b.qdiscs = {"10.77.0.11": SHAPED, "10.77.0.10": SHAPED}
     b.unreachable = set()

@@ -9,6 +9,7 @@ import yaml
 
 from testbed import Topology
 from testbed.backends import provision, remote
+from testbed.backends.ssh import SSH, RemoteHost
 
 
 def _result(status="successful", rc=0, events=(), stats=None):
@@ -76,10 +77,10 @@ def test_failures_without_events_come_from_the_stats_or_the_status():
 
 
 def test_inventory_hosts_walks_nested_groups(tmp_path):
-    ssh = remote.SSH("abc123", tmp_path)
+    ssh = SSH("abc123", tmp_path)
     topo = Topology(edge_nodes=2)
     inv = provision.inventory(
-        [remote.RemoteHost(h.name, h.address) for h in topo.hosts],
+        [RemoteHost(h.name, h.address) for h in topo.hosts],
         {h.name: h.role for h in topo.hosts},
         ssh,
     )

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from testbed import Topology, images
-from testbed.backends import hosts, provision, remote
+from testbed.backends import hosts, provision
 from testbed.backends import libvirt as lv
+from testbed.backends.ssh import SSH, RemoteHost
 from testbed.cassandra import dist as dist_mod
 from testbed.errors import ConfigError
 from testbed.keyed_cache import input_key
@@ -195,8 +196,8 @@ def test_bad_package_file_is_a_clear_error(tmp_path):
 
 
 def test_ssh_argv_quotes_the_remote_command(tmp_path):
-    ssh = remote.SSH("abc123", tmp_path)
-    argv = ssh.argv(remote.RemoteHost("e0", "10.77.0.11"), ["echo", "a b", "$HOME;x"])
+    ssh = SSH("abc123", tmp_path)
+    argv = ssh.argv(RemoteHost("e0", "10.77.0.11"), ["echo", "a b", "$HOME;x"])
     assert argv[0] == "ssh" and argv[-3:-1] == ["root@10.77.0.11", "--"]
     assert shlex.split(argv[-1]) == ["echo", "a b", "$HOME;x"]
     # every ssh process carries the run's tag (clean finds connection masters by it)
@@ -206,10 +207,10 @@ def test_ssh_argv_quotes_the_remote_command(tmp_path):
 
 
 def test_inventory_groups_hosts_by_role(tmp_path):
-    ssh = remote.SSH("abc123", tmp_path)
+    ssh = SSH("abc123", tmp_path)
     topo = Topology(edge_nodes=2)
     inv = provision.inventory(
-        [remote.RemoteHost(h.name, h.address) for h in topo.hosts],
+        [RemoteHost(h.name, h.address) for h in topo.hosts],
         {h.name: h.role for h in topo.hosts},
         ssh,
     )
