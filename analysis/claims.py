@@ -2,7 +2,7 @@
 against the model (pure).
 
 Each claim is a function of mean RTTs keyed (nodes, loss, rf, latency), so the same test
-runs on what was measured and on what ``analysis.model`` predicts for the same cells;
+runs on what was measured and on what ``model.rtt`` predicts for the same cells;
 claims about node counts or losses a run did not measure are checked on the model's
 what-if grid only (the service time of the run's 0 ms cells, or 5 ms). Verdicts: holds,
 does not hold, holds only when ..., or cannot tell (the data a claim needs is missing).

@@ -166,12 +166,7 @@ def format_availability(rows: Sequence[Mapping[str, Any]]) -> str:
 def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
     """fault_<cell>.{png,svg}: each write's RTT against its start, errors as red marks at
     the top, the fault's steps as vertical lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .plots import _save as save_figure
+    from .figsave import plt, save_figure
 
     made = []
     for c in cells:

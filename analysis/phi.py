@@ -34,7 +34,7 @@ import sys
 from fractions import Fraction
 from typing import overload
 
-from experiments.consistency import check_level, required_acks
+from model.consistency import check_level, required_acks
 from testbed import argtypes
 from testbed.errors import ConfigError
 

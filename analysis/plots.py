@@ -21,32 +21,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from experiments.store import check_writable_dir
+from testbed.errors import TestbedError
 
-from experiments.store import check_writable_dir  # noqa: E402
-from testbed.errors import TestbedError  # noqa: E402
+from . import phi as phi_mod
+from . import prediction
+from .figsave import FORMATS, plt, save_figure
+from .results import Results, add_run_option, load, run_ids
+from .stats import cell_stats, high_rf_average, mean_rtt, pooled
 
-from . import phi as phi_mod  # noqa: E402
-from .results import Results, add_run_option, load, run_ids  # noqa: E402
-from .stats import cell_stats, high_rf_average, mean_rtt, pooled  # noqa: E402
-
-FORMATS = ("png", "svg")
 FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess", "ycsb_*", "fault_*")
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
-
-
-def _save(fig, out: Path, name: str) -> list[Path]:
-    paths = []
-    for fmt in FORMATS:
-        path = out / f"{name}.{fmt}"
-        fig.savefig(path, dpi=110 if fmt == "png" else None, bbox_inches="tight")
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def _label(cells: list[dict[str, Any]]) -> str:
@@ -68,7 +55,7 @@ def rtt_vs_latency(
     results: Results, out: Path, model: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Figures 2/3: one per (nodes, loss), with the model's prediction (dashed) beside
-    each measured RF line when ``model`` (analysis.model_cli.compare) is given; returns
+    each measured RF line when ``model`` (analysis.prediction.compare) is given; returns
     [{name, paths, series}]."""
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for (n, loss, rf, lat), rtts in pooled(results.cells).items():
@@ -119,7 +106,7 @@ def rtt_vs_latency(
         made.append(
             {
                 "name": name,
-                "paths": _save(fig, out, name),
+                "paths": save_figure(fig, out, name),
                 "series": series,
                 "nodes": n,
                 "loss": loss,
@@ -150,7 +137,9 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
         ax.legend(fontsize=8)
         name = f"high_rf_n{n}"
         series = len(ax.get_lines())
-        made.append({"name": name, "paths": _save(fig, out, name), "series": series, "nodes": n})
+        made.append(
+            {"name": name, "paths": save_figure(fig, out, name), "series": series, "nodes": n}
+        )
     return made
 
 
@@ -217,20 +206,20 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     series = len(ax.get_lines())
-    return [{"name": "phi_vs_excess", "paths": _save(fig, out, "phi_vs_excess"), "series": series}]
+    return [
+        {"name": "phi_vs_excess", "paths": save_figure(fig, out, "phi_vs_excess"), "series": series}
+    ]
 
 
 def _model(results: Results, out: Path) -> dict[str, Any] | None:
     """The model's comparison (analysis.model), saved beside the figures; None (and a
     note on stderr) when the cells give it nothing to work from."""
-    from . import model_cli
-
     try:
-        data = model_cli.compare(results)
+        data = prediction.compare(results)
     except Exception as exc:  # noqa: BLE001 - the figures matter more than the curves
         print(f"note: no model curves: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
-    model_cli.save(data, out)
+    prediction.save(data, out)
     return data
 
 

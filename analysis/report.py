@@ -104,7 +104,7 @@ def _model_section(results: Results, rerun: str) -> str:
         for f in data["failures"]
     )
     return (
-        head + f"<p>The model (<code>analysis/model.py</code>): the 0 ms cell's service time, the "
+        head + f"<p>The model (<code>model/rtt.py</code>): the 0 ms cell's service time, the "
         f"configured delays, the k-th fastest replica round trip, and TCP's recovery of "
         f"each lost message (RTO = srtt + {tcp['rto_min_ms']:g} ms, doubling; in-order "
         f"delivery). Nothing is fitted to the cells it predicts. Mean absolute relative "

@@ -169,10 +169,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     """ycsb_throughput_threads.{png,svg} (throughput vs threads per workload, level and
     latency) and ycsb_latency_throughput.{png,svg} (p50 and p99 of each operation vs
     throughput). Returns plots-style entries (name, paths, series)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .figsave import plt, save_figure
 
     made: list[dict[str, Any]] = []
     table = pooled(ycsb_cells)
@@ -198,8 +195,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     ax.set_title("YCSB throughput against client threads")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    made.append(_save(fig_, out / "ycsb_throughput_threads", len(series)))
-    plt.close(fig_)
+    made.append(_made(save_figure(fig_, out, "ycsb_throughput_threads"), len(series)))
 
     fig_, ax = plt.subplots(figsize=(7, 4.5))
     curves: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -220,8 +216,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     ax.set_title("YCSB latency against throughput")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
-    made.append(_save(fig_, out / "ycsb_latency_throughput", len(curves)))
-    plt.close(fig_)
+    made.append(_made(save_figure(fig_, out, "ycsb_latency_throughput"), len(curves)))
     return made
 
 
@@ -242,13 +237,8 @@ def _label(s: Mapping[str, Any], without: tuple[str, ...] = ()) -> str:
     return " ".join(str(p) for p in parts)
 
 
-def _save(fig: Any, stem: Path, series: int) -> dict[str, Any]:
-    paths = []
-    for fmt in ("png", "svg"):
-        path = stem.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        paths.append(path)
-    return {"name": stem.name, "paths": paths, "series": series}
+def _made(paths: list[Path], series: int) -> dict[str, Any]:
+    return {"name": paths[0].stem, "paths": paths, "series": series}
 
 
 def percentiles_table(ycsb_cells: Sequence[Mapping[str, Any]]) -> str:

@@ -47,8 +47,8 @@ from scipy import stats
 
 from emulation import shapers
 from experiments import estimate, fidelity
+from experiments.launch import CORES
 from experiments.store import Store
-from experiments.sweep import CORES
 
 ABS_MS, REL = 0.5, 0.01  # mean and median: within max(0.5 ms, 1 %)
 P99_REL, P99_ABS_MS = 0.10, 1.0  # p99: within max(1 ms, 10 %)

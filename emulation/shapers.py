@@ -354,7 +354,7 @@ class DirectShaper:
 
     name = "direct"
     # netem returns success for a random drop (net/sched/sch_netem.c): TCP is not told and
-    # recovers by its timer, as it does from a drop in the gateway (analysis.model)
+    # recovers by its timer, as it does from a drop in the gateway (model.rtt)
     loss_location = "at the sender's egress (netem reports success: TCP recovers by its timer)"
 
     def __init__(self, tb: Testbed):

@@ -16,14 +16,13 @@ from typing import Any, Literal
 
 from emulation import links
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
+from model.consistency import check_level, required_acks
 from testbed.backends import backend_class, backend_options
 from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 from testbed.topology import MAX_EDGE_NODES, Topology
-
-from .consistency import check_level, required_acks
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("round-robin", "token-aware")

@@ -1,6 +1,6 @@
 """How long a sweep will take: a small model, used by --dry-run and for the ETA.
 
-Per write: the mean RTT that analysis.model computes (a service time, the endpoint <->
+Per write: the mean RTT that model.rtt computes (a service time, the endpoint <->
 coordinator round trip, the k-th fastest coordinator <-> replica round trip, TCP's
 retransmissions under loss), with the service time this machine's write at 0 ms. Fixed
 costs: one cluster bring-up and teardown per node count, one emulation check per network
@@ -27,6 +27,7 @@ import numpy as np
 from scipy import stats
 
 from emulation import links
+from model import rtt
 from testbed.errors import ConfigError
 from testbed.topology import Topology
 
@@ -192,18 +193,14 @@ def bringup_s(nodes: int) -> float:
 
 @lru_cache(maxsize=1)
 def _tcp():  # the host's TCP timers, read once
-    from analysis import model
-
-    return model.tcp_from_proc()
+    return rtt.tcp_from_proc()
 
 
 @lru_cache(maxsize=4096)
 def write_ms(config: SweepConfig, cell: Cell) -> float:
-    """Expected time of one write of ``cell``: the mean of analysis.model's exact
+    """Expected time of one write of ``cell``: the mean of model.rtt's exact
     computation (independent writes) with the service time COSTS.base_write_ms; with
     jitter, its simulation."""
-    from analysis import model
-
     topo = Topology(edge_nodes=cell.nodes)
     matrix = links.build(
         config.profile,
@@ -213,10 +210,10 @@ def write_ms(config: SweepConfig, cell: Cell) -> float:
         path=config.links_file,
     )
     level = cell.write_cl or config.cl  # YCSB cells: its writes' level stands for its ops
-    scenario = model.Scenario(matrix, cell.rf, level, config.policy, _tcp())
+    scenario = rtt.Scenario(matrix, cell.rf, level, config.policy, _tcp())
     method = "simulation" if scenario.jittered else "exact"
-    service = model.Service.constant(COSTS.base_write_ms)
-    return model.predict(scenario, service, method=method).mean
+    service = rtt.Service.constant(COSTS.base_write_ms)
+    return rtt.predict(scenario, service, method=method).mean
 
 
 YCSB_START_S = 4.0  # a YCSB cell's JVM start and driver session (measured ~3 s here)

@@ -24,10 +24,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from analysis.model import tcp_from_proc
 from emulation import api as emulation
 from emulation import links, shapers
 from emulation.verify import measure_pair
+from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, TestbedError, Topology
 from testbed.clean import clean
 from testbed.errors import StoreFullError
@@ -65,7 +65,7 @@ def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
         "hostname": platform.node(),
         "clusters": {},
         "baseline": {},
-        # what analysis.model takes from the measuring host (not the analysing one)
+        # what model.rtt takes from the measuring host (not the analysing one)
         "tcp": tcp_from_proc().to_dict(),
     }
 

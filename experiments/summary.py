@@ -131,7 +131,7 @@ def dry_run(
         f"estimated duration: {estimate.fmt_duration(wall)}"
         + where
         + f"; one at a time: {estimate.fmt_duration(estimate.sweep_s(config))} "
-        f"(analysis.model with {estimate.COSTS.base_write_ms:g} ms per write at 0 ms: round trips, "
+        f"(model.rtt with {estimate.COSTS.base_write_ms:g} ms per write at 0 ms: round trips, "
         f"the k-th fastest replica, TCP retransmissions; bring-up per cluster; "
         f"{estimate.COSTS.cpu_ms_per_write:g} CPU-ms per write, an idle {max(config.nodes)}-node "
         f"testbed {estimate.idle_cores(max(config.nodes)):.2f} cores, CPU-bound cells alone; "

@@ -15,7 +15,6 @@ by kill -9 or Ctrl-C is measured again, and a cluster a killed sweep left is rem
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -24,26 +23,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from emulation import shapers
-from emulation.gateway import image as gateway_image
-from testbed import TestbedError
-from testbed.cli import add_node_resource_flags
-from testbed.errors import ConfigError, RunInUseError, StoreFullError
-from testbed.state import OwnerLock, describe_holder
+from testbed import TestbedError, argtypes
+from testbed.errors import ConfigError, StoreFullError
 from testbed.subnets import pool_from
 
-from . import estimate, fidelity
+from . import estimate
 from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
 from .figures import Figures
+from .launch import (
+    CORES,
+    calibrate_from,
+    choose_parallel,
+    lock_results,
+    parse_parallel,
+    preflight,
+)
 from .plan import Gate, Stopped
 from .progress import Progress
 from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
 from .store import DB_NAME, Store, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
-
-LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
-MAX_PARALLEL = 32
-
 
 # -- configuration from flags --------------------------------------------------------------
 
@@ -126,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--heap-mb", type=int, help="Cassandra heap per node (default 256)")
     p.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
     p.add_argument("--vm-memory", type=int, metavar="MB", help="memory per edge VM (libvirt)")
-    add_node_resource_flags(p)
+    argtypes.add_node_resource_flags(p)
     p.add_argument("--inventory", metavar="FILE", help="Ansible inventory (--backend hosts)")
     p.add_argument(
         "--subnet-pool", metavar="CIDR", help="where testbeds get their subnets (10.77.0.0/16)"
@@ -250,104 +249,6 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     if args.inventory:
         values["inventory"] = str(Path(args.inventory).resolve())
     return SweepConfig.from_dict(values)
-
-
-def preflight(config: SweepConfig) -> None:
-    """Checks that need no testbed: root, the gateway image when the gateway shapes, the
-    host shaper's tools when it does."""
-    if os.geteuid() != 0:
-        raise ConfigError("the sweep builds network namespaces: run it as root")
-    shaper = shapers.resolve(config.shaper, config.backend or "netns")
-    if shaper == "gateway":
-        gateway_image.load()
-    shapers.preflight(shaper)
-    if config.ycsb_workloads():  # YCSB and the binding installed (make install does it)
-        from .ycsb import dist as ycsb_dist
-
-        ycsb_dist.load()
-
-
-def lock_results(out: Path) -> OwnerLock:
-    """Own the results directory for this sweep's whole life: a second sweep on it is
-    refused while this one lives, and resumes it once it died (the kernel drops the lock)."""
-    out.mkdir(parents=True, exist_ok=True)
-    lock = OwnerLock(out / LOCK_NAME)
-    if not lock.acquire(blocking=False, wait_s=1.0):
-        holder = lock.holder() or {}
-        raise RunInUseError(
-            f"results directory {out} is in use by a running sweep ({describe_holder(holder)}); "
-            f"wait for it, or use another --out"
-        )
-    return lock
-
-
-CORES = os.cpu_count() or 1
-
-
-def parse_parallel(text: str, config: SweepConfig) -> int | None:
-    """--parallel: None for auto, else P >= 1 (1 for the hosts backend: one set of
-    machines). ConfigError naming the value otherwise."""
-    if str(text).strip().lower() == "auto":
-        return None
-    try:
-        p = int(text)
-    except ValueError:
-        p = 0
-    if p < 1 or p > MAX_PARALLEL:
-        raise ConfigError(
-            f"--parallel must be auto or an integer from 1 to {MAX_PARALLEL}, got {text!r}"
-        )
-    if p > 1 and config.backend == "hosts":
-        raise ConfigError("--parallel above 1 needs testbeds of their own: not --backend hosts")
-    return p
-
-
-def costs_shaper(config: SweepConfig) -> str:
-    """The shaper whose costs the model uses: the one the sweep will resolve to, judged
-    without touching the machine (a dry run makes no namespace); a shaper this kernel
-    lacks is reported by the preflight when the sweep starts."""
-    return shapers.resolve(config.shaper, config.backend or "netns", probe=False)
-
-
-def calibrate_from(config: SweepConfig, out: Path | None = None) -> None:
-    """The cost model of the sweep's shaper, fitted to the cells its results directory
-    (``out``, default the config's) already holds (the development machine's costs
-    without)."""
-    shaper = costs_shaper(config)
-    estimate.use(estimate.defaults(shaper))
-    out = Path(config.out) if out is None else out
-    if not (out / DB_NAME).is_file():
-        return
-    try:
-        with Store(out, read_only=True) as store:
-            runs, cells = store.runs(), store.cells()
-    except TestbedError:  # an empty store a kill left: nothing to fit
-        return
-    manifests = [{**r.manifest, "run_id": r.run_id} for r in runs]
-    costs = estimate.calibrate(cells, manifests, CORES, shaper)
-    if costs is not None:
-        estimate.use(costs)
-
-
-def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
-    """P and why: as asked, or (auto) from the machine's cores and memory and what the
-    fidelity benchmark accepted here."""
-    if parallel is not None:
-        return parallel, "as asked"
-    info = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0]) / 1024  # MB
-    used = info["MemTotal"] - info.get("MemAvailable", info["MemFree"])
-    return estimate.auto_parallel(
-        config,
-        cells,
-        cores=CORES,
-        total_mb=info["MemTotal"],
-        used_mb=used,
-        accepted=fidelity.accepted(costs_shaper(config), CORES),
-    )
 
 
 def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:

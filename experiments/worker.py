@@ -47,6 +47,7 @@ from testbed.state import OwnerLock, describe_holder
 
 from . import estimate, plan
 from .config import Cell, SweepConfig
+from .launch import CORES, LOCK_NAME, calibrate_from, choose_parallel, parse_parallel
 from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
 from .store import Store
 
@@ -220,7 +221,6 @@ def _protocol_stdout() -> IO[str]:
 
 
 def serve(root: Path, name: str, parallel: str) -> int:
-    from .sweep import CORES, LOCK_NAME, calibrate_from, choose_parallel, parse_parallel
 
     channel = Channel(sys.stdin, _protocol_stdout())
     channel.send(
@@ -353,7 +353,6 @@ def probe() -> int:
 
 def clean_root(root: Path) -> int:
     """Remove what a dead ``serve`` of ``root`` left (see the module's docstring)."""
-    from .sweep import LOCK_NAME
 
     out = root / "results"
     if not out.is_dir():

@@ -1,5 +1,6 @@
 """argparse ``type=`` functions for the command lines: a bad value is a one-line usage
-error (exit code 2) that names the value and what is allowed, before anything runs."""
+error (exit code 2) that names the value and what is allowed, before anything runs; and
+the flags that more than one command line shares (the --node-* resource limits)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+
+from . import cgroups
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -62,3 +65,34 @@ def run_id(text: str) -> str:
             f"status` shows it), got {text!r}"
         )
     return text
+
+
+# -- flags shared by command lines ---------------------------------------------------------
+
+
+NODE_FLAGS = (
+    ("profile", "NAME", "a device profile for every edge node: " + ", ".join(cgroups.PROFILES)),
+    ("cpu", "CORES", "CPU quota per edge node in cores, e.g. 0.5 (cgroup cpu.max)"),
+    ("cpuset", "CPUS", "CPUs an edge node may run on, e.g. 1 or 0-1 (cpuset.cpus)"),
+    ("memory_mb", "MB", "memory per edge node, no swap (memory.max); the heap must fit"),
+    ("read_mbps", "MB/S", "disk read bandwidth per edge node (io.max)"),
+    ("write_mbps", "MB/S", "disk write bandwidth per edge node (io.max)"),
+)
+
+
+def add_node_resource_flags(p: argparse.ArgumentParser) -> None:
+    """--node-profile/-cpu/-cpuset/-memory/-read-mbps/-write-mbps (netns: cgroups). Each
+    takes one value for every edge node, or per host: e0=1,e1=0.5 (ep= limits the
+    endpoint too)."""
+    for name, metavar, text in NODE_FLAGS:
+        p.add_argument(cgroups.FLAGS[name], dest=f"node_{name}", metavar=metavar, help=text)
+
+
+def node_resources(args: argparse.Namespace) -> dict | None:
+    """The --node-* flags as the netns backend's ``resources`` option (None: none given)."""
+    values = {
+        name: cgroups.parse_flag(name, getattr(args, f"node_{name}", None))
+        for name, *_ in NODE_FLAGS
+    }
+    spec = cgroups.spec_from({k: v for k, v in values.items() if v})
+    return spec or None

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from . import argtypes, cgroups
+from . import argtypes
 from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from .cassandra import dist as dist_mod
 from .cassandra.config import (
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra cassandra.yaml setting for every node (repeatable)",
     )
-    add_node_resource_flags(up)
+    argtypes.add_node_resource_flags(up)
     up.add_argument("--no-cassandra", action="store_true", help="build the network only")
     up.add_argument("--java", help="java binary (default: $JAVA_HOME/bin/java, then PATH)")
     up.add_argument(
@@ -237,36 +237,8 @@ def backend_options(args: argparse.Namespace) -> dict:
         inventory=args.inventory,
         vm_vcpus=args.vm_vcpus,
         vm_memory_mb=args.vm_memory,
-        node_resources=node_resources(args),
+        node_resources=argtypes.node_resources(args),
     )
-
-
-NODE_FLAGS = (
-    ("profile", "NAME", "a device profile for every edge node: " + ", ".join(cgroups.PROFILES)),
-    ("cpu", "CORES", "CPU quota per edge node in cores, e.g. 0.5 (cgroup cpu.max)"),
-    ("cpuset", "CPUS", "CPUs an edge node may run on, e.g. 1 or 0-1 (cpuset.cpus)"),
-    ("memory_mb", "MB", "memory per edge node, no swap (memory.max); the heap must fit"),
-    ("read_mbps", "MB/S", "disk read bandwidth per edge node (io.max)"),
-    ("write_mbps", "MB/S", "disk write bandwidth per edge node (io.max)"),
-)
-
-
-def add_node_resource_flags(p: argparse.ArgumentParser) -> None:
-    """--node-profile/-cpu/-cpuset/-memory/-read-mbps/-write-mbps (netns: cgroups). Each
-    takes one value for every edge node, or per host: e0=1,e1=0.5 (ep= limits the
-    endpoint too)."""
-    for name, metavar, text in NODE_FLAGS:
-        p.add_argument(cgroups.FLAGS[name], dest=f"node_{name}", metavar=metavar, help=text)
-
-
-def node_resources(args: argparse.Namespace) -> dict | None:
-    """The --node-* flags as the netns backend's ``resources`` option (None: none given)."""
-    values = {
-        name: cgroups.parse_flag(name, getattr(args, f"node_{name}", None))
-        for name, *_ in NODE_FLAGS
-    }
-    spec = cgroups.spec_from({k: v for k, v in values.items() if v})
-    return spec or None
 
 
 def _print_hosts(hosts: list[dict]) -> None:

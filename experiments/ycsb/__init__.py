@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.consistency import check_level, check_read_level
+from model.consistency import check_level, check_read_level, required_acks
 from testbed.errors import ConfigError, TestbedError
 from testbed.testbed import Testbed
 
@@ -224,7 +224,6 @@ class Spec:
 
     @staticmethod
     def _level_ok(level: str, rf: int | None, what: str) -> None:
-        from experiments.consistency import required_acks
 
         if rf is not None and level not in ("SERIAL", "LOCAL_SERIAL"):
             need = required_acks(level, rf)

@@ -21,7 +21,7 @@ from analysis.stats import (
     std_across_nodes,
 )
 from analysis.synthetic import make_store
-from experiments.consistency import WRITE_LEVELS
+from model.consistency import WRITE_LEVELS
 from testbed.errors import ConfigError
 
 # Table 1 of the paper, exactly as printed.

@@ -1,4 +1,4 @@
-"""analysis.model: exact limits, the exact computation against the simulation, the CLI.
+"""model.rtt: exact limits, the exact computation against the simulation, the CLI.
 
 Pure: no testbed. The integration test (test_3_sweep) checks the model against a real
 sweep."""
@@ -12,11 +12,12 @@ import math
 import numpy as np
 import pytest
 
-from analysis import model as m
-from analysis import model_cli
+from analysis import model as model_cli
+from analysis import prediction
 from analysis.results import load
 from analysis.synthetic import make_store
 from emulation import links
+from model import rtt as m
 from testbed.errors import ConfigError
 from testbed.topology import Topology
 
@@ -326,7 +327,7 @@ def test_compare_on_a_store(tmp_path, capsys):
     assert [(g["nodes"], g["loss_pct"], g["cells"]) for g in data["groups"]] == [(3, 0.5, 3)]
     assert (tmp_path / "analysis" / "model.json").is_file()
     results = load(tmp_path)
-    again = model_cli.compare(results)
+    again = prediction.compare(results)
     assert [r["predicted_mean_ms"] for r in again["cells"]] == [
         r["predicted_mean_ms"] for r in data["cells"]
     ]  # seeded: the same numbers every time

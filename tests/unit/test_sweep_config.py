@@ -4,8 +4,8 @@ import pytest
 
 from experiments import estimate
 from experiments.config import SweepConfig, load_toml, parse_list, preset
-from experiments.consistency import remote_round_trip_probability, required_acks
 from experiments.sweep import config_from_args, parser
+from model.consistency import remote_round_trip_probability, required_acks
 from testbed.errors import ConfigError
 
 

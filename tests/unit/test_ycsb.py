@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from experiments import ycsb
-from experiments.consistency import check_read_level
 from experiments.ycsb import END_CLIENT
+from model.consistency import check_read_level
 from testbed import tags
 from testbed.errors import ConfigError
 

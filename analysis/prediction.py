@@ -1,24 +1,17 @@
-"""`python -m analysis.model`: predicted against measured write RTT, and what-if tables.
+"""Predicted against measured write RTT (the model: ``model.rtt``), cell by cell, and
+what-if tables: the comparison behind `python -m analysis.model`, the figures' dashed
+model lines and the report's model section.
 
-    python -m analysis.model RESULTS_DIR [--run RUN_ID] [--json] [--no-report]
-    python -m analysis.model predict --nodes 5 --rf 1..5 --latency 0..100..10 --loss 7.5 \
-        [--profile paper] [--cl LOCAL_QUORUM] [--policy round-robin] [--baseline-ms 5] [--json]
-
-The first prints, per measured cell, the measured and predicted mean, median, p95 and p99
-with their relative errors; the mean absolute relative error of the mean per (nodes,
-loss, profile) over the cells at 10 ms or more; and, for every cell the model misses by
-more than its tolerance, which assumption the measurement contradicts. It saves the same
-as RESULTS_DIR/analysis/model.{txt,json} and refreshes the report. The model itself is
-``analysis.model``.
+Per measured cell: the measured and predicted mean, median, p95 and p99 with their
+relative errors; the mean absolute relative error of the mean per (nodes, loss, profile)
+over the cells at 10 ms or more; and, for every cell the model misses by more than its
+tolerance, which assumption the measurement contradicts.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,16 +21,13 @@ from typing import Any
 import numpy as np
 
 from emulation import links
-from experiments.config import parse_list
-from experiments.consistency import check_level, required_acks
-from experiments.store import check_writable_dir
-from testbed import argtypes
+from model import rtt as m
+from model.consistency import check_level, required_acks
 from testbed.errors import ConfigError, TestbedError
-from testbed.topology import MAX_EDGE_NODES, Topology
+from testbed.topology import Topology
 
 from . import claims
-from . import model as m
-from .results import Results, add_run_option, load, run_ids
+from .results import Results
 from .stats import bootstrap_mean_ci, mean_rtt
 
 TOLERANCE = 0.10  # the issue's target: mean absolute relative error of the mean <= 10 %
@@ -469,10 +459,7 @@ def what_if(
 
 
 def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .figsave import plt, save_figure
 
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -494,13 +481,7 @@ def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("predicted write RTT (ms)")
-    paths = []
-    for fmt in ("png", "svg"):
-        out = path.with_suffix(f".{fmt}")
-        fig.savefig(out, dpi=110 if fmt == "png" else None, bbox_inches="tight")
-        paths.append(out)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, path.parent, path.name)
 
 
 def format_what_if(rows: list[dict[str, Any]], baseline_ms: float) -> str:
@@ -517,125 +498,3 @@ def format_what_if(rows: list[dict[str, Any]], baseline_ms: float) -> str:
             f"{r['predicted_p95_ms']:>8.1f} {r['predicted_p99_ms']:>8.1f}"
         )
     return "\n".join(lines)
-
-
-# -- command line ----------------------------------------------------------------------------
-
-
-def _checked(name: str, values: tuple, low: float, high: float) -> tuple:
-    if not values:
-        raise ConfigError(f"{name}: no values")
-    for v in values:
-        if not low <= v <= high:
-            raise ConfigError(f"{name}: {v:g} is outside {low:g}..{high:g}")
-    return values
-
-
-def _predict_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m analysis.model predict",
-        description="Predict write RTT for a grid, without any results.",
-    )
-    p.add_argument("--nodes", default="5", help="node counts, e.g. 3,5 (default 5)")
-    p.add_argument("--rf", help="replication factors, e.g. 1..5 (default 1..nodes)")
-    p.add_argument(
-        "--latency", default="0..100..10", help="one-way latencies in ms (default 0..100..10)"
-    )
-    p.add_argument("--loss", default="7.5", help="loss in %% (default 7.5)")
-    p.add_argument("--profile", choices=links.PROFILES, default="paper")
-    p.add_argument("--links", help="link matrix TOML for --profile file")
-    p.add_argument("--cl", default="LOCAL_QUORUM", help="write consistency level")
-    p.add_argument("--policy", choices=m.POLICIES, default="round-robin")
-    p.add_argument(
-        "--baseline-ms",
-        type=argtypes.number(0, 10_000),
-        default=DEFAULT_BASELINE_MS,
-        help=f"service time of a write at 0 ms (default {DEFAULT_BASELINE_MS:g})",
-    )
-    p.add_argument("--out", default=".", help="where the plot goes (default .)")
-    p.add_argument("--json", action="store_true", help="print the table as JSON")
-    args = p.parse_args(argv)
-    try:
-        if args.profile == "file" and not args.links:
-            raise ConfigError("--profile file needs --links FILE")
-        out = Path(args.out)
-        check_writable_dir(out, "--out")
-        nodes = _checked("--nodes", parse_list("--nodes", args.nodes, int), 1, MAX_EDGE_NODES)
-        rfs = (
-            _checked("--rf", parse_list("--rf", args.rf, int), 1, MAX_EDGE_NODES)
-            if args.rf
-            else tuple(range(1, max(nodes) + 1))
-        )
-        lats = _checked(
-            "--latency", parse_list("--latency", args.latency, float), 0, links.MAX_DELAY_MS
-        )
-        losses = _checked("--loss", parse_list("--loss", args.loss, float), 0, 100)
-        rows = what_if(
-            nodes,
-            rfs,
-            lats,
-            losses,
-            profile=args.profile,
-            cl=args.cl,
-            policy=args.policy,
-            baseline_ms=args.baseline_ms,
-            links_file=args.links,
-        )
-        if not rows:
-            raise ConfigError(
-                f"no cell: every RF is above every node count or below the {args.cl} acks"
-            )
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({"cells": rows}, indent=1))
-        return 0
-    print(format_what_if(rows, args.baseline_ms))
-    out.mkdir(parents=True, exist_ok=True)
-    paths = plot_what_if(rows, out / "model_predict")
-    print(f"plot: {', '.join(str(x) for x in paths)}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["predict"]:
-        return _predict_main(argv[1:])
-    p = argparse.ArgumentParser(
-        prog="python -m analysis.model",
-        description="Measured write RTT against the model's prediction, cell by cell "
-        "('python -m analysis.model predict --help': a what-if table without results).",
-    )
-    p.add_argument("results", help="results directory (holds results.sqlite)")
-    add_run_option(p)
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
-    args = p.parse_args(argv)
-    t0 = time.monotonic()
-    try:
-        results = load(args.results, run_ids(args.run))
-        check_writable_dir(results.output_dir, "analysis directory")
-        data = compare(results)
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    text = format_text(data)
-    out = results.output_dir
-    save(data, out)
-    if args.json:
-        print(json.dumps(data, indent=1))
-    else:
-        print(results.describe())
-        print(text)
-        print(
-            f"saved: {out / 'model.txt'}, {out / 'model.json'} "
-            f"({len(data['cells'])} cells in {time.monotonic() - t0:.1f} s)"
-        )
-    if not args.no_report:
-        from .report import write_report
-
-        path = write_report(results)
-        if not args.json:
-            print(f"report: {path}")
-    return 0

@@ -1,0 +1,119 @@
+"""What a sweep does before its first testbed, on the controller and on a remote worker
+alike: the checks that need no testbed (``preflight``), the results directory's lock, and
+how many testbeds run at once (``parse_parallel``, ``calibrate_from``,
+``choose_parallel``: the cost model of the sweep's shaper, fitted to what the store
+already holds, within what the fidelity benchmark accepted on this machine).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from emulation import shapers
+from emulation.gateway import image as gateway_image
+from testbed import TestbedError
+from testbed.errors import ConfigError, RunInUseError
+from testbed.state import OwnerLock, describe_holder
+
+from . import estimate, fidelity
+from .config import SweepConfig
+from .store import DB_NAME, Store
+from .ycsb import dist as ycsb_dist
+
+LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
+MAX_PARALLEL = 32
+CORES = os.cpu_count() or 1
+
+
+def preflight(config: SweepConfig) -> None:
+    """Checks that need no testbed: root, the gateway image when the gateway shapes, the
+    host shaper's tools when it does."""
+    if os.geteuid() != 0:
+        raise ConfigError("the sweep builds network namespaces: run it as root")
+    shaper = shapers.resolve(config.shaper, config.backend or "netns")
+    if shaper == "gateway":
+        gateway_image.load()
+    shapers.preflight(shaper)
+    if config.ycsb_workloads():  # YCSB and the binding installed (make install does it)
+        ycsb_dist.load()
+
+
+def lock_results(out: Path) -> OwnerLock:
+    """Own the results directory for this sweep's whole life: a second sweep on it is
+    refused while this one lives, and resumes it once it died (the kernel drops the lock)."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = OwnerLock(out / LOCK_NAME)
+    if not lock.acquire(blocking=False, wait_s=1.0):
+        holder = lock.holder() or {}
+        raise RunInUseError(
+            f"results directory {out} is in use by a running sweep ({describe_holder(holder)}); "
+            f"wait for it, or use another --out"
+        )
+    return lock
+
+
+def parse_parallel(text: str, config: SweepConfig) -> int | None:
+    """--parallel: None for auto, else P >= 1 (1 for the hosts backend: one set of
+    machines). ConfigError naming the value otherwise."""
+    if str(text).strip().lower() == "auto":
+        return None
+    try:
+        p = int(text)
+    except ValueError:
+        p = 0
+    if p < 1 or p > MAX_PARALLEL:
+        raise ConfigError(
+            f"--parallel must be auto or an integer from 1 to {MAX_PARALLEL}, got {text!r}"
+        )
+    if p > 1 and config.backend == "hosts":
+        raise ConfigError("--parallel above 1 needs testbeds of their own: not --backend hosts")
+    return p
+
+
+def costs_shaper(config: SweepConfig) -> str:
+    """The shaper whose costs the model uses: the one the sweep will resolve to, judged
+    without touching the machine (a dry run makes no namespace); a shaper this kernel
+    lacks is reported by the preflight when the sweep starts."""
+    return shapers.resolve(config.shaper, config.backend or "netns", probe=False)
+
+
+def calibrate_from(config: SweepConfig, out: Path | None = None) -> None:
+    """The cost model of the sweep's shaper, fitted to the cells its results directory
+    (``out``, default the config's) already holds (the development machine's costs
+    without)."""
+    shaper = costs_shaper(config)
+    estimate.use(estimate.defaults(shaper))
+    out = Path(config.out) if out is None else out
+    if not (out / DB_NAME).is_file():
+        return
+    try:
+        with Store(out, read_only=True) as store:
+            runs, cells = store.runs(), store.cells()
+    except TestbedError:  # an empty store a kill left: nothing to fit
+        return
+    manifests = [{**r.manifest, "run_id": r.run_id} for r in runs]
+    costs = estimate.calibrate(cells, manifests, CORES, shaper)
+    if costs is not None:
+        estimate.use(costs)
+
+
+def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
+    """P and why: as asked, or (auto) from the machine's cores and memory and what the
+    fidelity benchmark accepted here."""
+    if parallel is not None:
+        return parallel, "as asked"
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":", 1)
+            info[key] = int(value.split()[0]) / 1024  # MB
+    used = info["MemTotal"] - info.get("MemAvailable", info["MemFree"])
+    return estimate.auto_parallel(
+        config,
+        cells,
+        cores=CORES,
+        total_mb=info["MemTotal"],
+        used_mb=used,
+        accepted=fidelity.accepted(costs_shaper(config), CORES),
+    )
