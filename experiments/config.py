@@ -16,13 +16,18 @@ from typing import Any, Literal
 
 from emulation import links
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
+from emulation.trace import load as load_trace
 from model.consistency import check_level, required_acks
+from testbed import cgroups
 from testbed.backends import backend_class, backend_options
 from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 from testbed.topology import MAX_EDGE_NODES, Topology
+
+from .faults import parse as parse_fault
+from .ycsb import Spec, workload_path
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 POLICIES = ("round-robin", "token-aware")
@@ -108,15 +113,11 @@ class Cell:
                 f"-{self.write_cl}-k{self.records}"
             )
         if self.fault != "none":  # cells without one keep the ids of runs stored before
-            from .faults import parse
-
-            fault = parse(self.fault)
+            fault = parse_fault(self.fault)
             assert fault is not None
             base += f"-f{fault.label}"
         if self.trace != "none":
-            from emulation.trace import load
-
-            base += f"-t{load(self.trace).label}"
+            base += f"-t{load_trace(self.trace).label}"
         return f"{base}-r{self.repetition}"
 
     @property
@@ -262,8 +263,6 @@ class SweepConfig:
         backend_class(self.backend)  # ConfigError naming the backends
         options = self.backend_options()
         if options.get("resources"):  # every node count's nodes, with the sweep's heap
-            from testbed import cgroups
-
             for n in self.nodes:
                 for host, res in cgroups.resolve_spec(
                     options["resources"], Topology(edge_nodes=n)
@@ -331,10 +330,9 @@ class SweepConfig:
         """Every fault read and checked against every node count's hosts, before
         anything starts; faults need the netns backend (nodes killed and started by the
         sweep) and act on the paper's writes."""
-        from .faults import parse
 
         object.__setattr__(self, "fault", _strings("fault", self.fault, none=True))
-        faults = [parse(f) for f in self.fault]
+        faults = [parse_fault(f) for f in self.fault]
         if not any(faults):
             return
         if self.backend != "netns":
@@ -354,15 +352,15 @@ class SweepConfig:
     def _validate_traces(self) -> None:
         """Every trace read and checked against every node count's hosts; traces act on
         the paper's writes, over a profile's matrix (not a fixed links file)."""
-        from emulation.trace import load
 
         object.__setattr__(self, "trace", _strings("trace", self.trace, none=True))
         named = [t for t in self.trace if t != "none"]
         if not named:
             return
-        from .faults import parse
 
-        changing = [f for f in self.fault if (p := parse(f)) and p.kind in ("partition", "links")]
+        changing = [
+            f for f in self.fault if (p := parse_fault(f)) and p.kind in ("partition", "links")
+        ]
         if changing:  # both would drive the shaper at once, each undoing the other's
             raise ConfigError(
                 f"fault {changing[0]!r} changes links, and so does a trace: not in one grid "
@@ -371,14 +369,13 @@ class SweepConfig:
         if self.ycsb_workloads():
             raise ConfigError("link traces act on the paper's writes so far: not with YCSB")
         for t in named:
-            trace = load(t)
+            trace = load_trace(t)
             for n in self.nodes:
                 trace.check(Topology(edge_nodes=n))
 
     def _validate_ycsb(self, pairs: list[tuple[int, int]]) -> None:
         """The YCSB dimensions: names, ranges, and every workload x level x records
         combination checked by experiments.ycsb before anything starts."""
-        from .ycsb import Spec
 
         set_ = object.__setattr__
         set_(self, "workload", _strings("workload", self.workload))
@@ -421,7 +418,6 @@ class SweepConfig:
 
     def backend_options(self) -> dict[str, Any]:
         """The testbed's backend options, as `testbed up` would build them."""
-        from testbed import cgroups
 
         spec = cgroups.spec_from(
             {
@@ -538,17 +534,13 @@ class SweepConfig:
         if tuple(self.trace) == ("none",):  # and before link traces
             data.pop("trace")
         else:  # what each trace says, not only its name
-            from emulation.trace import load
-
-            data["trace"] = [t if t == "none" else load(t).label for t in self.trace]
+            data["trace"] = [t if t == "none" else load_trace(t).label for t in self.trace]
         for name in TESTBED_FIELDS:
             if name in data and data[name] is None:
                 data.pop(name)
         if self.links_file:
             data["links_file"] = hashlib.sha256(Path(self.links_file).read_bytes()).hexdigest()
         if self.ycsb_workloads():  # what each workload's properties say, not only its name
-            from .ycsb import workload_path
-
             data["workload_files"] = {
                 w: hashlib.sha256(workload_path(w).read_bytes()).hexdigest()
                 for w in self.ycsb_workloads()

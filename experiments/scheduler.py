@@ -26,6 +26,8 @@ from typing import Any
 
 from emulation import api as emulation
 from emulation import links, shapers
+from emulation.trace import Replay
+from emulation.trace import load as load_trace
 from emulation.verify import measure_pair
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, TestbedError, Topology
@@ -33,7 +35,7 @@ from testbed.clean import clean
 from testbed.errors import StoreFullError
 from testbed.state import RunState
 
-from . import estimate, faults, plan
+from . import estimate, faults, plan, ycsb
 from .config import Cell, SweepConfig
 from .progress import Progress
 from .store import Store
@@ -736,12 +738,10 @@ class Shard:
         """The cell's link trace, ready to replay from its first measured write."""
         if cell.trace == "none":
             return None
-        from emulation.trace import Replay, load
-
         tb = self.tb
         assert tb is not None
         shaper = shapers.for_testbed(tb, replay_shaper(tb))
-        return Replay(load(cell.trace), emulation.configured(tb), shaper.apply, shaper.close)
+        return Replay(load_trace(cell.trace), emulation.configured(tb), shaper.apply, shaper.close)
 
     def fault_runner(self, cell: Cell) -> Any:
         """The cell's fault, ready to apply while its writes run (None: no fault)."""
@@ -763,8 +763,6 @@ class Shard:
     def measure_ycsb(self, cell: Cell, shaping: dict[str, Any]) -> None:
         """A YCSB cell: its keyspace (RF, records) loaded once per cluster, then the run
         phase; stored as one row per operation (and OVERALL) with YCSB's histogram logs."""
-        from . import ycsb
-
         cfg, sweep, tb = self.config, self.sweep, self.tb
         assert tb is not None and cell.records is not None
         runner = ycsb.Ycsb(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s)

@@ -29,6 +29,7 @@ from testbed.subnets import pool_from
 
 from . import estimate
 from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
+from .faults import split_list
 from .figures import Figures
 from .launch import (
     CORES,
@@ -235,8 +236,6 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         if kind == "rf":  # integers, ranges or k (the node count)
             values[name] = parse_rf(flag, raw)
         elif kind == "fault":  # a partition's groups have commas of their own
-            from .faults import split_list
-
             values[name] = tuple(split_list(raw))
         elif dest == "first_pass" and raw.strip().lower() == "none":
             values[name] = None

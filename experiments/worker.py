@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.errors import RunInUseError, TestbedError
+from testbed.setup_check import check_cassandra
 from testbed.state import OwnerLock, describe_holder
 
 from . import estimate, plan
@@ -328,8 +329,6 @@ def serve(root: Path, name: str, parallel: str) -> int:
 
 def probe() -> int:
     """What the controller checks before it hands out cells."""
-    from testbed.setup_check import check_cassandra
-
     problems = []
     try:
         check_cassandra()

@@ -11,6 +11,7 @@ from typing import Any
 
 from testbed import argtypes
 from testbed.errors import TestbedError
+from testbed.testbed import Testbed
 from testbed.topology import MAX_EDGE_NODES
 
 from . import Result, Spec, Ycsb, create_table
@@ -101,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from testbed.testbed import Testbed
-
     spec = Spec(
         workload=args.workload,
         records=args.records,

@@ -1,0 +1,189 @@
+"""The import structure of the project, read from the source with ``ast`` (issue 24):
+
+- no import circle between modules;
+- no import from a lower layer to a higher one: testbed < emulation < model < experiments
+  < analysis (a module may import its own layer and the layers below it);
+- no import of a command-line module (one that defines ``main``), except by its package's
+  ``__main__``; the library modules that still carry a ``main`` of their own are listed
+  in ``STILL_MIXED`` (their command lines move behind one command later), and the list
+  may only shrink;
+- at most 5 project-internal imports inside functions in ``experiments/`` (an import
+  inside a function hides a dependency from the reader and from this test's circles).
+
+Every import counts, also those under ``if TYPE_CHECKING:`` and inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = ("testbed", "emulation", "model", "experiments", "analysis")
+STILL_MIXED = {
+    "analysis.phi",  # φ's functions and `python -m analysis.phi`
+    "analysis.report",  # write_report and `python -m analysis.report`
+    "experiments.workloads.writes",  # the writer's rows and the writer process itself
+    "testbed.client",  # the endpoint client's helpers and the client process itself
+}
+MAX_INNER_IMPORTS = {"experiments": 5}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in LAYERS:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The project modules an import statement loads (``from pkg import name`` loads
+    pkg.name where that is a module, else pkg)."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = module.split(".")
+            if MODULES[module].name != "__init__.py":
+                parts.pop()
+            parts = parts[: len(parts) - node.level + 1]
+            base = ".".join([*parts, base] if base else parts)
+        names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+    found = set()
+    for name in names:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
+
+
+def _read() -> tuple[dict[str, set[str]], dict[str, list[tuple[int, str]]], set[str]]:
+    """(module -> modules it imports, module -> (line, target) of imports inside
+    functions, the modules that define ``main``)."""
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    inner: dict[str, list[tuple[int, str]]] = {m: [] for m in MODULES}
+    clis = set()
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        if any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
+            clis.add(module)
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
+        in_function = {id(n) for f in functions for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                targets = _targets(module, node)
+                edges[module] |= targets
+                if id(node) in in_function:
+                    inner[module] += [(node.lineno, t) for t in sorted(targets)]
+    return edges, inner, clis
+
+
+EDGES, INNER, CLIS = _read()
+
+
+def _layer(module: str) -> int:
+    return LAYERS.index(module.split(".")[0])
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_the_reader_sees_the_project():
+    # a reader that found nothing would pass every rule below
+    assert len(MODULES) > 80
+    assert "testbed.topology" in EDGES["testbed.testbed"]
+    assert "model.rtt" in EDGES["experiments.estimate"]
+    assert {"testbed.cli", "experiments.sweep", "analysis.model"} <= CLIS
+
+
+def test_circles_are_found():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _circles(edges) == [["a", "b", "c"]]
+
+
+def test_no_import_circle():
+    assert _circles(EDGES) == []
+
+
+def test_no_import_runs_up_the_layers():
+    up = [f"{m} -> {t}" for m, targets in EDGES.items() for t in targets if _layer(t) > _layer(m)]
+    assert up == [], f"imports from a lower layer to a higher one ({' < '.join(LAYERS)})"
+
+
+def test_no_command_line_module_is_imported():
+    bad = [
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        for t in targets & (CLIS - STILL_MIXED)
+        if not (m.endswith("__main__") and m.rpartition(".")[0] == t.rpartition(".")[0])
+    ]
+    assert bad == []
+
+
+def test_still_mixed_only_shrinks():
+    # a module that lost its main (or no longer exists) leaves the list
+    assert STILL_MIXED <= CLIS
+
+
+@pytest.mark.parametrize("package", sorted(MAX_INNER_IMPORTS))
+def test_few_imports_inside_functions(package):
+    found = [
+        f"{m}:{line} -> {t}"
+        for m, imports in INNER.items()
+        if m.split(".")[0] == package
+        for line, t in imports
+    ]
+    assert len(found) <= MAX_INNER_IMPORTS[package], "\n".join(found)
