@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,48 +35,49 @@ SHAPERS = ("auto", "direct", "host", "gateway")
 JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
 MAX_CELLS = 100_000
-STRING_FIELDS = (
-    "profile",
-    "links_file",
-    "cl",
-    "policy",
-    "backend",
-    "shaper",
-    "out",
-    "jvm_profile",
-    "name",
-)
-# Testbed options that do not change a measurement's definition when left out: absent
-# from the fingerprint while None, so runs stored before they existed still resume.
+MAX_HEAP_MB = 64 * 1024
 PREVIEW_WRITES = 30  # per cell of --preview
-NODE_FIELDS = (  # device-sized nodes (netns: cgroups); a value, or per host "e0=1,e1=0.5"
-    "node_profile",
-    "node_cpu",
-    "node_cpuset",
-    "node_memory_mb",
-    "node_read_mbps",
-    "node_write_mbps",
-)
-TESTBED_FIELDS = ("vm_vcpus", "vm_memory_mb", "inventory", "subnet_pool", *NODE_FIELDS)
-LIST_FIELDS = (
-    "nodes",
-    "rf",
-    "latency_ms",
-    "loss_pct",
-    "first_pass",
-    "workload",
-    "threads",
-    "target",
-    "read_cl",
-    "write_cl",
-    "records",
-    "fault",
-    "trace",
-)
-
-
 WRITES = "writes"  # the paper's workload: sequential single-row writes, timed one by one
-YCSB_FIELDS = ("threads", "target", "read_cl", "write_cl", "records", "operations", "ycsb_raw")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """What the sweep knows of one of its settings besides its name (the TOML key) and
+    default; the command line, the generic checks and the fingerprint are made from it.
+
+    ``kind`` is the type of the value, or of each value of a list (``many``): int, float,
+    str, bool, or "rf" / "fault" (parsed by their own rules). ``flag`` "" is --NAME with
+    dashes, None no flag (TOML only, or a flag another module defines). ``fingerprint``:
+    "always", "unless-default" (absent while at its default, so that runs stored before
+    the setting existed still resume) or "never" (where or in which order, not what is
+    measured)."""
+
+    help: str
+    kind: type | str
+    many: bool = False
+    grid: bool = False  # a grid dimension: each value makes cells of its own
+    flag: str | None = ""
+    metavar: str | None = None
+    shown: str | None = None  # the default as --help shows it (else made from the value)
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+    upper: bool = False  # names in upper case (consistency levels)
+    path: bool = False  # a file: made absolute (relative to the config file that names it)
+    group: str = "sweep"  # testbed: how testbeds are built; ycsb: YCSB cells; run: where
+    fingerprint: str = "always"
+
+
+def knob(default: Any, help: str, kind: type | str, **kw: Any) -> Any:
+    return field(default=default, metadata={"knob": Knob(help, kind, **kw)})
+
+
+def _grid(default: Any, help: str, kind: type | str, **kw: Any) -> Any:
+    return knob(default, help, kind, many=True, grid=True, **kw)
+
+
+def _node(help: str) -> Any:  # --node-* flags: testbed.argtypes has them, cgroups reads them
+    return knob(None, help, "node", flag=None, group="testbed", fingerprint="unless-default")
 
 
 @dataclass(frozen=True)
@@ -128,62 +129,168 @@ class Cell:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """Everything that defines a sweep. ``rf`` None means 1..k for each node count k."""
+    """Everything that defines a sweep: each field once, with what the command line, the
+    checks and the fingerprint need to know of it (``Knob``)."""
 
-    nodes: tuple[int, ...] = (3, 4, 5)
-    rf: tuple[int | Literal["k"], ...] | None = None
-    latency_ms: tuple[float, ...] = DEFAULT_LATENCIES
-    loss_pct: tuple[float, ...] = (0.5, 2.5, 7.5)
-    profile: str = "paper"
-    links_file: str | None = None
-    cl: str = "LOCAL_QUORUM"
-    writes: int = 1000
-    warmup: int = 50
-    repetitions: int = 1
-    policy: str = "round-robin"
-    seed: int = 1
-    backend: str = "netns"
-    shaper: str = "auto"
-    out: str = "results"
-    verify_probes: int = 200
-    heap_mb: int = 256
-    jvm_profile: JvmProfile = "fast"
-    request_timeout_s: float = 12.0
-    baseline_writes: int = 200
-    cluster_warmup: int = 500
-    name: str = "custom"
-    vm_vcpus: int | None = None  # libvirt: vCPUs per edge VM
-    vm_memory_mb: int | None = None  # libvirt: memory per edge VM
-    inventory: str | None = None  # hosts: the Ansible inventory of the machines
-    subnet_pool: str | None = None  # where each testbed gets its subnet
-    node_profile: str | None = None  # testbed.cgroups.PROFILES, e.g. "rpi4"
-    node_cpu: float | str | None = None  # cores of CPU time per edge node
-    node_cpuset: str | None = None  # the machine's CPUs an edge node may run on
-    node_memory_mb: int | str | None = None  # memory per edge node (the heap must fit)
-    node_read_mbps: float | str | None = None  # disk bandwidth per edge node
-    node_write_mbps: float | str | None = None
-    # latencies whose cells (every RF and loss) are measured before all others, so the
-    # figures of a long grid exist early; an order only, not part of the fingerprint
-    first_pass: tuple[float, ...] | None = None
-    # YCSB (experiments.ycsb): workloads besides the paper's writes ("ycsb-a".."ycsb-f"
-    # or a properties file), and for their cells client threads, target rates (open
-    # loop; none: closed loop), read and write levels (write None: cl; "read": the
-    # read level of the same cell, so ONE/ONE, QUORUM/QUORUM, ...), the records
-    # each keyspace is loaded with, and the operations of a cell's run phase
-    workload: tuple[str, ...] = (WRITES,)
-    threads: tuple[int, ...] = (1,)
-    target: tuple[float, ...] | None = None
-    read_cl: tuple[str, ...] = ("ONE",)
-    write_cl: tuple[str, ...] | None = None
-    records: tuple[int, ...] = (1000,)
-    operations: int = 1000
-    ycsb_raw: bool = False  # also store every YCSB operation's latency (ycsb_requests)
-    # faults during a cell (experiments.faults): "none", "kill:e1@30%",
-    # "partition:e0,e1|e2@20%-60%", ...; each is a grid dimension's value
-    fault: tuple[str, ...] = ("none",)
-    # link traces replayed during cells (emulation.trace): "none", a shipped sample's
-    # name (emulation/traces/*.csv) or a CSV file; a grid dimension
-    trace: tuple[str, ...] = ("none",)
+    # the grid
+    nodes: tuple[int, ...] = _grid((3, 4, 5), "node counts", int, low=1, high=MAX_EDGE_NODES)
+    rf: tuple[int | Literal["k"], ...] | None = _grid(
+        None,
+        "replication factors, k = the node count (RFs above a node count are skipped for it)",
+        "rf",
+        shown="1..k",
+    )
+    latency_ms: tuple[float, ...] = _grid(
+        DEFAULT_LATENCIES,
+        "one-way edge latencies in ms",
+        float,
+        flag="--latency",
+        shown="0..100..10",
+        low=0,
+        high=MAX_DELAY_MS,
+    )
+    loss_pct: tuple[float, ...] = _grid(
+        (0.5, 2.5, 7.5), "packet loss in %", float, flag="--loss", low=0, high=99.999
+    )
+    profile: str = knob("paper", "link profile", str, choices=PROFILES)
+    links_file: str | None = knob(
+        None, "link matrix TOML for --profile file", str, flag="--links", metavar="FILE", path=True
+    )
+    cl: str = knob("LOCAL_QUORUM", "consistency level of the writes", str)
+    writes: int = knob(1000, "recorded writes per cell", int, low=1)
+    warmup: int = knob(50, "unrecorded writes before each cell", int, low=0)
+    repetitions: int = knob(1, "repetitions of the grid", int, low=1)
+    policy: str = knob("round-robin", "the driver's load balancing", str, choices=POLICIES)
+    seed: int = knob(1, "seed of the write keys", int, low=0)
+    # the testbeds
+    backend: str = knob("netns", "testbed backend", str, group="testbed")
+    shaper: str = knob(
+        "auto",
+        "how links are shaped; auto is direct where the kernel has netem, else host",
+        str,
+        choices=SHAPERS,
+        group="testbed",
+    )
+    out: str = knob(
+        "results", "results directory", str, metavar="DIR", group="run", fingerprint="never"
+    )
+    verify_probes: int = knob(
+        200, "ICMP probes per network setting to check the shaping (0: skip)", int, low=0
+    )
+    heap_mb: int = knob(
+        256, "Cassandra heap per node in MB", int, low=128, high=MAX_HEAP_MB, group="testbed"
+    )
+    jvm_profile: JvmProfile = knob(
+        "fast", "the JVMs' settings", str, choices=JVM_PROFILES, group="testbed"
+    )
+    request_timeout_s: float = knob(
+        12.0, "driver request timeout in s", float, flag="--timeout", low=1, high=600
+    )
+    baseline_writes: int = knob(200, "writes of the 0 ms baseline", int, flag=None, low=0)
+    cluster_warmup: int = knob(500, "unrecorded writes after each bring-up", int, low=0)
+    name: str = knob("custom", "the sweep's name", str, flag=None, fingerprint="never")
+    vm_vcpus: int | None = knob(
+        None,
+        "vCPUs per edge VM (libvirt)",
+        int,
+        low=1,
+        high=MAX_VCPUS,
+        shown="2",
+        group="testbed",
+        fingerprint="unless-default",
+    )
+    vm_memory_mb: int | None = knob(
+        None,
+        "memory per edge VM in MB (libvirt)",
+        int,
+        flag="--vm-memory",
+        metavar="MB",
+        low=MIN_MEMORY_MB,
+        high=MAX_MEMORY_MB,
+        group="testbed",
+        fingerprint="unless-default",
+    )
+    inventory: str | None = knob(
+        None,
+        "Ansible inventory of the machines (--backend hosts)",
+        str,
+        metavar="FILE",
+        path=True,
+        group="testbed",
+        fingerprint="unless-default",
+    )
+    subnet_pool: str | None = knob(
+        None,
+        "where testbeds get their subnets",
+        str,
+        metavar="CIDR",
+        shown="10.77.0.0/16",
+        group="testbed",
+        fingerprint="never",
+    )
+    # device-sized nodes (netns: cgroups): a value, or per host "e0=1,e1=0.5"
+    node_profile: str | None = _node("a device profile (testbed.cgroups.PROFILES)")
+    node_cpu: float | str | None = _node("cores of CPU time per edge node")
+    node_cpuset: str | None = _node("the machine's CPUs an edge node may run on")
+    node_memory_mb: int | str | None = _node("memory per edge node (the heap must fit)")
+    node_read_mbps: float | str | None = _node("disk read bandwidth per edge node")
+    node_write_mbps: float | str | None = _node("disk write bandwidth per edge node")
+    first_pass: tuple[float, ...] | None = knob(
+        None,
+        "measure these latencies (every RF and loss) before the others, and write the "
+        "figures once they are stored (e.g. 0,50,100; none: grid order)",
+        float,
+        many=True,
+        metavar="LATENCIES",
+        low=0,
+        high=MAX_DELAY_MS,
+        fingerprint="never",
+    )
+    # YCSB (experiments.ycsb): workloads besides the paper's writes, and for their cells
+    # client threads, target rates (open loop; none: closed loop), read and write levels
+    # (write none: cl; "read": the cell's read level, so ONE/ONE, QUORUM/QUORUM, ...),
+    # the records each keyspace is loaded with, and the operations of a run phase
+    workload: tuple[str, ...] = _grid(
+        (WRITES,),
+        "writes (the paper's), ycsb-a..ycsb-f or YCSB properties files, e.g. writes,ycsb-a",
+        str,
+    )
+    threads: tuple[int, ...] = _grid(
+        (1,), "YCSB client threads", int, low=1, high=1024, group="ycsb"
+    )
+    target: tuple[float, ...] | None = _grid(
+        None, "YCSB target ops/s (open loop)", int, low=1, high=10**7, group="ycsb"
+    )
+    read_cl: tuple[str, ...] = _grid(("ONE",), "YCSB read levels", str, upper=True, group="ycsb")
+    write_cl: tuple[str, ...] | None = _grid(
+        None, "YCSB write levels", str, upper=True, shown="--cl", group="ycsb"
+    )
+    records: tuple[int, ...] = _grid(
+        (1000,), "records YCSB loads per keyspace", int, low=1, high=10**9, group="ycsb"
+    )
+    operations: int = knob(1000, "YCSB operations per cell", int, low=1, group="ycsb")
+    ycsb_raw: bool = knob(
+        False,
+        "also store every YCSB operation's latency (YCSB's raw measurement)",
+        bool,
+        group="ycsb",
+    )
+    # faults during a cell (experiments.faults) and link traces replayed during it
+    # (emulation.trace): grid dimensions
+    fault: tuple[str, ...] = _grid(
+        ("none",),
+        "faults during cells: none, kill:e1@30%, pause:e1@30%-60%, restart:e1@30%, "
+        "partition:e0,e1|e2@20%-60%, links:e0-e1:delay=200,loss=10@20%-60%",
+        "fault",
+        fingerprint="unless-default",
+    )
+    trace: tuple[str, ...] = _grid(
+        ("none",),
+        "link traces replayed during cells: none, a shipped sample (lte-handover, ...) or a "
+        "CSV file",
+        str,
+        fingerprint="unless-default",
+    )
 
     def __post_init__(self) -> None:
         self._validate()
@@ -192,11 +299,8 @@ class SweepConfig:
 
     def _validate(self) -> None:
         set_ = object.__setattr__
-        for name in STRING_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, str) and not (name == "links_file" and value is None):
-                raise ConfigError(f"{name} must be a string, got {value!r}")
-        set_(self, "nodes", _ints("nodes", self.nodes, 1, MAX_EDGE_NODES))
+        for name, knob_ in KNOBS.items():
+            set_(self, name, _check_knob(name, knob_, getattr(self, name)))
         if self.rf is not None:
             set_(self, "rf", _rf_values(self.rf))
             if not any(self.rfs(n) for n in self.nodes):
@@ -212,20 +316,13 @@ class SweepConfig:
                     f"({', '.join(map(str, self.nodes))}): a keyspace cannot have more "
                     f"replicas than nodes"
                 )
-        set_(self, "latency_ms", _floats("latency_ms", self.latency_ms, 0, MAX_DELAY_MS))
-        set_(self, "loss_pct", _floats("loss_pct", self.loss_pct, 0, 99.999))
         if self.first_pass is not None:
-            set_(self, "first_pass", _floats("first_pass", self.first_pass, 0, MAX_DELAY_MS))
             extra = [x for x in self.first_pass if x not in self.latency_ms]
             if extra:
                 raise ConfigError(
                     f"first_pass latency {extra[0]:g} ms is not in the grid's latencies "
                     f"({', '.join(f'{x:g}' for x in self.latency_ms)})"
                 )
-        if self.profile not in PROFILES:
-            raise ConfigError(
-                f"unknown profile {self.profile!r} (choose from {', '.join(PROFILES)})"
-            )
         if self.profile == "file":
             if not self.links_file:
                 raise ConfigError("profile 'file' needs links_file (--links FILE)")
@@ -239,27 +336,6 @@ class SweepConfig:
         elif self.links_file:
             raise ConfigError(f"links_file is only used with profile 'file', not {self.profile!r}")
         set_(self, "cl", check_level(self.cl))
-        if self.policy not in POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
-        if self.shaper not in SHAPERS:
-            raise ConfigError(f"unknown shaper {self.shaper!r} (choose from {', '.join(SHAPERS)})")
-        if self.jvm_profile not in JVM_PROFILES:
-            raise ConfigError(
-                f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
-            )
-        for name in ("inventory", "subnet_pool"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"{name} must be a string, got {value!r}")
-        for name, low, high in (
-            ("vm_vcpus", 1, MAX_VCPUS),
-            ("vm_memory_mb", MIN_MEMORY_MB, MAX_MEMORY_MB),
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                _int(name, value, low)
-                if value > high:
-                    raise ConfigError(f"{name} must be at most {high}, got {value}")
         backend_class(self.backend)  # ConfigError naming the backends
         options = self.backend_options()
         if options.get("resources"):  # every node count's nodes, with the sweep's heap
@@ -277,28 +353,9 @@ class SweepConfig:
             raise ConfigError(
                 f"the {self.backend} backend shapes inside its hosts: use shaper direct or auto"
             )
-        for name, low in (
-            ("writes", 1),
-            ("warmup", 0),
-            ("repetitions", 1),
-            ("verify_probes", 0),
-            ("heap_mb", 128),
-            ("baseline_writes", 0),
-            ("cluster_warmup", 0),
-        ):
-            _int(name, getattr(self, name), low)
         if 0 < self.verify_probes < 20:
             raise ConfigError(
                 f"verify_probes must be 0 (no check) or at least 20, got {self.verify_probes}"
-            )
-        _int("seed", self.seed, 0)
-        if (
-            isinstance(self.request_timeout_s, bool)
-            or not isinstance(self.request_timeout_s, (int, float))
-            or not 1 <= self.request_timeout_s <= 600
-        ):
-            raise ConfigError(
-                f"request_timeout_s must be between 1 and 600 s, got {self.request_timeout_s!r}"
             )
         if not str(self.out).strip():
             raise ConfigError("out must name a results directory")
@@ -377,25 +434,12 @@ class SweepConfig:
         """The YCSB dimensions: names, ranges, and every workload x level x records
         combination checked by experiments.ycsb before anything starts."""
 
-        set_ = object.__setattr__
-        set_(self, "workload", _strings("workload", self.workload))
         for w in self.workload:
             if w != WRITES and not w.startswith("ycsb-") and not Path(w).is_file():
                 raise ConfigError(
                     f"unknown workload {w!r}: writes (the paper's), ycsb-a..ycsb-f, or a "
                     f"YCSB properties file"
                 )
-        set_(self, "threads", _ints("threads", self.threads, 1, 1024))
-        if self.target is not None:
-            # YCSB reads target with Integer.parseInt: whole operations per second
-            set_(self, "target", _ints("target", self.target, 1, 10**7))
-        set_(self, "read_cl", _strings("read_cl", self.read_cl, upper=True))
-        if self.write_cl is not None:
-            set_(self, "write_cl", _strings("write_cl", self.write_cl, upper=True))
-        set_(self, "records", _ints("records", self.records, 1, 10**9))
-        _int("operations", self.operations, 1)
-        if not isinstance(self.ycsb_raw, bool):
-            raise ConfigError(f"ycsb_raw must be true or false, got {self.ycsb_raw!r}")
         for w in self.ycsb_workloads():
             for n, r in pairs:
                 for read in self.read_cl:
@@ -522,22 +566,15 @@ class SweepConfig:
         """Hash of everything that defines the measurements (not where they are stored):
         rerunning with the same fingerprint resumes the same run."""
         data = self.to_dict()
-        data.pop("out")
-        data.pop("name")
-        data.pop("subnet_pool")  # where the addresses come from changes no measurement
-        data.pop("first_pass")  # the order cells are measured in changes none either
+        for name, knob_ in KNOBS.items():
+            at_default = data[name] == self.to_dict_value(name, DEFAULTS[name])
+            if knob_.fingerprint == "never" or (knob_.fingerprint != "always" and at_default):
+                data.pop(name)
         if tuple(self.workload) == (WRITES,):  # runs stored before YCSB keep their print
             for name in ("workload", *YCSB_FIELDS):
                 data.pop(name)
-        if tuple(self.fault) == ("none",):  # and before faults
-            data.pop("fault")
-        if tuple(self.trace) == ("none",):  # and before link traces
-            data.pop("trace")
-        else:  # what each trace says, not only its name
+        if "trace" in data:  # what each trace says, not only its name
             data["trace"] = [t if t == "none" else load_trace(t).label for t in self.trace]
-        for name in TESTBED_FIELDS:
-            if name in data and data[name] is None:
-                data.pop(name)
         if self.links_file:
             data["links_file"] = hashlib.sha256(Path(self.links_file).read_bytes()).hexdigest()
         if self.ycsb_workloads():  # what each workload's properties say, not only its name
@@ -550,10 +587,12 @@ class SweepConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in LIST_FIELDS:
-            if data[key] is not None:
-                data[key] = list(data[key])
-        return data
+        return {k: self.to_dict_value(k, v) for k, v in data.items()}
+
+    @staticmethod
+    def to_dict_value(name: str, value: Any) -> Any:
+        """A setting's value as to_dict (and the stored configuration) holds it."""
+        return list(value) if KNOBS[name].many and value is not None else value
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepConfig:
@@ -568,6 +607,68 @@ class SweepConfig:
             if key in values and values[key] is not None:
                 values[key] = _as_tuple(key, values[key])
         return cls(**values)
+
+
+KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in fields(SweepConfig)}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SweepConfig)}
+LIST_FIELDS = tuple(n for n, k in KNOBS.items() if k.many)
+GRID_FIELDS = tuple(n for n, k in KNOBS.items() if k.grid)
+YCSB_FIELDS = tuple(n for n, k in KNOBS.items() if k.group == "ycsb")
+NODE_FIELDS = tuple(n for n in KNOBS if n.startswith("node_"))
+
+
+def flag_of(name: str) -> str | None:
+    """The command-line flag of a setting (None: it has none of the sweep's own)."""
+    flag = KNOBS[name].flag
+    return "--" + name.replace("_", "-") if flag == "" else flag
+
+
+def shown_default(name: str) -> str:
+    """A setting's default as --help and the docs show it."""
+    knob, value = KNOBS[name], DEFAULTS[name]
+    if knob.shown is not None:
+        return knob.shown
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _check_knob(name: str, knob: Knob, value: Any) -> Any:
+    """The checks a setting's Knob declares (type, range, choices, case); the value in its
+    canonical form. Checks between settings are SweepConfig's own."""
+    if value is None and DEFAULTS[name] is None:
+        return None
+    if knob.many and knob.kind in (int, float, str):
+        if knob.kind is int:
+            return _ints(name, value, int(knob.low or 0), int(knob.high or 0))
+        if knob.kind is float:
+            return _floats(name, value, knob.low or 0.0, knob.high or math.inf)
+        return _strings(name, value, upper=knob.upper, none=name in ("fault", "trace"))
+    if knob.many or knob.kind not in (bool, str, int, float):  # rf, fault, node: own rules
+        return value
+    if knob.kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+    elif knob.kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r}")
+        if knob.choices is not None and value not in knob.choices:
+            raise ConfigError(f"unknown {name} {value!r} (choose from {', '.join(knob.choices)})")
+    elif knob.kind is int:
+        _int(name, value, int(knob.low or 0))
+        if knob.high is not None and value > knob.high:
+            raise ConfigError(f"{name} must be at most {knob.high:g}, got {value}")
+    elif knob.kind is float:
+        low, high = knob.low or 0.0, knob.high or math.inf
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not low <= value <= high
+        ):
+            raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+    return value
 
 
 def workload_label(workload: str) -> str:
@@ -605,14 +706,12 @@ def _table(path: Path, data: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: {name} must be a table ([{name}] with settings), got {table!r}")
     table = dict(table)
-    links_file = table.get("links_file")
-    if links_file is not None and not isinstance(links_file, str):
-        raise ConfigError(f"{path}: links_file must be a string (a path), got {links_file!r}")
-    if links_file:  # relative to the config file, like an include
-        table["links_file"] = str((path.parent / links_file).resolve())
-    inventory = table.get("inventory")
-    if isinstance(inventory, str) and inventory:
-        table["inventory"] = str((path.parent / inventory).resolve())
+    for key in (k for k, knob_ in KNOBS.items() if knob_.path and k in table):
+        value = table[key]
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{path}: {key} must be a string (a path), got {value!r}")
+        if value:  # relative to the config file, like an include
+            table[key] = str((path.parent / value).resolve())
     workloads = table.get("workload")
     if isinstance(workloads, list):  # YCSB properties files, relative to the config file
         table["workload"] = [

@@ -21,14 +21,24 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from testbed import TestbedError, argtypes
 from testbed.errors import ConfigError, StoreFullError
 from testbed.subnets import pool_from
 
 from . import estimate
-from .config import SweepConfig, load_toml, parse_list, parse_rf, preset
+from .config import (
+    DEFAULTS,
+    KNOBS,
+    SweepConfig,
+    flag_of,
+    load_toml,
+    parse_list,
+    parse_rf,
+    preset,
+    shown_default,
+)
 from .faults import split_list
 from .figures import Figures
 from .launch import (
@@ -48,11 +58,20 @@ from .summary import dry_run, summary_table
 # -- configuration from flags --------------------------------------------------------------
 
 
+GROUPS = {
+    "sweep": "what is measured",
+    "ycsb": "YCSB cells (--workload ycsb-*)",
+    "testbed": "the testbeds",
+    "run": "this command",
+}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m experiments.sweep",
         description="Measure Cassandra writes over a grid of node counts, replication "
-        "factors, latencies and losses. Lists take 0,20,40 or 0..100..10.",
+        "factors, latencies and losses. Lists take 0,20,40 or 0..100..10; every setting "
+        "is also a key of a --config file's [sweep] table.",
     )
     p.add_argument("--config", metavar="FILE", help="TOML file with a [sweep] table")
     p.add_argument(
@@ -61,164 +80,58 @@ def parser() -> argparse.ArgumentParser:
         help="preset: 3 and 5 nodes, latency 0/50/100, loss 0.5/7.5, 100 writes; with "
         "--config, the file's [quick] table changes its [sweep] (e.g. ycsb-edge.toml)",
     )
-    p.add_argument("--nodes", help="node counts, e.g. 3,5 (default 3,4,5)")
-    p.add_argument(
-        "--rf",
-        help="replication factors, k = the node count (default 1..k; "
-        "RFs above a node count are skipped for it)",
-    )
-    p.add_argument("--latency", help="one-way edge latencies in ms (default 0..100..10)")
-    p.add_argument("--loss", help="packet loss in %% (default 0.5,2.5,7.5)")
-    p.add_argument("--profile", help="paper (default), uniform or file")
-    p.add_argument(
-        "--first-pass",
-        metavar="LATENCIES",
-        help="measure these latencies (every RF and loss) before the others, and write the "
-        "figures once they are stored (e.g. 0,50,100; 'none': grid order)",
-    )
-    p.add_argument("--links", metavar="FILE", help="link matrix TOML for --profile file")
-    p.add_argument("--cl", help="consistency level (default LOCAL_QUORUM)")
-    p.add_argument("--writes", type=int, help="recorded writes per cell (default 1000)")
-    p.add_argument(
-        "--workload",
-        help="writes (default: the paper's), ycsb-a..ycsb-f or YCSB properties files, "
-        "e.g. writes,ycsb-a,ycsb-c",
-    )
-    p.add_argument(
-        "--fault",
-        help="faults during cells (experiments.faults; a grid dimension): none, "
-        "kill:e1@30%%, pause:e1@30%%-60%%, restart:e1@30%%, partition:e0,e1|e2@20%%-60%%, "
-        "links:e0-e1:delay=200,loss=10@20%%-60%%; several: none,kill:e1@30%%",
-    )
-    p.add_argument(
-        "--trace",
-        help="link traces replayed during cells (emulation.trace; a grid dimension): none, "
-        "a shipped sample (lte-handover, ...) or a CSV file, e.g. none,lte-handover",
-    )
-    p.add_argument("--threads", help="YCSB client threads, e.g. 1,8,32 (default 1)")
-    p.add_argument("--target", help="YCSB target ops/s (open loop), e.g. 100,500 (default none)")
-    p.add_argument("--read-cl", help="YCSB read levels, e.g. ONE,QUORUM (default ONE)")
-    p.add_argument("--write-cl", help="YCSB write levels (default: --cl)")
-    p.add_argument("--records", help="records YCSB loads per keyspace (default 1000)")
-    p.add_argument("--operations", type=int, help="YCSB operations per cell (default 1000)")
-    p.add_argument(
-        "--ycsb-raw",
-        action="store_true",
-        default=None,
-        help="also store every YCSB operation's latency (YCSB's raw measurement)",
-    )
-    p.add_argument("--warmup", type=int, help="unrecorded writes before each cell (50)")
-    p.add_argument("--repetitions", type=int, help="repetitions of the grid (default 1)")
-    p.add_argument("--policy", help="round-robin (default, as the paper) or token-aware")
-    p.add_argument("--seed", type=int, help="seed of the write keys (default 1)")
-    p.add_argument("--backend", help="testbed backend (default netns)")
-    p.add_argument(
-        "--shaper",
-        help="auto (default: direct where the kernel has netem, else host), direct, host "
-        "or gateway",
-    )
-    p.add_argument("--out", metavar="DIR", help="results directory (default ./results)")
-    p.add_argument(
-        "--verify-probes",
-        type=int,
-        help="ICMP probes per network setting to check the shaping (0: skip)",
-    )
-    p.add_argument("--heap-mb", type=int, help="Cassandra heap per node (default 256)")
-    p.add_argument("--vm-vcpus", type=int, help="vCPUs per edge VM (libvirt; default 2)")
-    p.add_argument("--vm-memory", type=int, metavar="MB", help="memory per edge VM (libvirt)")
-    argtypes.add_node_resource_flags(p)
-    p.add_argument("--inventory", metavar="FILE", help="Ansible inventory (--backend hosts)")
-    p.add_argument(
-        "--subnet-pool", metavar="CIDR", help="where testbeds get their subnets (10.77.0.0/16)"
-    )
-    p.add_argument(
+    groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
+    for name, knob in KNOBS.items():
+        flag = flag_of(name)
+        if flag is None:
+            continue
+        kw: dict[str, Any] = {"dest": name, "metavar": knob.metavar}
+        if knob.kind is bool:
+            kw = {"dest": name, "action": "store_true", "default": None}
+        elif not knob.many and knob.kind in (int, float):
+            kw["type"] = knob.kind
+        text = knob.help + (f" [{'|'.join(knob.choices)}]" if knob.choices else "")
+        text += "" if knob.kind is bool else f" (default {shown_default(name)})"
+        groups[knob.group].add_argument(flag, help=text.replace("%", "%%"), **kw)
+    argtypes.add_node_resource_flags(groups["testbed"])
+    run = groups["run"]
+    run.add_argument(
         "--parallel",
         default="auto",
         metavar="P",
         help="testbeds measuring at once (default auto: what the machine's cores and "
         "memory allow, printed; 1: one cell at a time)",
     )
-    p.add_argument(
+    run.add_argument(
         "--workers",
         metavar="INVENTORY",
         help="spread the grid over the machines of this Ansible inventory (each measures "
         "on testbeds of its own; see README, 'Sweeps across machines')",
     )
-    p.add_argument(
+    run.add_argument(
         "--worker-timeout",
         type=float,
         default=None,
         metavar="S",
         help="silence after which a worker is declared hung and its cells re-queued (60)",
     )
-    p.add_argument("--jvm-profile", help="fast (default) or standard")
-    p.add_argument(
-        "--cluster-warmup", type=int, help="unrecorded writes after each bring-up (default 500)"
-    )
-    p.add_argument("--timeout", type=float, help="driver request timeout in s (default 12)")
-    p.add_argument(
+    run.add_argument(
         "--dry-run",
         action="store_true",
         help="print the cells and an estimated duration, run nothing",
     )
-    p.add_argument(
+    run.add_argument(
         "--preview",
         action="store_true",
         help="first a short run (every node count, RF and loss at the first-pass "
         "latencies, 30 writes a cell) into OUT/preview, with its figures, then the grid",
     )
-    p.add_argument(
+    run.add_argument(
         "--new-run",
         action="store_true",
         help="measure again even if this configuration is stored complete",
     )
     return p
-
-
-# flag dest -> (config field, list element type, "rf", or None for scalars)
-FLAG_FIELDS: dict[str, tuple[str, type | Literal["rf", "fault"] | None]] = {
-    "nodes": ("nodes", int),
-    "rf": ("rf", "rf"),
-    "latency": ("latency_ms", float),
-    "first_pass": ("first_pass", float),
-    "loss": ("loss_pct", float),
-    "profile": ("profile", None),
-    "links": ("links_file", None),
-    "cl": ("cl", None),
-    "writes": ("writes", None),
-    "workload": ("workload", str),
-    "fault": ("fault", "fault"),
-    "trace": ("trace", str),
-    "threads": ("threads", int),
-    "target": ("target", int),
-    "read_cl": ("read_cl", str),
-    "write_cl": ("write_cl", str),
-    "records": ("records", int),
-    "operations": ("operations", None),
-    "ycsb_raw": ("ycsb_raw", None),
-    "warmup": ("warmup", None),
-    "repetitions": ("repetitions", None),
-    "policy": ("policy", None),
-    "seed": ("seed", None),
-    "backend": ("backend", None),
-    "shaper": ("shaper", None),
-    "out": ("out", None),
-    "verify_probes": ("verify_probes", None),
-    "heap_mb": ("heap_mb", None),
-    "jvm_profile": ("jvm_profile", None),
-    "cluster_warmup": ("cluster_warmup", None),
-    "timeout": ("request_timeout_s", None),
-    "vm_vcpus": ("vm_vcpus", None),
-    "vm_memory": ("vm_memory_mb", None),
-    "node_profile": ("node_profile", None),
-    "node_cpu": ("node_cpu", None),
-    "node_cpuset": ("node_cpuset", None),
-    "node_memory_mb": ("node_memory_mb", None),
-    "node_read_mbps": ("node_read_mbps", None),
-    "node_write_mbps": ("node_write_mbps", None),
-    "inventory": ("inventory", None),
-    "subnet_pool": ("subnet_pool", None),
-}
 
 
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
@@ -228,25 +141,23 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         values.update(preset("quick"))
     if args.config:  # with --quick: the file's [quick] table on top of its [sweep]
         values.update(load_toml(args.config, quick=args.quick))
-    for dest, (name, kind) in FLAG_FIELDS.items():
-        raw = getattr(args, dest)
+    for name, knob in KNOBS.items():
+        raw = getattr(args, name, None)
         if raw is None:
             continue
-        flag = "--" + dest.replace("_", "-")
-        if kind == "rf":  # integers, ranges or k (the node count)
+        flag = flag_of(name) or name
+        if knob.kind == "rf":  # integers, ranges or k (the node count)
             values[name] = parse_rf(flag, raw)
-        elif kind == "fault":  # a partition's groups have commas of their own
+        elif knob.kind == "fault":  # a partition's groups have commas of their own
             values[name] = tuple(split_list(raw))
-        elif dest == "first_pass" and raw.strip().lower() == "none":
+        elif knob.many and DEFAULTS[name] is None and raw.strip().lower() == "none":
             values[name] = None
-        elif kind is str:  # names: a comma-separated list
+        elif knob.many and knob.kind is str:  # names: a comma-separated list
             values[name] = tuple(x.strip() for x in raw.split(",") if x.strip())
+        elif knob.many and isinstance(knob.kind, type):
+            values[name] = parse_list(flag, raw, knob.kind)
         else:
-            values[name] = parse_list(flag, raw, kind) if kind else raw
-    if args.links:
-        values["links_file"] = str(Path(args.links).resolve())
-    if args.inventory:
-        values["inventory"] = str(Path(args.inventory).resolve())
+            values[name] = str(Path(raw).resolve()) if knob.path else raw
     return SweepConfig.from_dict(values)
 
 

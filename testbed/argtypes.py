@@ -80,7 +80,7 @@ NODE_FLAGS = (
 )
 
 
-def add_node_resource_flags(p: argparse.ArgumentParser) -> None:
+def add_node_resource_flags(p: argparse._ActionsContainer) -> None:
     """--node-profile/-cpu/-cpuset/-memory/-read-mbps/-write-mbps (netns: cgroups). Each
     takes one value for every edge node, or per host: e0=1,e1=0.5 (ep= limits the
     endpoint too)."""
