@@ -57,6 +57,7 @@ class Knob:
     many: bool = False
     grid: bool = False  # a grid dimension: each value makes cells of its own
     flag: str | None = ""
+    own_flag: bool = True  # False: the flag is another command line's too (added there)
     metavar: str | None = None
     shown: str | None = None  # the default as --help shows it (else made from the value)
     low: float | None = None
@@ -76,8 +77,16 @@ def _grid(default: Any, help: str, kind: type | str, **kw: Any) -> Any:
     return knob(default, help, kind, many=True, grid=True, **kw)
 
 
-def _node(help: str) -> Any:  # --node-* flags: testbed.argtypes has them, cgroups reads them
-    return knob(None, help, "node", flag=None, group="testbed", fingerprint="unless-default")
+def _node(key: str, help: str) -> Any:  # testbed.argtypes adds their flags, cgroups reads them
+    return knob(
+        None,
+        help,
+        "node",
+        flag=cgroups.FLAGS[key],
+        own_flag=False,
+        group="testbed",
+        fingerprint="unless-default",
+    )
 
 
 @dataclass(frozen=True)
@@ -229,12 +238,14 @@ class SweepConfig:
         fingerprint="never",
     )
     # device-sized nodes (netns: cgroups): a value, or per host "e0=1,e1=0.5"
-    node_profile: str | None = _node("a device profile (testbed.cgroups.PROFILES)")
-    node_cpu: float | str | None = _node("cores of CPU time per edge node")
-    node_cpuset: str | None = _node("the machine's CPUs an edge node may run on")
-    node_memory_mb: int | str | None = _node("memory per edge node (the heap must fit)")
-    node_read_mbps: float | str | None = _node("disk read bandwidth per edge node")
-    node_write_mbps: float | str | None = _node("disk write bandwidth per edge node")
+    node_profile: str | None = _node("profile", "a device profile (testbed.cgroups.PROFILES)")
+    node_cpu: float | str | None = _node("cpu", "cores of CPU time per edge node")
+    node_cpuset: str | None = _node("cpuset", "the machine's CPUs an edge node may run on")
+    node_memory_mb: int | str | None = _node(
+        "memory_mb", "memory per edge node (the heap must fit)"
+    )
+    node_read_mbps: float | str | None = _node("read_mbps", "disk read bandwidth per edge node")
+    node_write_mbps: float | str | None = _node("write_mbps", "disk write bandwidth per edge node")
     first_pass: tuple[float, ...] | None = knob(
         None,
         "measure these latencies (every RF and loss) before the others, and write the "
@@ -633,6 +644,39 @@ def shown_default(name: str) -> str:
     if isinstance(value, tuple):
         return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+GROUP_TITLES = {
+    "sweep": "What is measured",
+    "ycsb": "YCSB cells (`workload` ycsb-*)",
+    "testbed": "The testbeds",
+    "run": "Where",
+}
+
+
+def settings_reference() -> str:
+    """docs/sweep-settings.md: every setting, made from the table (a unit test checks
+    that the file is current)."""
+    lines = [
+        "# Sweep settings",
+        "",
+        "Made from `experiments/config.py` (`SweepConfig`); do not edit by hand. Each setting",
+        "is a key of a `--config` file's `[sweep]` table and, where it has one, a flag of",
+        "`python -m experiments.sweep`; flags override the file, the file the defaults.",
+        "Lists take `0,20,40` or ascending ranges `a..b` / `a..b..step`; a grid dimension",
+        "makes cells of each of its values.",
+    ]
+    for group, title in GROUP_TITLES.items():
+        lines += ["", f"## {title}", "", "| setting | flag | default | |", "|---|---|---|---|"]
+        for name, knob_ in KNOBS.items():
+            if knob_.group != group:
+                continue
+            flag = f"`{flag_of(name)}`" if flag_of(name) else ""
+            what = knob_.help + (f" ({'/'.join(knob_.choices)})" if knob_.choices else "")
+            what += "; a grid dimension" if knob_.grid else ""
+            default = "" if knob_.kind is bool else f"`{shown_default(name)}`"
+            lines.append(f"| `{name}` | {flag} | {default} | {what} |")
+    return "\n".join(lines) + "\n"
 
 
 def _check_knob(name: str, knob: Knob, value: Any) -> Any:

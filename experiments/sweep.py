@@ -83,7 +83,7 @@ def parser() -> argparse.ArgumentParser:
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for name, knob in KNOBS.items():
         flag = flag_of(name)
-        if flag is None:
+        if flag is None or not knob.own_flag:
             continue
         kw: dict[str, Any] = {"dest": name, "metavar": knob.metavar}
         if knob.kind is bool:

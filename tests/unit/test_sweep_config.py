@@ -309,3 +309,17 @@ def test_a_properties_files_cells_carry_a_digest_of_its_content(tmp_path):
     before = SweepConfig(workload=(str(a),), nodes=(3,), rf=(3,)).fingerprint()
     a.write_text("recordcount=10\noperationcount=10\nreadproportion=0.9\nupdateproportion=0.1\n")
     assert SweepConfig(workload=(str(a),), nodes=(3,), rf=(3,)).fingerprint() != before
+
+
+def test_the_settings_reference_is_current():
+    # docs/sweep-settings.md is made from SweepConfig's table: a setting added, renamed or
+    # given another default without it fails here
+    from pathlib import Path
+
+    from experiments.config import settings_reference
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "sweep-settings.md"
+    assert doc.read_text() == settings_reference(), (
+        "regenerate it: python -c 'from experiments.config import settings_reference; "
+        "print(settings_reference(), end=\"\")' > docs/sweep-settings.md"
+    )
