@@ -321,5 +321,5 @@ def test_the_settings_reference_is_current():
     doc = Path(__file__).resolve().parents[2] / "docs" / "sweep-settings.md"
     assert doc.read_text() == settings_reference(), (
         "regenerate it: python -c 'from experiments.config import settings_reference; "
-        "print(settings_reference(), end=\"\")' > docs/sweep-settings.md"
+        'print(settings_reference(), end="")\' > docs/sweep-settings.md'
     )
