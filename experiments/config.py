@@ -62,6 +62,7 @@ class Knob:
     shown: str | None = None  # the default as --help shows it (else made from the value)
     low: float | None = None
     high: float | None = None
+    decimals: int | None = None  # numbers are rounded to this many (their resolution)
     choices: tuple[str, ...] | None = None
     upper: bool = False  # names in upper case (consistency levels)
     path: bool = False  # a file: made absolute (relative to the config file that names it)
@@ -115,17 +116,19 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        base = f"n{self.nodes}-rf{self.rf}-l{self.latency_ms:g}-p{self.loss_pct:g}"
+        """The cell's identity, in the store and on resume: one to one with its grid
+        values as SweepConfig makes them canonical (it refuses two values with one id)."""
+        base = (
+            f"n{self.nodes}-rf{self.rf}-l{id_number(self.latency_ms)}-p{id_number(self.loss_pct)}"
+        )
         if self.ycsb:  # the writes cells keep the ids of runs stored before YCSB
-            rate = f"-o{self.target:g}" if self.target is not None else ""
+            rate = f"-o{id_number(self.target)}" if self.target is not None else ""
             base += (
                 f"-{workload_label(self.workload)}-t{self.threads}{rate}-{self.read_cl}"
                 f"-{self.write_cl}-k{self.records}"
             )
         if self.fault != "none":  # cells without one keep the ids of runs stored before
-            fault = parse_fault(self.fault)
-            assert fault is not None
-            base += f"-f{fault.label}"
+            base += f"-f{fault_label(self.fault)}"
         if self.trace != "none":
             base += f"-t{load_trace(self.trace).label}"
         return f"{base}-r{self.repetition}"
@@ -157,9 +160,10 @@ class SweepConfig:
         shown="0..100..10",
         low=0,
         high=MAX_DELAY_MS,
+        decimals=3,
     )
     loss_pct: tuple[float, ...] = _grid(
-        (0.5, 2.5, 7.5), "packet loss in %", float, flag="--loss", low=0, high=99.999
+        (0.5, 2.5, 7.5), "packet loss in %", float, flag="--loss", low=0, high=99.999, decimals=3
     )
     profile: str = knob("paper", "link profile", str, choices=PROFILES)
     links_file: str | None = knob(
@@ -255,6 +259,7 @@ class SweepConfig:
         metavar="LATENCIES",
         low=0,
         high=MAX_DELAY_MS,
+        decimals=3,
         fingerprint="never",
     )
     # YCSB (experiments.ycsb): workloads besides the paper's writes, and for their cells
@@ -403,6 +408,8 @@ class SweepConfig:
         faults = [parse_fault(f) for f in self.fault]
         if not any(faults):
             return
+        _one_id_each("fault", self.fault, lambda f: f if f == "none" else fault_label(f))
+        _one_id_each("fault", self.fault, _fault_meaning)
         if self.backend != "netns":
             raise ConfigError("faults (--fault) run on the netns backend so far")
         if self.ycsb_workloads():
@@ -425,6 +432,7 @@ class SweepConfig:
         named = [t for t in self.trace if t != "none"]
         if not named:
             return
+        _one_id_each("trace", self.trace, lambda t: t if t == "none" else load_trace(t).label)
 
         changing = [
             f for f in self.fault if (p := parse_fault(f)) and p.kind in ("partition", "links")
@@ -445,12 +453,16 @@ class SweepConfig:
         """The YCSB dimensions: names, ranges, and every workload x level x records
         combination checked by experiments.ycsb before anything starts."""
 
+        object.__setattr__(
+            self, "workload", _strings("workload", tuple(map(canonical_workload, self.workload)))
+        )
         for w in self.workload:
             if w != WRITES and not w.startswith("ycsb-") and not Path(w).is_file():
                 raise ConfigError(
                     f"unknown workload {w!r}: writes (the paper's), ycsb-a..ycsb-f, or a "
                     f"YCSB properties file"
                 )
+        _one_id_each("workload", self.ycsb_workloads(), workload_label)
         for w in self.ycsb_workloads():
             for n, r in pairs:
                 for read in self.read_cl:
@@ -688,7 +700,7 @@ def _check_knob(name: str, knob: Knob, value: Any) -> Any:
         if knob.kind is int:
             return _ints(name, value, int(knob.low or 0), int(knob.high or 0))
         if knob.kind is float:
-            return _floats(name, value, knob.low or 0.0, knob.high or math.inf)
+            return _floats(name, value, knob.low or 0.0, knob.high or math.inf, knob.decimals)
         return _strings(name, value, upper=knob.upper, none=name in ("fault", "trace"))
     if knob.many or knob.kind not in (bool, str, int, float):  # rf, fault, node: own rules
         return value
@@ -713,6 +725,46 @@ def _check_knob(name: str, knob: Knob, value: Any) -> Any:
         ):
             raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
     return value
+
+
+def id_number(value: float) -> str:
+    """A number in cell ids: as %g where that reads back as the same number (the ids of
+    every run stored so far), else in full, so that two values never share an id."""
+    text = f"{value:g}"
+    return text if float(text) == value else repr(float(value))
+
+
+def fault_label(text: str) -> str:
+    fault = parse_fault(text)
+    assert fault is not None
+    return fault.label
+
+
+def _one_id_each(name: str, values: tuple, key: Any) -> None:
+    """ConfigError where two values of a grid dimension are one (the same ``key``: one
+    cell id, or one meaning under two spellings, which would measure a cell twice)."""
+    seen: dict[str, Any] = {}
+    for v in values:
+        k = key(v)
+        if k in seen:
+            raise ConfigError(f"{name}: {seen[k]!r} and {v!r} are the same value: list it once")
+        seen[k] = v
+
+
+def _fault_meaning(text: str) -> str:
+    """A fault as parsed, whatever its spelling (kill:e1@30% is kill:e1@30.0%)."""
+    fault = parse_fault(text)
+    return "none" if fault is None else repr(replace(fault, text=""))
+
+
+def canonical_workload(name: str) -> str:
+    """writes in any case is the paper's; a file that exists is its absolute path; any
+    other name a shipped YCSB workload's, in lower case."""
+    if name.lower() == WRITES:
+        return WRITES
+    if Path(name).is_file():
+        return str(Path(name).resolve())
+    return name.lower()
 
 
 def workload_label(workload: str) -> str:
@@ -918,7 +970,11 @@ def _strings(name: str, values: Any, upper: bool = False, none: bool = False) ->
     return tuple(out)
 
 
-def _floats(name: str, values: Any, low: float, high: float) -> tuple[float, ...]:
+def _floats(
+    name: str, values: Any, low: float, high: float, decimals: int | None = None
+) -> tuple[float, ...]:
+    """Numbers in low..high, each once; ``decimals``: rounded to that many first, so two
+    values that differ below the resolution are one value (refused as listed twice)."""
     values = _as_tuple(name, values)
     if not values:
         raise ConfigError(f"{name} is empty: the grid needs at least one value")
@@ -928,7 +984,10 @@ def _floats(name: str, values: Any, low: float, high: float) -> tuple[float, ...
             raise ConfigError(f"{name} values must be numbers, got {v!r}")
         if not low <= v <= high:
             raise ConfigError(f"{name} values must be between {low:g} and {high:g}, got {v:g}")
-        out.append(float(v))
+        out.append(float(v) if decimals is None else round(float(v), decimals))
     if len(set(out)) != len(out):
-        raise ConfigError(f"{name} lists a value twice: {out}")
+        dup = next(x for x in out if out.count(x) > 1)
+        same = [v for v, x in zip(values, out, strict=True) if x == dup]
+        unit = "" if decimals is None else f" to {10.0**-decimals:g}"
+        raise ConfigError(f"{name} lists a value twice{unit}: {', '.join(map(repr, same))}")
     return tuple(out)

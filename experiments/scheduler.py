@@ -32,13 +32,12 @@ from emulation.verify import measure_pair
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, TestbedError, Topology
 from testbed.clean import clean
-from testbed.errors import StoreFullError
 from testbed.state import RunState
 
 from . import estimate, faults, plan, ycsb
 from .config import Cell, SweepConfig
 from .progress import Progress
-from .store import Store
+from .store import Store, StoreFullError
 from .summary import stats_ms
 from .workloads import WriteWorker
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ConfigError, StateError, StateFileError, StoreFullError
+from testbed.errors import ConfigError, StateError, StateFileError, TestbedError
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 5
@@ -277,6 +277,22 @@ COLUMN_TYPES = {
 }
 
 
+class StoreError(TestbedError):
+    """The results store refused a write; the transaction was rolled back."""
+
+
+class StoreFullError(StoreError):
+    """The results store could not grow (disk or database full); the transaction that
+    hit it was rolled back, so the run stays resumable."""
+
+    def __init__(self, directory: object, detail: str):
+        self.directory = directory
+        super().__init__(
+            f"no space left for results in {directory} ({detail}): free space there and "
+            f"rerun the same command to resume; nothing half-written was kept"
+        )
+
+
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str
@@ -481,6 +497,10 @@ class Store:
             if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
                 raise StoreFullError(self.dir, str(exc)) from exc
             raise
+        except sqlite3.IntegrityError as exc:  # a cell id twice: two grid points, one id
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise StoreError(f"{self.dir}: {exc}; nothing of it was kept") from exc
 
     def close(self) -> None:
         self.db.close()

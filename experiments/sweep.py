@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import TestbedError, argtypes
-from testbed.errors import ConfigError, StoreFullError
+from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
 from . import estimate
@@ -52,7 +52,7 @@ from .launch import (
 from .plan import Gate, Stopped
 from .progress import Progress
 from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
-from .store import DB_NAME, Store, check_store_file, check_writable_dir
+from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
 
 # -- configuration from flags --------------------------------------------------------------

@@ -56,18 +56,6 @@ class RunInUseError(RunSelectionError):
     """A testbed or results directory is owned by another live process."""
 
 
-class StoreFullError(TestbedError):
-    """The results store could not grow (disk or database full); the transaction that
-    hit it was rolled back, so the run stays resumable."""
-
-    def __init__(self, directory: object, detail: str):
-        self.directory = directory
-        super().__init__(
-            f"no space left for results in {directory} ({detail}): free space there and "
-            f"rerun the same command to resume; nothing half-written was kept"
-        )
-
-
 class StateFileError(StateError, ConfigError):
     """A file of state this tool reads (a run's state.json, a results store) that is not
     what it writes: edited by hand, damaged, or of another version. Bad input, so the

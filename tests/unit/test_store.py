@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from experiments.export import export
-from experiments.store import DB_NAME, SCHEMA_VERSION, Store
-from testbed.errors import StoreFullError
+from experiments.store import DB_NAME, SCHEMA_VERSION, Store, StoreError, StoreFullError
 
 
 def cell(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", **extra):
@@ -68,13 +67,13 @@ def store(tmp_path):
 def test_cell_is_committed_whole_or_not_at_all(store):
     bad = requests()
     bad[1]["rtt_ns"] = None  # NOT NULL violated by the second request
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(StoreError, match="NOT NULL constraint failed: requests.rtt_ns"):
         store.commit_cell(cell(), bad)
     assert store.done_cells("run1") == set()
     assert store.request_count() == 0
     store.commit_cell(cell(), requests())
     assert store.done_cells("run1") == {"n3-rf1-l0-p0.5-r1"}
-    with pytest.raises(sqlite3.IntegrityError):  # a cell cannot be stored twice
+    with pytest.raises(StoreError, match="UNIQUE constraint failed"):  # not stored twice
         store.commit_cell(cell(), requests())
     assert store.rtts_ns("run1", "n3-rf1-l0-p0.5-r1") == [1_000_000, 2_000_000]
     assert store.errors("run1", "n3-rf1-l0-p0.5-r1") == 1

@@ -323,3 +323,38 @@ def test_the_settings_reference_is_current():
         "regenerate it: python -c 'from experiments.config import settings_reference; "
         'print(settings_reference(), end="")\' > docs/sweep-settings.md'
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--latency", "0.1,0.1000001"], "latency_ms lists a value twice to 0.001: 0.1, 0.1000001"),
+        (["--loss", "2.5,2.5004"], "loss_pct lists a value twice to 0.001: 2.5, 2.5004"),
+        (["--workload", "ycsb-a,ycsb-A"], "workload lists a value twice"),
+        (["--workload", "writes,WRITES"], "workload lists a value twice"),
+        (["--fault", "none,kill:e1@30%,kill:e1@30.0%"], "are the same value"),
+    ],
+)
+def test_two_spellings_of_one_grid_value_are_refused(flags, message):
+    # each would have made two cells with one id: the second lost at commit, both "done"
+    # on resume
+    with pytest.raises(ConfigError, match=message):
+        from_flags("--nodes", "3", *flags)
+
+
+def test_cell_ids_are_one_to_one_with_grid_values():
+    config = from_flags("--nodes", "3", "--rf", "1", "--latency", "9999.999,10000,0.1234")
+    ids = [c.cell_id for c in config.cells()]
+    assert len(set(ids)) == len(ids) == 3 * 3
+    assert {c.latency_ms for c in config.cells()} == {9999.999, 10000.0, 0.123}
+    assert "n3-rf1-l9999.999-p0.5-r1" in ids  # %g would have made it l10000
+    assert "n3-rf1-l0-p0.5-r1" not in ids
+    assert "n3-rf1-l0.123-p0.5-r1" in ids  # rounded to the shaper's resolution (1 µs)
+
+
+def test_a_workload_file_under_two_spellings_is_one_workload(tmp_path, monkeypatch):
+    props = tmp_path / "mine.properties"
+    props.write_text("recordcount=10\noperationcount=10\nreadproportion=1\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="workload lists a value twice"):
+        SweepConfig(nodes=(3,), workload=("mine.properties", str(props)))
