@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 from experiments.store import check_writable_dir
+from testbed.command import command, prog
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
@@ -153,9 +154,11 @@ def format_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@command("python -m analysis.compare")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m analysis.compare", description="Compare measured RTT with φ's predictions."
+        prog=prog("python -m analysis.compare"),
+        description="Compare measured RTT with φ's predictions.",
     )
     p.add_argument("results", help="results directory (holds results.sqlite)")
     add_run_option(p)

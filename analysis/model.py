@@ -22,6 +22,7 @@ from experiments.config import parse_list
 from experiments.store import check_writable_dir
 from model import rtt
 from testbed import argtypes
+from testbed.command import command, prog
 from testbed.errors import ConfigError, TestbedError
 from testbed.topology import MAX_EDGE_NODES
 
@@ -51,7 +52,7 @@ def _checked(name: str, values: tuple, low: float, high: float) -> tuple:
 
 def _predict_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m analysis.model predict",
+        prog=prog("python -m analysis.model") + " predict",
         description="Predict write RTT for a grid, without any results.",
     )
     p.add_argument("--nodes", default="5", help="node counts, e.g. 3,5 (default 5)")
@@ -116,12 +117,13 @@ def _predict_main(argv: list[str]) -> int:
     return 0
 
 
+@command("python -m analysis.model")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["predict"]:
         return _predict_main(argv[1:])
     p = argparse.ArgumentParser(
-        prog="python -m analysis.model",
+        prog=prog("python -m analysis.model"),
         description="Measured write RTT against the model's prediction, cell by cell "
         "('python -m analysis.model predict --help': a what-if table without results).",
     )

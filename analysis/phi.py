@@ -36,6 +36,7 @@ from typing import overload
 
 from model.consistency import check_level, required_acks
 from testbed import argtypes
+from testbed.command import command, prog
 from testbed.errors import ConfigError
 
 PAPER_DECIMALS = 2
@@ -138,9 +139,10 @@ def format_table(nodes: list[int], level: str = "LOCAL_QUORUM", exact: bool = Fa
 MAX_TABLE_NODES = 100  # one row per RF: a larger table is a typo, not a question
 
 
+@command("python -m analysis.phi")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m analysis.phi", description="Print φ for node counts and RFs."
+        prog=prog("python -m analysis.phi"), description="Print φ for node counts and RFs."
     )
     p.add_argument(
         "--nodes",

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from experiments.store import check_writable_dir
+from testbed.command import command, prog
 from testbed.errors import TestbedError
 
 from . import phi as phi_mod
@@ -264,9 +265,11 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     return made
 
 
+@command("python -m analysis.plots")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m analysis.plots", description="Regenerate the figures from stored results."
+        prog=prog("python -m analysis.plots"),
+        description="Regenerate the figures from stored results.",
     )
     p.add_argument("results", help="results directory (holds results.sqlite)")
     add_run_option(p)

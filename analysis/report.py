@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from experiments.store import check_writable_dir
+from testbed.command import command, prog
 from testbed.errors import TestbedError
 
 from . import claims
@@ -270,8 +271,9 @@ def write_report(results: Results) -> Path:
     return out
 
 
+@command("python -m analysis.report")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.report")
+    p = argparse.ArgumentParser(prog=prog("python -m analysis.report"))
     p.add_argument("results", help="results directory (holds results.sqlite)")
     add_run_option(p)
     args = p.parse_args(argv)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from testbed import argtypes
+from testbed.command import command, prog
 from testbed.errors import ConfigError, RunInUseError, TestbedError
 from testbed.testbed import Testbed
 
@@ -22,7 +23,7 @@ FORCE_HELP = "change the testbed named by --run even while another process uses 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m emulation", description="Emulated edge links on a running testbed."
+        prog=prog("python -m emulation"), description="Emulated edge links on a running testbed."
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -247,6 +248,7 @@ COMMANDS = {
 }
 
 
+@command("python -m emulation")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from testbed.command import command, prog
 from testbed.errors import ConfigError, TestbedError
 
 from .store import CELL_COLUMNS, COLUMN_TYPES, Store, check_writable_dir
@@ -167,9 +168,10 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) 
     return path
 
 
+@command("python -m experiments.export")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.export",
+        prog=prog("python -m experiments.export"),
         description="Export a results directory, one row per request.",
     )
     p.add_argument("directory", help="results directory (holds results.sqlite)")

@@ -32,6 +32,7 @@ from emulation.verify import measure_pair
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, TestbedError, Topology
 from testbed.clean import clean
+from testbed.command import STOP_SIGNALS, leave_terminal
 from testbed.state import RunState
 
 from . import estimate, faults, plan, ycsb
@@ -168,14 +169,16 @@ class Sweep:
         # second Ctrl-C) would leave this method while shards still tear testbeds down.
         signals = [0]
 
-        def on_signal(_signum: int, _frame: Any) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
+            if signum == signal.SIGHUP:
+                leave_terminal()
             signals[0] += 1
             self.abort.set()
             self.stop.set()
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 previous[sig] = signal.signal(sig, on_signal)
         try:
             for sh in self.shards:

@@ -15,7 +15,6 @@ by kill -9 or Ctrl-C is measured again, and a cluster a killed sweep left is rem
 from __future__ import annotations
 
 import argparse
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import TestbedError, argtypes
+from testbed.command import command, prog
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
@@ -68,7 +68,7 @@ GROUPS = {
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.sweep",
+        prog=prog("python -m experiments.sweep"),
         description="Measure Cassandra writes over a grid of node counts, replication "
         "factors, latencies and losses. Lists take 0,20,40 or 0..100..10; every setting "
         "is also a key of a --config file's [sweep] table.",
@@ -185,10 +185,7 @@ def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
     return {s.name: int(s.parallel) if s.parallel != "auto" else auto for s in specs}
 
 
-def _terminate(_signum, _frame):
-    raise KeyboardInterrupt
-
-
+@command("python -m experiments.sweep")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
@@ -219,7 +216,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
     try:
         owner = lock_results(Path(config.out))  # before the preview: OUT may be in use
     except TestbedError as exc:

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.command import command, prog
 from testbed.errors import RunInUseError, TestbedError
 from testbed.setup_check import check_cassandra
 from testbed.state import OwnerLock, describe_holder
@@ -380,8 +381,9 @@ def clean_root(root: Path) -> int:
     return 0
 
 
+@command("python -m experiments.worker")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.worker", description=__doc__)
+    p = argparse.ArgumentParser(prog=prog("python -m experiments.worker"), description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run cells the controller hands out (JSON lines)")
     s.add_argument("--root", required=True, type=Path)

@@ -42,6 +42,7 @@ from testbed.backends.hosts import (
     validate_inventory,
 )
 from testbed.backends.ssh import SSH, RemoteHost
+from testbed.command import STOP_SIGNALS, leave_terminal
 from testbed.errors import ConfigError, TestbedError
 from testbed.state import home
 
@@ -420,12 +421,14 @@ class Dispatcher:
         logs = Path(self.config.out) / "logs"
         signals = [0]
 
-        def on_signal(_signum: int, _frame: Any) -> None:
+        def on_signal(signum: int, _frame: Any) -> None:
+            if signum == signal.SIGHUP:
+                leave_terminal()
             signals[0] += 1
 
         previous = {}
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 previous[sig] = signal.signal(sig, on_signal)
         deadline = None
         try:

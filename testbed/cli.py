@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from .cassandra.config import (
     check_override,
 )
 from .cassandra.readiness import Deadlines
+from .command import command, prog
 from .errors import ConfigError, TestbedError
 from .subnets import DEFAULT_POOL
 from .testbed import Testbed
@@ -53,7 +53,7 @@ RUN_HELP = "run id (default: the one detached testbed that is up)"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m testbed",
+        prog=prog("python -m testbed"),
         description="Edge testbed: Cassandra edge nodes + an endpoint on one machine.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -182,10 +182,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _raise_interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def cmd_up(args: argparse.Namespace) -> int:
     topology = Topology(edge_nodes=args.nodes, subnet=args.subnet)
     options = backend_options(args)
@@ -212,7 +208,6 @@ def cmd_up(args: argparse.Namespace) -> int:
         backend_options=options,
         subnet_pool=args.subnet_pool,
     )
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # tear down on SIGTERM as on Ctrl-C
     tb.up()
     tb.detach()  # this process ends; the testbed stays up, owned by nobody
     vms = tb.state.extra.get("libvirt") if tb.state else None
@@ -353,6 +348,7 @@ COMMANDS = {
 }
 
 
+@command("python -m testbed")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import argtypes
+from testbed.command import command, prog
 from testbed.errors import TestbedError
 from testbed.testbed import Testbed
 from testbed.topology import MAX_EDGE_NODES
@@ -58,8 +59,9 @@ def _progress(phase: str):
     return show
 
 
+@command("python -m experiments.ycsb")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.ycsb", description=__doc__)
+    p = argparse.ArgumentParser(prog=prog("python -m experiments.ycsb"), description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     inst = sub.add_parser("install", help="fetch YCSB and the driver, build the binding (cached)")
     inst.add_argument("--force", action="store_true")

@@ -2,7 +2,7 @@
 
 - no import circle between modules;
 - no import from a lower layer to a higher one: testbed < emulation < model < experiments
-  < analysis (a module may import its own layer and the layers below it);
+  < analysis < edgetb (the one command) (a module may import its own layer and the layers below it);
 - no import of a command-line module (one that defines ``main``), except by its package's
   ``__main__``; the library modules that still carry a ``main`` of their own are listed
   in ``STILL_MIXED`` (their command lines move behind one command later), and the list
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("testbed", "emulation", "model", "experiments", "analysis")
+LAYERS = ("testbed", "emulation", "model", "experiments", "analysis", "edgetb")
 STILL_MIXED = {
     "analysis.phi",  # φ's functions and `python -m analysis.phi`
     "analysis.report",  # write_report and `python -m analysis.report`

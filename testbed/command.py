@@ -1,0 +1,106 @@
+"""What every command line of the project shares, in one place: how it ends on an error
+(one line on stderr; exit 2 for bad input, 1 for a failure, 130 when stopped), how it
+stops on a signal, and the name its help shows.
+
+Stop signals: Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal or a dropped SSH
+session) all raise KeyboardInterrupt in the main thread, which every command answers by
+tearing down what it started. A hang-up also points stdout and stderr at /dev/null first:
+the terminal is gone, and a teardown that prints must not die of EIO half-way.
+
+    @command("python -m testbed")
+    def main(argv=None) -> int: ...
+
+`edgetb SUBCOMMAND` runs the same mains under its own name (``prog``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+from .errors import ConfigError, TestbedError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_BAD_INPUT, EXIT_FAILED, EXIT_STOPPED = 2, 1, 130
+
+_PROG: contextvars.ContextVar[str | None] = contextvars.ContextVar("prog", default=None)
+
+Main = TypeVar("Main", bound=Callable[..., int])
+
+
+def prog(default: str) -> str:
+    """The name a command's help and usage show: ``default`` (``python -m ...``), or the
+    `edgetb` subcommand it runs as."""
+    return _PROG.get() or default
+
+
+def leave_terminal() -> None:
+    """stdout and stderr to /dev/null where they were a terminal that hung up (a character
+    device: a hung-up terminal no longer says it is one, isatty fails with EIO)."""
+    null = os.stat(os.devnull).st_rdev
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev != null:
+                os.dup2(devnull, fd)
+        except OSError:
+            pass
+    os.close(devnull)
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    if signum == signal.SIGHUP:
+        leave_terminal()
+    raise KeyboardInterrupt
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _interrupt)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a command that ended with ``exc``, after saying why in one line."""
+    if isinstance(exc, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        return EXIT_STOPPED
+    print(f"error: {exc}", file=sys.stderr)
+    return EXIT_BAD_INPUT if isinstance(exc, ConfigError) else EXIT_FAILED
+
+
+def command(default_prog: str) -> Callable[[Main], Main]:
+    """Make ``main`` a command: stop signals as Ctrl-C, and a TestbedError or a stop that
+    escapes it a line and an exit code (what ``main`` handles itself stays its own)."""
+
+    def wrap(main: Main) -> Main:
+        @functools.wraps(main)
+        def run(argv: Sequence[str] | None = None) -> int:
+            stop_on_signals()
+            try:
+                return main(argv)
+            except (TestbedError, KeyboardInterrupt) as exc:
+                return exit_code(exc)
+
+        run.default_prog = default_prog  # type: ignore[attr-defined]
+        return cast(Main, run)
+
+    return wrap
+
+
+def run_as(name: str, main: Callable[..., int], argv: Sequence[str]) -> int:
+    """``main`` with ``argv``, its help and usage naming it ``name``."""
+    token = _PROG.set(name)
+    try:
+        return main(list(argv))
+    finally:
+        _PROG.reset(token)

@@ -1,0 +1,137 @@
+"""`edgetb`, the one command, and what every command shares (testbed.command): the same
+programs as the python -m aliases, one-line errors with the same exit codes, and stop
+signals (INT, TERM, HUP) that all end in the command's own teardown."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from edgetb.cli import COMMANDS
+
+EDGETB = Path(sys.executable).parent / "edgetb"  # the console script of [project.scripts]
+
+
+def edgetb(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(EDGETB), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_console_script_is_installed_and_knows_its_version():
+    from importlib.metadata import version
+
+    proc = edgetb("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"edgetb {version('edge-testbed')}"
+
+
+def test_help_lists_every_command_and_each_runs_a_main():
+    proc = edgetb("--help")
+    assert proc.returncode == 0
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  ")]
+    assert listed == list(COMMANDS)
+    for module, _pre, _what in COMMANDS.values():
+        assert callable(importlib.import_module(module).main), module
+
+
+def test_a_command_is_its_alias_under_another_name():
+    alias = subprocess.run(
+        [sys.executable, "-m", "analysis.phi", "--nodes", "3", "5", "--exact"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    proc = edgetb("phi", "--nodes", "3", "5", "--exact")
+    assert proc.returncode == alias.returncode == 0
+    assert proc.stdout == alias.stdout and "2/3" in proc.stdout
+    usage = edgetb("sweep", "--help").stdout
+    assert usage.startswith("usage: edgetb sweep ") and "--dry-run" in usage
+    assert edgetb("up", "--help").stdout.startswith("usage: edgetb up ")
+    assert edgetb("net", "set", "--help").stdout.startswith("usage: edgetb net set ")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["nosuch"], "error: unknown command 'nosuch'"),
+        (["sweep", "--nodes", "0", "--dry-run"], "error: nodes values must be integers from 1"),
+        (["model", "predict", "--nodes", "0"], "error: --nodes: 0 is outside 1..9"),
+        (["export", "/nonexistent-results"], "error: "),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, line):
+    proc = edgetb(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(line) and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# A command that starts something, waits, and tears it down: what a signal must reach.
+STOPPABLE = textwrap.dedent(
+    """
+    import sys, time
+    from testbed.command import command
+
+    @command("stoppable")
+    def main(argv=None):
+        print("started", flush=True)
+        try:
+            time.sleep(60)
+        finally:
+            for i in range(2000):  # a teardown that keeps talking
+                print(f"tearing down {i}", flush=True)
+            open(sys.argv[1], "w").write("torn down")
+        return 0
+
+    sys.exit(main([]))
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_every_stop_signal_ends_in_the_teardown(tmp_path, sig):
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE, str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert marker.read_text() == "torn down"
+    assert err.strip().splitlines()[-1] == "interrupted"
+
+
+def test_a_hang_up_with_the_terminal_gone_still_tears_down(tmp_path):
+    # a dropped SSH session: SIGHUP, and the terminal is gone, so printing would fail
+    # with EIO; the teardown must run to its end all the same
+    marker = tmp_path / "marker"
+    leader, follower = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPABLE, str(marker)],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+    )
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 30
+    while b"started" not in seen and time.monotonic() < deadline:
+        seen += os.read(leader, 1024)
+    os.close(leader)  # the terminal goes away
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=30) == 130
+    assert marker.read_text() == "torn down"
