@@ -41,6 +41,9 @@ from .results import add_run_option, load, run_ids
 # -- command line ----------------------------------------------------------------------------
 
 
+MAX_PREDICT_CELLS = 20_000
+
+
 def _checked(name: str, values: tuple, low: float, high: float) -> tuple:
     if not values:
         raise ConfigError(f"{name}: no values")
@@ -89,6 +92,12 @@ def _predict_main(argv: list[str]) -> int:
             "--latency", parse_list("--latency", args.latency, float), 0, links.MAX_DELAY_MS
         )
         losses = _checked("--loss", parse_list("--loss", args.loss, float), 0, 100)
+        size = len(nodes) * len(rfs) * len(lats) * len(losses)
+        if size > MAX_PREDICT_CELLS:  # before any is computed: ~1 ms each, jitter far more
+            raise ConfigError(
+                f"the grid has {size} cells, more than {MAX_PREDICT_CELLS}: "
+                f"use fewer --nodes, --rf, --latency or --loss values"
+            )
         rows = what_if(
             nodes,
             rfs,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import ConfigError
+from testbed.files import read_text
 from testbed.topology import MAX_EDGE_NODES, Topology
 
 MAX_DELAY_MS = 10_000.0
@@ -156,17 +157,9 @@ def paper(
 def read_toml(path: Path | str, what: str) -> dict:
     """A TOML file's contents; ConfigError naming ``what`` and the path when it is missing,
     not a regular file, unreadable, not UTF-8 text or not valid TOML."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{what} not found: {path}")
-    if not path.is_file():
-        raise ConfigError(f"{what} {path} is not a regular file (a TOML file is expected)")
+    text = read_text(path, what)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not UTF-8 text (a TOML file is expected)") from exc
-    except OSError as exc:
-        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from exc
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{what} {path}: invalid TOML: {exc}") from exc
 
@@ -223,6 +216,11 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
                 raise ConfigError(
                     f"{path}: {where}: unknown host {name!r} (hosts: {', '.join(names)}, or *)"
                 )
+        if entry["src"] == entry["dst"] != "*":  # a host's traffic to itself never leaves it
+            raise ConfigError(
+                f"{path}: {where}: src and dst are both {entry['src']!r}: a link joins two "
+                f"hosts (a host's traffic to itself is not shaped)"
+            )
         for s in srcs:
             for d in dsts:
                 if s != d:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ConfigError
+from testbed.files import read_text
 
 from .links import Link, LinkMatrix
 
@@ -105,8 +106,8 @@ def resolve(name: str) -> Path:
 def load(name: str) -> Trace:
     """Read and check a trace file (ConfigError, one line, naming the row)."""
     path = resolve(name)
-    data = path.read_bytes()
-    rows = list(csv.DictReader(data.decode().splitlines()))
+    data = read_text(path, "trace")
+    rows = list(csv.DictReader(data.splitlines()))
     if not rows:
         raise ConfigError(
             f"trace {path}: no rows (a header {','.join(COLUMNS)} and a row a change)"
@@ -150,7 +151,7 @@ def load(name: str) -> Trace:
     if len(by_t) > MAX_STEPS:
         raise ConfigError(f"trace {path}: {len(by_t)} steps, more than {MAX_STEPS}")
     steps = tuple(Step(t, tuple(links)) for t, links in sorted(by_t.items()))
-    return Trace(str(path), steps, hashlib.sha256(data).hexdigest())
+    return Trace(str(path), steps, hashlib.sha256(data.encode()).hexdigest())
 
 
 @dataclass

@@ -13,7 +13,9 @@ import argparse
 import csv
 import itertools
 import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,41 +79,7 @@ def export(
                 + (f" for run {run_id}" if run_id else "")
                 + ": nothing to export"
             )
-        target = Path(out) if out else Path(directory) / "export"
-        check_writable_dir(target, "export directory")
-        target.mkdir(parents=True, exist_ok=True)
-        written = {}
-        rows = store.iter_request_rows(run_id)
-        written["requests"] = _write(
-            target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
-        )
-        cell_rows = (
-            [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
-        )
-        written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
-        ycsb_rows = store.ycsb_ops(run_id)
-        if ycsb_rows:
-            written["ycsb"] = _write(
-                target / f"ycsb.{fmt}",
-                fmt,
-                YCSB_EXPORT_COLUMNS,
-                (
-                    [json.dumps(r[c]) if c == "return_codes" else r[c] for c in YCSB_EXPORT_COLUMNS]
-                    for r in ycsb_rows
-                ),
-                chunk_rows,
-            )
-        raw = store.iter_ycsb_requests(run_id)
-        first = next(raw, None)
-        if first is not None:  # cells measured with --ycsb-raw
-            written["ycsb_requests"] = _write(
-                target / f"ycsb_requests.{fmt}",
-                fmt,
-                Store.YCSB_REQUEST_COLUMNS,
-                itertools.chain([first], raw),
-                chunk_rows,
-            )
-        runs = [
+        runs = [  # read before anything is written: a damaged manifest stops it here
             {
                 "run_id": r.run_id,
                 "status": r.status,
@@ -123,11 +91,63 @@ def export(
             for r in store.runs()
             if run_id in (None, r.run_id)
         ]
-        written["runs"] = target / "runs.json"
-        written["runs"].write_text(json.dumps(runs, indent=1))
+        target = Path(out) if out else Path(directory) / "export"
+        check_writable_dir(target, "export directory")
+        created = not target.exists()
+        target.mkdir(parents=True, exist_ok=True)
+        # written whole into a directory of its own first, then moved in: a failure
+        # half-way (a damaged store, a full disk, Ctrl-C) keeps nothing of this export
+        stage = Path(tempfile.mkdtemp(prefix=".export-", dir=target))
+        try:
+            staged = _write_all(store, stage, fmt, run_id, cells, runs, chunk_rows)
+            written = {}
+            for kind, path in staged.items():
+                written[kind] = path.replace(target / path.name)
+        except BaseException:
+            shutil.rmtree(target if created else stage, ignore_errors=True)
+            raise
+        stage.rmdir()
         return written
     finally:
         store.close()
+
+
+def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str, Path]:
+    """Every file of an export into ``target``: kind -> its path."""
+    written = {}
+    rows = store.iter_request_rows(run_id)
+    written["requests"] = _write(
+        target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
+    )
+    cell_rows = (
+        [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
+    )
+    written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
+    ycsb_rows = store.ycsb_ops(run_id)
+    if ycsb_rows:
+        written["ycsb"] = _write(
+            target / f"ycsb.{fmt}",
+            fmt,
+            YCSB_EXPORT_COLUMNS,
+            (
+                [json.dumps(r[c]) if c == "return_codes" else r[c] for c in YCSB_EXPORT_COLUMNS]
+                for r in ycsb_rows
+            ),
+            chunk_rows,
+        )
+    raw = store.iter_ycsb_requests(run_id)
+    first = next(raw, None)
+    if first is not None:  # cells measured with --ycsb-raw
+        written["ycsb_requests"] = _write(
+            target / f"ycsb_requests.{fmt}",
+            fmt,
+            Store.YCSB_REQUEST_COLUMNS,
+            itertools.chain([first], raw),
+            chunk_rows,
+        )
+    written["runs"] = target / "runs.json"
+    written["runs"].write_text(json.dumps(runs, indent=1))
+    return written
 
 
 def arrow_schema(columns: Sequence[str]):
@@ -140,30 +160,34 @@ def arrow_schema(columns: Sequence[str]):
 
 def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) -> Path:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    if fmt == "csv":
-        with open(tmp, "w", newline="") as f:
-            csv_writer = csv.writer(f)
-            csv_writer.writerow(columns)
-            csv_writer.writerows(rows)
-    else:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    try:
+        if fmt == "csv":
+            with open(tmp, "w", newline="") as f:
+                csv_writer = csv.writer(f)
+                csv_writer.writerow(columns)
+                csv_writer.writerows(rows)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        schema = arrow_schema(columns)
-        batch: list[tuple] = []
-        with pq.ParquetWriter(tmp, schema) as writer:
+            schema = arrow_schema(columns)
+            batch: list[tuple] = []
+            with pq.ParquetWriter(tmp, schema) as writer:
 
-            def flush() -> None:
-                data = {c: [r[i] for r in batch] for i, c in enumerate(columns)}
-                writer.write_table(pa.table(data, schema=schema))
-                batch.clear()
+                def flush() -> None:
+                    data = {c: [r[i] for r in batch] for i, c in enumerate(columns)}
+                    writer.write_table(pa.table(data, schema=schema))
+                    batch.clear()
 
-            for row in rows:
-                batch.append(tuple(row))
-                if len(batch) >= chunk_rows:
+                for row in rows:
+                    batch.append(tuple(row))
+                    if len(batch) >= chunk_rows:
+                        flush()
+                if batch:
                     flush()
-            if batch:
-                flush()
+    except BaseException:  # a failure half-way (a damaged store, a full disk) keeps nothing
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path
 

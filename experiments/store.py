@@ -13,6 +13,7 @@ the sweep's commits and are never blocked by them. Every SQL statement lives her
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ConfigError, StateError, StateFileError, TestbedError
+from testbed.files import check_not_kernel_fs
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 5
@@ -308,6 +310,7 @@ def check_writable_dir(directory: str | Path, what: str = "results directory") -
     """``directory`` if it is, or can be created as, a directory this process may write
     in; ConfigError naming it otherwise. Creates nothing."""
     path = Path(directory)
+    check_not_kernel_fs(path, what)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{what} {path} is not a directory")
     existing = path
@@ -321,6 +324,18 @@ def check_writable_dir(directory: str | Path, what: str = "results directory") -
             + ("" if existing == path else f" (cannot create it in {existing})")
         )
     return path
+
+
+@functools.cache
+def _schema_columns() -> dict[str, tuple[str, ...]]:
+    """Every table's columns as SCHEMA declares them (read from SCHEMA itself)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: tuple(r[1] for r in db.execute(f"PRAGMA table_info({t})")) for t in tables}
+    finally:
+        db.close()
 
 
 def check_store_file(path: Path) -> None:
@@ -458,8 +473,33 @@ class Store:
             raise StateFileError(
                 f"{self.path} has schema {version}, this tool writes {SCHEMA_VERSION}"
             )
+        if version == SCHEMA_VERSION:
+            self._check_columns()
         present = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
         self._cell_select = ", ".join(c if c in present else f"NULL AS {c}" for c in CELL_COLUMNS)
+
+    def _check_columns(self) -> None:
+        """StateFileError unless every table has every column SCHEMA gives it (a store
+        of this version that lost one was changed by something else than this tool)."""
+        for table, columns in _schema_columns().items():
+            present = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in columns if c not in present]
+            if missing:
+                self.db.close()
+                raise StateFileError(
+                    f"{self.path}: table {table} has no column {', '.join(missing)}: "
+                    f"damaged, or changed by another tool"
+                )
+
+    def _json(self, text: str | None, what: str) -> Any:
+        """A JSON column's value; StateFileError naming the store and the value where
+        it is not JSON."""
+        try:
+            return json.loads(text) if text is not None else None
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise StateFileError(
+                f"{self.path}: {what} is not JSON ({exc}): damaged, or changed by another tool"
+            ) from None
 
     def _migrate(self) -> None:
         """Bring an older schema to SCHEMA_VERSION in one transaction: DDL outside one
@@ -537,7 +577,16 @@ class Store:
             "FROM runs ORDER BY started"
         ).fetchall()
         return [
-            RunInfo(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6]) for r in rows
+            RunInfo(
+                r[0],
+                r[1],
+                r[2],
+                self._json(r[3], f"the configuration of run {r[0]}"),
+                self._json(r[4], f"the manifest of run {r[0]}"),
+                r[5],
+                r[6],
+            )
+            for r in rows
         ]
 
     def run(self, run_id: str) -> RunInfo:
@@ -559,7 +608,7 @@ class Store:
             (text,) = self.db.execute(
                 "SELECT manifest FROM runs WHERE run_id=?", (run_id,)
             ).fetchone()
-            manifest = json.loads(text)
+            manifest = self._json(text, f"the manifest of run {run_id}")
             for key, value in entries.items():
                 if isinstance(value, dict) and isinstance(manifest.get(key), dict):
                     manifest[key].update(value)
@@ -692,7 +741,7 @@ class Store:
         out = []
         for row in rows:
             d = dict(zip(cell_cols + op_cols, row, strict=True))
-            d["return_codes"] = json.loads(d["return_codes"]) if d["return_codes"] else {}
+            d["return_codes"] = self._json(d["return_codes"] or "{}", "a YCSB cell's return codes")
             out.append(d)
         return out
 
@@ -714,9 +763,9 @@ class Store:
             f"SELECT {self._cell_select} FROM cells{where} ORDER BY started", args
         ):
             cell = dict(zip(CELL_COLUMNS, row, strict=True))
-            cell["shaping"] = json.loads(cell["shaping"])
+            cell["shaping"] = self._json(cell["shaping"], f"the shaping of cell {cell['cell_id']}")
             for c in ("fault_log", "trace_log"):
-                cell[c] = json.loads(cell[c]) if cell[c] else None
+                cell[c] = self._json(cell[c] or None, f"the {c} of cell {cell['cell_id']}")
             out.append(cell)
         return out
 

@@ -139,6 +139,8 @@ def resolve(base: Resources | None, overrides: Mapping[str, Any] | None = None) 
 
 # -- CPUs ------------------------------------------------------------------------------
 
+MAX_CPUS = 8192  # Linux's largest CONFIG_NR_CPUS
+
 
 def parse_cpuset(text: str) -> set[int]:
     """``0-2,5`` -> {0, 1, 2, 5}; ConfigError for anything else."""
@@ -150,6 +152,10 @@ def parse_cpuset(text: str) -> set[int]:
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise ConfigError(f"cpuset {text!r}: range {lo}-{hi} is descending")
+        if hi >= MAX_CPUS:  # checked before the range is made: 0-99999999999 is a typo
+            raise ConfigError(
+                f"cpuset {text!r}: CPU {hi} is beyond what Linux numbers (0-{MAX_CPUS - 1})"
+            )
         out.update(range(lo, hi + 1))
     return out
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from model.consistency import check_level, check_read_level, required_acks
 from testbed.errors import ConfigError, TestbedError
+from testbed.files import read_text
 from testbed.testbed import Testbed
 
 from . import dist as dist_mod
@@ -89,7 +90,7 @@ def read_properties(path: Path) -> dict[str, str]:
     comments; a trailing backslash continues a line)."""
     out: dict[str, str] = {}
     pending = ""
-    for raw in path.read_text().splitlines():
+    for raw in read_text(path, "YCSB workload").splitlines():
         line = pending + raw.strip()
         pending = ""
         if not line or line[0] in "#!":

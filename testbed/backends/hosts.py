@@ -20,13 +20,17 @@ directory on every host; a host it cannot reach is an error naming it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import ipaddress
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import qdisc, subnets
 from ..errors import CommandError, ConfigError, TestbedError
+from ..files import read_text
 from ..runner import run
 from ..state import RunState, home
 from ..topology import Topology
@@ -42,26 +46,51 @@ class TeardownError(TestbedError):
     """`down` could not undo the run on every host; names each and what is left there."""
 
 
+DATA_INVENTORY_PLUGINS = ("ini", "yaml")  # yaml reads .json inventories too
+
+
 def read_inventory(path: str | Path) -> dict[str, dict]:
-    """host name -> its variables, from any inventory Ansible reads (INI, YAML, JSON)."""
+    """host name -> its variables, from an INI, YAML or JSON inventory (never a script
+    or a plugin configuration: those run code)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"inventory not found: {path}")
     if not path.is_file():
         raise ConfigError(f"inventory {path} is not a file (an INI, YAML or JSON inventory)")
+    read_text(path, "inventory")  # UTF-8 text of a sane size before Ansible reads it
+    if os.access(path, os.X_OK):
+        raise ConfigError(
+            f"inventory {path} is executable: an INI, YAML or JSON file is expected "
+            f"(an inventory script is never run; chmod -x it if it is data)"
+        )
     from ansible.inventory.helpers import get_group_vars
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import inventory_loader
     from ansible.utils.vars import combine_vars
 
-    manager = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    class DataOnly(InventoryManager):
+        """Ansible's INI and YAML/JSON inventory plugins only: with its defaults an
+        executable inventory is a script it runs (as root, here), and `auto` loads any
+        plugin a YAML file names."""
+
+        def _fetch_inventory_plugins(self):
+            return [inventory_loader.get(name) for name in DATA_INVENTORY_PLUGINS]
+
+    said = io.StringIO()  # Ansible's warnings: the first is the reason, in one line
+    with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+        manager = DataOnly(loader=DataLoader(), sources=[str(path)])
     # a host's own variables over its groups' (``[group:vars]``), as Ansible merges them
     hosts = {
         h.name: dict(combine_vars(get_group_vars(h.get_groups()), h.get_vars()))
         for h in manager.get_hosts()
     }
     if not hosts:
-        raise ConfigError(f"inventory {path} lists no hosts")
+        why = next((line for line in said.getvalue().splitlines() if "arse" in line), "")
+        raise ConfigError(
+            f"inventory {path} lists no hosts"
+            + (f" ({' '.join(why.replace('[WARNING]:', '').split())})" if why else "")
+        )
     return hosts
 
 

@@ -7,11 +7,13 @@ Each test runs `python -m experiments.sweep` as a user would (its own cluster).
 import csv
 import json
 import os
+import select
 import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 
@@ -279,4 +281,76 @@ def test_kill_9_mid_cell_then_resume(tmp_path):
         assert cells[cell_id] == started
     assert store.request_count() == 3 * 60  # the cut-off cell redone once, nothing duplicated
     assert store.testbeds_up() == []
+    store.close()
+
+
+def test_sighup_tears_the_sweep_down_and_it_resumes(tmp_path):
+    # a dropped SSH session: the terminal hangs up (every write to it fails from then on)
+    # and the sweep gets SIGHUP; it must tear its cluster down and stay resumable
+    args = [
+        *("--nodes", "3", "--rf", "1,2", "--latency", "20", "--loss", "0.5"),
+        *("--writes", "40", "--warmup", "0", "--profile", "uniform", "--verify-probes", "0"),
+        *("--cluster-warmup", "100", "--out", str(tmp_path)),
+    ]
+    leader, follower = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.sweep", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=os.environ.copy(),
+        start_new_session=True,
+    )
+    os.close(follower)
+    hang_up = threading.Event()
+
+    def terminal():  # reads what the sweep prints until the terminal "hangs up"
+        while not hang_up.is_set():
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    os.read(leader, 65536)
+                except OSError:
+                    break
+        os.close(leader)
+
+    reader = threading.Thread(target=terminal)
+    reader.start()
+    db = tmp_path / "results.sqlite"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # one cell stored, the next one under way
+            if db.exists():
+                try:
+                    with Store(tmp_path, read_only=True) as polled:
+                        if polled.cell_count() >= 1:
+                            break
+                except (ConfigError, sqlite3.OperationalError):
+                    pass
+            assert proc.poll() is None, "the sweep ended before the hang-up"
+            time.sleep(0.2)
+        hang_up.set()
+        reader.join()
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=300) == 130
+    finally:
+        hang_up.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with sqlite3.connect(db) as conn:
+        testbeds = [r[0] for r in conn.execute("SELECT testbed_run FROM testbeds")]
+    assert testbeds
+    for testbed_run in testbeds:  # torn down by the sweep itself, not by the resume
+        assert_no_residue(testbed_run)
+    store = Store(tmp_path, create=False)
+    (run,) = store.runs()
+    assert run.status != "complete" and store.testbeds_up() == []
+    store.close()
+
+    resumed = sweep(*args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    store = Store(tmp_path, create=False)
+    (again,) = store.runs()
+    assert again.run_id == run.run_id and again.status == "complete"
+    assert store.cell_count() == 2 and store.request_count() == 2 * 40
     store.close()

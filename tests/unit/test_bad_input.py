@@ -194,6 +194,37 @@ CASES = [
     case("phi-nodes-zero", "analysis.phi", "--nodes 0", "'0'"),
     case("phi-nodes-huge", "analysis.phi", "--nodes 1000000000", "'1000000000'"),
     case("phi-level", "analysis.phi", "--cl SERIAL", "SERIAL"),
+    # -- issue 25: classes of bad input, several cases each ----------------------------------
+    # files that are not UTF-8 text
+    case("trace-binary", "experiments.sweep", "--trace {files}/binary.csv", "binary.csv"),
+    case("workload-binary", "experiments.sweep", "--workload {files}/binary.properties", "binary"),
+    case("workers-binary", "experiments.sweep", "--workers {files}/binary.ini", "binary.ini"),
+    case("inventory-binary", "testbed", f"{HOSTS} {{files}}/binary.ini", "binary.ini"),
+    # damaged stores
+    case("export-bad-manifest", "experiments.export", "{files}/badmanifest", "not JSON"),
+    case("plots-bad-manifest", "analysis.plots", "{files}/badmanifest", "not JSON"),
+    case("model-bad-manifest", "analysis.model", "{files}/badmanifest --no-report", "not JSON"),
+    case("export-no-column", "experiments.export", "{files}/nocolumn", "t_start_ns"),
+    case("report-no-column", "analysis.report", "{files}/nocolumn", "t_start_ns"),
+    # huge ranges and sizes, checked before anything is made of them
+    case("cpuset-huge", "experiments.sweep", "--node-cpuset 0-99999999999", "99999999999"),
+    case("testbed-cpuset-huge", "testbed", "up --node-cpuset 0-99999999999", "99999999999"),
+    case("heap-huge", "experiments.sweep", "--heap-mb 99999999", "99999999"),
+    case("predict-huge", "analysis.model", "predict --nodes 1..9 --latency 0..999", "cells"),
+    # two spellings of one grid value
+    case("latency-twice", "experiments.sweep", "--latency 0.1,0.1000001", "0.1000001"),
+    case("workload-twice", "experiments.sweep", "--workload ycsb-a,ycsb-A", "twice"),
+    case("fault-twice", "experiments.sweep", "--fault kill:e1@30%,kill:e1@30.0%", "same"),
+    # executable files where data is expected (never run)
+    case("inventory-executable", "testbed", f"{HOSTS} {{files}}/exec.ini", "executable"),
+    case("workers-executable", "experiments.sweep", "--workers {files}/exec.ini", "executable"),
+    # special filesystems
+    case("out-proc", "experiments.sweep", "--out /proc/edgetb-results", "/proc"),
+    case("out-sys", "experiments.sweep", "--out /sys/edgetb-results", "/sys"),
+    case("export-out-proc", "experiments.export", "{files}/store --out /proc/x", "/proc/x"),
+    # a link to itself
+    case("links-self", "emulation", f"{LINKS} {{files}}/self.toml", "'e0'"),
+    case("sweep-links-self", "experiments.sweep", f"{SWEEP_FILE} {{files}}/self.toml", "'e0'"),
 ]
 
 # argparse: "python -m testbed up: error: ..."; the CLIs themselves: "error: ...".
@@ -225,8 +256,13 @@ def make_files(files: Path) -> None:
         "wrongtype.toml": '[sweep]\nwrites = "ten"\n',
         "broken.toml": "[sweep\nnodes = [3]\n",
         "afile": "not a directory\n",
+        "self.toml": '[[link]]\nsrc = "e0"\ndst = "e0"\ndelay_ms = 5\n',
+        "exec.ini": "#!/bin/sh\ntouch /tmp/edgetb-inventory-was-run\n",
     }.items():
         (files / name).write_text(text)
+    (files / "exec.ini").chmod(0o755)
+    for name in ("binary.csv", "binary.properties", "binary.ini"):
+        (files / name).write_bytes(b"\xff\xfe" + bytes(range(256)) * 4)
     (files / "binary.toml").write_bytes(bytes(range(256)) * 4)
     (files / "junk.tgz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)))
     (files / "emptydir").mkdir()
@@ -239,6 +275,16 @@ def make_files(files: Path) -> None:
     con.close()
     Store(files / "nocells").close()
     make_store(files / "store", nodes=(3,), losses=(0.5,), latencies=(0, 50), writes=5)
+    for name, damage in (
+        ("badmanifest", "UPDATE runs SET manifest = '{not json'"),
+        ("nocolumn", "ALTER TABLE requests DROP COLUMN t_start_ns"),
+    ):
+        make_store(files / name, nodes=(3,), losses=(0.5,), latencies=(0, 50), writes=5)
+        con = sqlite3.connect(files / name / "results.sqlite")
+        con.execute(damage)
+        con.commit()
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        con.close()
     jar = files / "apache-cassandra-4.1.3" / "lib" / "apache-cassandra-4.1.3.jar"
     jar.parent.mkdir(parents=True)
     jar.write_bytes(b"jar")
