@@ -14,7 +14,7 @@ from emulation import shapers
 from emulation.gateway import image as gateway_image
 from testbed import TestbedError
 from testbed.errors import ConfigError, RunInUseError
-from testbed.state import OwnerLock, describe_holder
+from testbed.state import OwnerLock, describe_holder, registry_dir
 
 from . import estimate, fidelity
 from .config import SweepConfig
@@ -116,4 +116,48 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
         total_mb=info["MemTotal"],
         used_mb=used,
         accepted=fidelity.accepted(costs_shaper(config), CORES),
+    )
+
+
+def sweeps_dir() -> Path:
+    """Where every running sweep of this machine holds a lock (beside the run registry,
+    whatever its $EDGETB_HOME): how a sweep learns that another one shares the cores."""
+    return registry_dir().parent / "sweeps"
+
+
+def enter_sweep() -> tuple[OwnerLock, list[dict]]:
+    """This sweep's entry among the machine's sweeps (held until released or the process
+    ends), and the holders of the others that are alive (a dead one's entry goes)."""
+    root = sweeps_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    others = []
+    for path in sorted(root.glob("*.lock")):
+        lock = OwnerLock(path)
+        holder = lock.holder()
+        if holder is not None:
+            others.append(holder)
+        elif lock.acquire(blocking=False):  # a sweep that died: nobody holds its entry
+            path.unlink(missing_ok=True)
+            lock.release()
+    mine = OwnerLock(root / f"{os.getpid()}.lock")
+    mine.acquire(blocking=False)
+    return mine, others
+
+
+def leave_sweep(entry: OwnerLock) -> None:
+    entry.path.unlink(missing_ok=True)
+    entry.release()
+
+
+def sharing_warning(others: list[dict]) -> str | None:
+    """What a sweep says when others measure on the same machine (the cores are shared,
+    and no sweep's budget counts another's testbeds)."""
+    if not others:
+        return None
+    who = "; ".join(describe_holder(h) for h in others)
+    return (
+        f"warning: {len(others)} other sweep(s) measure on this machine ({who}). Each "
+        f"budgets the {CORES} cores as its own: together they load them more than the "
+        f"fidelity benchmark accepted, which shifts RTTs (~1 ms a cell at 3 testbeds on 2 "
+        f"cores). Run sweeps one after the other for numbers to compare."
     )

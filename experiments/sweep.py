@@ -45,9 +45,12 @@ from .launch import (
     CORES,
     calibrate_from,
     choose_parallel,
+    enter_sweep,
+    leave_sweep,
     lock_results,
     parse_parallel,
     preflight,
+    sharing_warning,
 )
 from .plan import Gate, Stopped
 from .progress import Progress
@@ -221,12 +224,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    entry, others = enter_sweep()
+    if (warning := sharing_warning(others)) is not None:
+        say(warning)
     try:
         return _run(args, argv, config, parallel, specs, preview, owner)
     except KeyboardInterrupt:  # between runs (the preview's figures): nothing to tear down
         say("interrupted")
         return 130
     finally:
+        leave_sweep(entry)
         owner.release()
 
 

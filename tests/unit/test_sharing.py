@@ -1,0 +1,48 @@
+"""Two sweeps on one machine: each enters the machine's list of running sweeps (a lock
+held while it runs) and the second is told about the first, by pid and command; a sweep
+that died is not counted, and its entry is removed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from experiments import launch
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from experiments import launch
+    entry, others = launch.enter_sweep()
+    print(len(others), flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_second_sweep_hears_of_the_first_and_not_of_a_dead_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETB_REGISTRY", str(tmp_path / "runs"))
+    repo = Path(__file__).resolve().parents[2]
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, "--out", "elsewhere"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=repo,
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline() == "0\n"
+        entry, others = launch.enter_sweep()
+        assert [h["pid"] for h in others] == [first.pid]
+        warning = launch.sharing_warning(others)
+        assert warning is not None and f"pid {first.pid}" in warning and "elsewhere" in warning
+        launch.leave_sweep(entry)
+    finally:
+        first.kill()
+        first.wait()
+    entry, others = launch.enter_sweep()  # the first died without leaving: not counted
+    assert others == [] and launch.sharing_warning(others) is None
+    assert [p.name for p in launch.sweeps_dir().iterdir()] == [entry.path.name]
+    launch.leave_sweep(entry)
+    assert list(launch.sweeps_dir().iterdir()) == []
