@@ -399,6 +399,6 @@ class HostsBackend(remote.RemoteBackend):
         if problems:
             raise TeardownError(
                 "down could not undo the run on every host (Cassandra unit "
-                f"{remote.CASSANDRA_UNIT}, shaping, {self.state.run_dir} may be left):\n"
-                + "\n".join(problems)
+                f"{remote.unit_name(self.state.run_id)}, shaping, {self.state.run_dir} may be "
+                "left):\n" + "\n".join(problems)
             )

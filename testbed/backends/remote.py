@@ -17,7 +17,12 @@ from ..topology import Host, Topology
 from .provision import inventory, one_line, playbook
 from .ssh import SSH, RemoteHost, UnreachableError
 
-CASSANDRA_UNIT = "edgetb-cassandra"
+
+def unit_name(run_id: str) -> str:
+    """The systemd unit of run ``run_id``'s Cassandra on a remote host: one per run, so
+    that two runs on the same hosts never stop each other's node (the second one's JVM
+    finds the ports taken and says so)."""
+    return f"edgetb-cassandra-{run_id}"
 
 
 # -- Cassandra on a remote host ----------------------------------------------------------------
@@ -48,13 +53,13 @@ class RemoteLog:
         return lines
 
 
-def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
-    """(ActiveState, MainPID) of the Cassandra unit on ``host``; UnreachableError when
+def unit_state(exec_argv, host: str, unit: str) -> tuple[str, int | None]:
+    """(ActiveState, MainPID) of Cassandra's ``unit`` on ``host``; UnreachableError when
     SSH cannot reach it (not "stopped": the unit may well be running)."""
     proc = subprocess.run(
         exec_argv(
             host,
-            ["systemctl", "show", "-p", "ActiveState", "-p", "MainPID", "--value", CASSANDRA_UNIT],
+            ["systemctl", "show", "-p", "ActiveState", "-p", "MainPID", "--value", unit],
         ),
         capture_output=True,
         text=True,
@@ -70,13 +75,13 @@ def unit_state(exec_argv, host: str) -> tuple[str, int | None]:
     return active, pid
 
 
-def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str) -> list[str]:
+def start_unit_argv(java_argv: Sequence[str], node_dir: Path, marker: str, unit: str) -> list[str]:
     """systemd-run of the node's JVM: the same command line as under netns, its output
     appended to the same stdout.log, killed with the unit."""
     out = node_dir / "logs" / "stdout.log"
     return [
         "systemd-run",
-        f"--unit={CASSANDRA_UNIT}",
+        f"--unit={unit}",
         "--collect",
         "--quiet",
         f"--description=Cassandra {marker}",
@@ -169,7 +174,12 @@ class RemoteBackend:
             )
             nodes_vars[host.name] = {
                 "dir": str(node.node_dir),
-                "argv": start_unit_argv([*_NO_MLOCK, self.java, *jvm], node.node_dir, node.marker),
+                "argv": start_unit_argv(
+                    [*_NO_MLOCK, self.java, *jvm],
+                    node.node_dir,
+                    node.marker,
+                    unit_name(state.run_id),
+                ),
             }
         launch.progress(
             f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
@@ -205,6 +215,7 @@ class RemoteBackend:
             extravars={
                 "edgetb_nodes": nodes,
                 "edgetb_credentials": str(credentials) if credentials else "",
+                "edgetb_unit": unit_name(self.state.run_id),
             },
         )
 
@@ -215,7 +226,7 @@ from ..cassandra.node import CassandraNode  # noqa: E402  (after the helpers it 
 
 
 class RemoteCassandraNode(CassandraNode):
-    """A node whose JVM runs as unit ``edgetb-cassandra`` on a remote host: the same
+    """A node whose JVM runs as its run's unit (``unit_name``) on a remote host: the same
     directory layout (at the same absolute path), watched over SSH."""
 
     poll_s = 1.0  # alive() is an SSH round trip
@@ -226,7 +237,7 @@ class RemoteCassandraNode(CassandraNode):
         self.log = RemoteLog(exec_argv, host.name, self.system_log)
 
     def alive(self) -> bool:
-        active, pid = unit_state(self.exec_argv, self.name)
+        active, pid = unit_state(self.exec_argv, self.name, unit_name(self.run_id))
         if pid:
             self.pid = pid
         return active in ("active", "activating", "reloading")
@@ -247,7 +258,9 @@ class RemoteCassandraNode(CassandraNode):
 
     def signal(self, sig: int) -> None:
         subprocess.run(
-            self.exec_argv(self.name, ["systemctl", "kill", "-s", str(int(sig)), CASSANDRA_UNIT]),
+            self.exec_argv(
+                self.name, ["systemctl", "kill", "-s", str(int(sig)), unit_name(self.run_id)]
+            ),
             capture_output=True,
             timeout=30,
         )

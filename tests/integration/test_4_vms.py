@@ -297,7 +297,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         assert qdisc.normalize(after[host]) == qdisc.normalize(before[host]), (host, after)
         assert "netem" not in after[host]
     unit = run_cli(
-        "exec", "--run", run_id, "e0", "--", "systemctl", "is-active", "edgetb-cassandra"
+        "exec", "--run", run_id, "e0", "--", "systemctl", "is-active", f"edgetb-cassandra-{run_id}"
     )
     assert unit.stdout.strip() != "active", unit.stdout
     for host in ("e0", "ep"):
