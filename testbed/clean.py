@@ -30,7 +30,7 @@ from . import state as st
 from .backends import registry
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
-from .errors import TestbedError
+from .errors import TeardownError, TestbedError
 from .tags import tagged_processes
 
 
@@ -107,7 +107,7 @@ def clean(
                 report.skipped.append(rid)
                 progress(f"kept run {rid}: {reason}")
                 continue
-            _remove_run(rid, run_dir, report)
+            _remove_run(rid, run_dir, report, progress)
         finally:
             lock.release()
     # Objects of runs that have no directory anywhere (or were never recorded). Listed
@@ -139,12 +139,34 @@ def clean(
     return report
 
 
-def _remove_run(run_id: str, run_dir: Path, report: CleanReport) -> None:
+def _retry_teardown(recorded: st.RunState) -> None:
+    """Undo again, on its machines, a run whose `down` failed there (TeardownError when it
+    fails again: the run is then kept for the next try)."""
+    from .backends import make_backend
+    from .topology import Topology
+
+    make_backend(recorded.backend, Topology.from_dict(recorded.topology), recorded).destroy()
+
+
+def _remove_run(
+    run_id: str, run_dir: Path, report: CleanReport, progress: Callable[[str], None] = print
+) -> None:
     try:
-        recorded = st.RunState.load(run_dir)
-        pids = [p["pid"] for p in recorded.processes.values() if pid_alive(p["pid"], p["marker"])]
+        recorded: st.RunState | None = st.RunState.load(run_dir)
     except st.StateError:
-        pids = []
+        recorded = None
+    if recorded is not None and recorded.status == st.TEARDOWN_FAILED:
+        try:
+            _retry_teardown(recorded)
+        except TeardownError as exc:
+            report.skipped.append(run_id)
+            progress(f"kept run {run_id}: its teardown failed again: {exc}")
+            return
+    pids = (
+        [p["pid"] for p in recorded.processes.values() if pid_alive(p["pid"], p["marker"])]
+        if recorded is not None
+        else []
+    )
     for pid in pids:
         _kill(pid, report)
     # Each backend's objects (VMs before their overlays in the run directory go).

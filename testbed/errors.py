@@ -60,3 +60,9 @@ class StateFileError(StateError, ConfigError):
     """A file of state this tool reads (a run's state.json, a results store) that is not
     what it writes: edited by hand, damaged, or of another version. Bad input, so the
     CLIs answer it with exit code 2; names the file."""
+
+
+class TeardownError(TestbedError):
+    """A run could not be undone on machines that outlive it (the hosts backend): names
+    each host and what is left there. The run's state is kept (status "teardown-failed")
+    so that `clean --run RUN` tries again."""

@@ -58,6 +58,9 @@ def namespace_name(run_id: str, host: str) -> str:
     return f"{PREFIX}-{run_id}-{host}"
 
 
+TEARDOWN_FAILED = "teardown-failed"  # `down` failed on machines that outlive the run
+
+
 @dataclass
 class RunState:
     """Everything a later process needs to find, use and remove one run's objects."""
@@ -66,7 +69,7 @@ class RunState:
     backend: str
     topology: dict[str, Any]
     cassandra: dict[str, Any] | None
-    status: str = "building"  # building -> up | failed
+    status: str = "building"  # building -> up | failed; TEARDOWN_FAILED: down to retry
     detached: bool = False  # left running by `python -m testbed up`, owned by nobody
     created: float = field(default_factory=time.time)
     java: str | None = None

@@ -38,10 +38,13 @@ from .errors import (
     RunInUseError,
     StateError,
     StateFileError,
+    TeardownError,
     TestbedError,
 )
 from .runner import run
 from .topology import Topology
+
+TEARDOWN_FAILED = st.TEARDOWN_FAILED
 
 log = logging.getLogger(__name__)
 
@@ -274,17 +277,28 @@ class Testbed:
         state = self.state
         self.claim()
         saved = None
+        retry = False
         try:
             backend = self.backend or make_backend(state.backend, self.topology, state)
             if self.nodes:
                 backend.stop_cassandra(list(self.nodes.values()))
                 self._keep_cds_archive()
-            backend.destroy()
+            try:
+                backend.destroy()
+            except TeardownError as exc:  # on machines that outlive the run: kept to retry
+                retry = True
+                state.status = TEARDOWN_FAILED
+                state.save()
+                raise TeardownError(
+                    f"{exc}\nthe run's state is kept: `edgetb clean --run {state.run_id}` "
+                    f"tries again"
+                ) from None
             if keep_logs:
                 saved = self._save_logs()
         finally:
-            st.unregister(state.run_id, state.run_dir)
-            shutil.rmtree(state.run_dir, ignore_errors=True)
+            if not retry:
+                st.unregister(state.run_id, state.run_dir)
+                shutil.rmtree(state.run_dir, ignore_errors=True)
             if self._owner is not None:
                 self._owner.release()
                 self._owner = None

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import qdisc, subnets
-from ..errors import CommandError, ConfigError, TestbedError
+from ..errors import CommandError, ConfigError, TeardownError, TestbedError
 from ..files import read_text
 from ..runner import run
 from ..state import RunState, home
@@ -40,10 +40,6 @@ from .ssh import SSH, RemoteHost
 SSH_TIMEOUT_S = 60.0
 USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 STORE_NAME = "known_hosts"  # in $EDGETB_HOME: keys recorded on first contact
-
-
-class TeardownError(TestbedError):
-    """`down` could not undo the run on every host; names each and what is left there."""
 
 
 DATA_INVENTORY_PLUGINS = ("ini", "yaml")  # yaml reads .json inventories too
@@ -375,7 +371,7 @@ class HostsBackend(remote.RemoteBackend):
 
     def destroy(self) -> None:
         """Undo the run on every host; TeardownError naming each host where that failed
-        (the run's local state goes anyway: the error says what is left where)."""
+        (the run's state is then kept: `clean --run RUN` retries this)."""
         problems: list[str] = []
         try:
             if self.state.extra.get("hosts", {}).get("touched"):

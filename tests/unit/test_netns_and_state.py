@@ -268,3 +268,34 @@ def test_clean_leaves_young_unfinished_dirs_and_removes_old_ones(tmp_path: Path,
     clean_mod._remove_unfinished_dirs(tmp_path)
     clean_mod._remove_stray_registry_entries()
     assert young.is_dir() and not old.exists() and not stray.is_symlink()
+
+
+def test_a_failed_remote_teardown_is_kept_and_clean_retries_it(tmp_path, monkeypatch):
+    # `down` on machines that outlive the run (hosts backend) failed: the run's state is
+    # kept, and `clean --run` tries the teardown again until it succeeds
+    import testbed.backends as backends
+    from testbed import clean as clean_mod
+    from testbed.errors import TeardownError
+    from testbed.state import TEARDOWN_FAILED
+
+    tries = []
+
+    class Flaky:
+        def destroy(self):
+            tries.append(1)
+            if len(tries) == 1:
+                raise TeardownError("e0: unreachable over SSH")
+
+    monkeypatch.setattr(backends, "make_backend", lambda name, topology, state: Flaky())
+    lock = create_run(RunState("d00001", "hosts", Topology().to_dict(), None), tmp_path)
+    state = RunState.load(tmp_path / "runs" / "d00001")
+    state.status = TEARDOWN_FAILED
+    state.save()
+    lock.release()
+    said: list[str] = []
+    report = clean_mod.clean(tmp_path, said.append, "d00001")
+    assert report.skipped == ["d00001"] and report.runs == []
+    assert (tmp_path / "runs" / "d00001").is_dir() and "failed again" in said[0]
+    report = clean_mod.clean(tmp_path, said.append, "d00001")
+    assert report.runs == ["d00001"] and not (tmp_path / "runs" / "d00001").exists()
+    assert len(tries) == 2
