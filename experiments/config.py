@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -352,6 +353,8 @@ class SweepConfig:
         elif self.links_file:
             raise ConfigError(f"links_file is only used with profile 'file', not {self.profile!r}")
         set_(self, "cl", check_level(self.cl))
+        for name in ("latency_ms", "loss_pct", "target"):  # %g in cell ids: one id each
+            _one_id_each(name, getattr(self, name) or (), id_number)
         backend_class(self.backend)  # ConfigError naming the backends
         options = self.backend_options()
         if options.get("resources"):  # every node count's nodes, with the sweep's heap
@@ -698,7 +701,8 @@ def _check_knob(name: str, knob: Knob, value: Any) -> Any:
         return None
     if knob.many and knob.kind in (int, float, str):
         if knob.kind is int:
-            return _ints(name, value, int(knob.low or 0), int(knob.high or 0))
+            top = int(knob.high) if knob.high is not None else sys.maxsize
+            return _ints(name, value, int(knob.low or 0), top)
         if knob.kind is float:
             return _floats(name, value, knob.low or 0.0, knob.high or math.inf, knob.decimals)
         return _strings(name, value, upper=knob.upper, none=name in ("fault", "trace"))
@@ -728,10 +732,9 @@ def _check_knob(name: str, knob: Knob, value: Any) -> Any:
 
 
 def id_number(value: float) -> str:
-    """A number in cell ids: as %g where that reads back as the same number (the ids of
-    every run stored so far), else in full, so that two values never share an id."""
-    text = f"{value:g}"
-    return text if float(text) == value else repr(float(value))
+    """A number in cell ids (%g, as in every run stored so far); SweepConfig refuses two
+    values of a dimension that would share one."""
+    return f"{value:g}"
 
 
 def fault_label(text: str) -> str:
@@ -758,12 +761,13 @@ def _fault_meaning(text: str) -> str:
 
 
 def canonical_workload(name: str) -> str:
-    """writes in any case is the paper's; a file that exists is its absolute path; any
-    other name a shipped YCSB workload's, in lower case."""
+    """writes in any case is the paper's; a file that exists is as given (two spellings of
+    one file share its label: refused); any other name a shipped YCSB workload's, in
+    lower case."""
     if name.lower() == WRITES:
         return WRITES
     if Path(name).is_file():
-        return str(Path(name).resolve())
+        return name
     return name.lower()
 
 

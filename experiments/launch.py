@@ -13,7 +13,7 @@ from pathlib import Path
 from emulation import shapers
 from emulation.gateway import image as gateway_image
 from testbed import TestbedError
-from testbed.errors import ConfigError, RunInUseError
+from testbed.errors import ConfigError, RunInUseError, StateError
 from testbed.state import OwnerLock, describe_holder, registry_dir
 
 from . import estimate, fidelity
@@ -125,28 +125,32 @@ def sweeps_dir() -> Path:
     return registry_dir().parent / "sweeps"
 
 
-def enter_sweep() -> tuple[OwnerLock, list[dict]]:
+def enter_sweep() -> tuple[OwnerLock | None, list[dict]]:
     """This sweep's entry among the machine's sweeps (held until released or the process
-    ends), and the holders of the others that are alive (a dead one's entry goes)."""
+    ends; None where the list cannot be written, e.g. not root), and the holders of the
+    others that are alive. A dead sweep's entry holds no lock and is not counted; it is
+    left in place (removing it could race with a sweep just taking it), and a later sweep
+    with the same PID takes it over."""
     root = sweeps_dir()
-    root.mkdir(parents=True, exist_ok=True)
     others = []
-    for path in sorted(root.glob("*.lock")):
-        lock = OwnerLock(path)
-        holder = lock.holder()
-        if holder is not None:
-            others.append(holder)
-        elif lock.acquire(blocking=False):  # a sweep that died: nobody holds its entry
-            path.unlink(missing_ok=True)
-            lock.release()
-    mine = OwnerLock(root / f"{os.getpid()}.lock")
-    mine.acquire(blocking=False)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for path in sorted(root.glob("*.lock")):
+            holder = OwnerLock(path).holder()
+            if holder is not None and holder.get("pid") != os.getpid():
+                others.append(holder)
+        mine = OwnerLock(root / f"{os.getpid()}.lock")
+        if not mine.acquire(blocking=False):
+            return None, others
+    except (OSError, StateError):  # the warning is lost, not the sweep
+        return None, others
     return mine, others
 
 
-def leave_sweep(entry: OwnerLock) -> None:
-    entry.path.unlink(missing_ok=True)
-    entry.release()
+def leave_sweep(entry: OwnerLock | None) -> None:
+    if entry is not None:
+        entry.path.unlink(missing_ok=True)  # ours: we hold its lock
+        entry.release()
 
 
 def sharing_warning(others: list[dict]) -> str | None:

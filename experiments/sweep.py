@@ -160,7 +160,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         elif knob.many and isinstance(knob.kind, type):
             values[name] = parse_list(flag, raw, knob.kind)
         else:
-            values[name] = str(Path(raw).resolve()) if knob.path else raw
+            values[name] = str(Path(raw).resolve()) if knob.path and raw else raw
     return SweepConfig.from_dict(values)
 
 
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    entry, others = enter_sweep()
+    entry, others = enter_sweep() if specs is None else (None, [])  # measures here
     if (warning := sharing_warning(others)) is not None:
         say(warning)
     try:

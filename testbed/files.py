@@ -6,6 +6,7 @@ file ever is, unreadable, not UTF-8 text."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def read_text(path: Path | str, what: str, *, max_bytes: int = MAX_BYTES) -> str
             )
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:  # grew after fstat, or a size the kernel does not know
+            raise ConfigError(f"{what} {path} is more than such a file can be ({max_bytes})")
     except OSError as exc:
         raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from None
     finally:
@@ -57,7 +60,7 @@ KERNEL_FILESYSTEMS = frozenset(
 def filesystem_type(path: Path | str, mounts: Path = Path("/proc/self/mounts")) -> str | None:
     """The type of the filesystem ``path`` (absolute or not, existing or not) is on: the
     longest mount point above it; None where the mount table cannot be read."""
-    target = Path(os.path.abspath(path))
+    target = Path(os.path.realpath(path))  # a symlink into /sys is on sysfs
     best, kind = -1, None
     try:
         lines = mounts.read_text().splitlines()
@@ -67,7 +70,7 @@ def filesystem_type(path: Path | str, mounts: Path = Path("/proc/self/mounts")) 
         fields = line.split()
         if len(fields) < 3:
             continue
-        point = Path(fields[1].replace("\\040", " "))
+        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1]))
         if (target == point or point in target.parents) and len(point.parts) > best:
             best, kind = len(point.parts), fields[2]
     return kind

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import io
 import ipaddress
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
 STORE_NAME = "known_hosts"  # in $EDGETB_HOME: keys recorded on first contact
 
 
-DATA_INVENTORY_PLUGINS = ("ini", "yaml")  # yaml reads .json inventories too
+DATA_INVENTORY_PLUGINS = ("yaml", "ini")  # Ansible's order; yaml reads .json ones too
 
 
 def read_inventory(path: str | Path) -> dict[str, dict]:
@@ -54,11 +53,6 @@ def read_inventory(path: str | Path) -> dict[str, dict]:
     if not path.is_file():
         raise ConfigError(f"inventory {path} is not a file (an INI, YAML or JSON inventory)")
     read_text(path, "inventory")  # UTF-8 text of a sane size before Ansible reads it
-    if os.access(path, os.X_OK):
-        raise ConfigError(
-            f"inventory {path} is executable: an INI, YAML or JSON file is expected "
-            f"(an inventory script is never run; chmod -x it if it is data)"
-        )
     from ansible.inventory.helpers import get_group_vars
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -385,6 +379,7 @@ class HostsBackend(remote.RemoteBackend):
                         extravars={
                             "edgetb_run_dir": str(self.state.run_dir),
                             "edgetb_run": self.state.run_id,
+                            "edgetb_unit": remote.unit_name(self.state.run_id),
                         },
                         timeout_s=120,
                     )

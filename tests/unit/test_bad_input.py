@@ -216,8 +216,8 @@ CASES = [
     case("workload-twice", "experiments.sweep", "--workload ycsb-a,ycsb-A", "twice"),
     case("fault-twice", "experiments.sweep", "--fault kill:e1@30%,kill:e1@30.0%", "same"),
     # executable files where data is expected (never run)
-    case("inventory-executable", "testbed", f"{HOSTS} {{files}}/exec.ini", "executable"),
-    case("workers-executable", "experiments.sweep", "--workers {files}/exec.ini", "executable"),
+    case("inventory-executable", "testbed", f"{HOSTS} {{files}}/exec.ini", "lists no hosts"),
+    case("workers-executable", "experiments.sweep", "--workers {files}/exec.ini", "no hosts"),
     # special filesystems
     case("out-proc", "experiments.sweep", "--out /proc/edgetb-results", "/proc"),
     case("out-sys", "experiments.sweep", "--out /sys/edgetb-results", "/sys"),
@@ -231,6 +231,7 @@ CASES = [
 ERROR_LINE = re.compile(r"^(error: |python -m [\w.]+( [\w-]+)*: error: )")
 
 
+MARKER_RUN: dict[str, Path] = {}  # what exec.ini touches if it is ever run
 INVENTORY = "[edge]\ne0 ansible_host={e0}\n[ep]\nep ansible_host=10.77.0.10\n"
 
 
@@ -257,7 +258,9 @@ def make_files(files: Path) -> None:
         "broken.toml": "[sweep\nnodes = [3]\n",
         "afile": "not a directory\n",
         "self.toml": '[[link]]\nsrc = "e0"\ndst = "e0"\ndelay_ms = 5\n',
-        "exec.ini": "#!/bin/sh\ntouch /tmp/edgetb-inventory-was-run\n",
+        # a valid inventory script: Ansible's defaults would run it and find host e0
+        "exec.ini": f"#!/bin/sh\ntouch {files.parent}/inventory-was-run\n"
+        'echo \'{"edge": {"hosts": ["e0"]}, "_meta": {"hostvars": {}}}\'\n',
     }.items():
         (files / name).write_text(text)
     (files / "exec.ini").chmod(0o755)
@@ -391,6 +394,7 @@ def outcomes(tmp_path_factory) -> dict[str, Outcome]:
     base = tmp_path_factory.mktemp("bad-input")
     files = base / "files"
     make_files(files)
+    MARKER_RUN["path"] = base / "inventory-was-run"
     shim = base / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(
@@ -428,3 +432,7 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(outcomes, c):
 def test_no_input_file_was_changed(outcomes):
     o = outcomes["<files>"]
     assert o.after == o.before
+
+
+def test_no_inventory_script_was_run(outcomes):
+    assert outcomes["<files>"].argv == [] and not MARKER_RUN.get("path", Path("/")).exists()

@@ -343,18 +343,22 @@ def test_two_spellings_of_one_grid_value_are_refused(flags, message):
 
 
 def test_cell_ids_are_one_to_one_with_grid_values():
-    config = from_flags("--nodes", "3", "--rf", "1", "--latency", "9999.999,10000,0.1234")
+    config = from_flags("--nodes", "3", "--rf", "1", "--latency", "1234.567,10000,0.1234")
     ids = [c.cell_id for c in config.cells()]
     assert len(set(ids)) == len(ids) == 3 * 3
-    assert {c.latency_ms for c in config.cells()} == {9999.999, 10000.0, 0.123}
-    assert "n3-rf1-l9999.999-p0.5-r1" in ids  # %g would have made it l10000
-    assert "n3-rf1-l0-p0.5-r1" not in ids
+    assert {c.latency_ms for c in config.cells()} == {1234.567, 10000.0, 0.123}
+    assert "n3-rf1-l1234.57-p0.5-r1" in ids  # %g, as every stored run's ids
     assert "n3-rf1-l0.123-p0.5-r1" in ids  # rounded to the shaper's resolution (1 µs)
+    # two values %g writes alike would share an id: refused
+    with pytest.raises(ConfigError, match="latency_ms: 9999.999 and 10000.0 are the same value"):
+        from_flags("--nodes", "3", "--latency", "9999.999,10000")
+    with pytest.raises(ConfigError, match="target: 1234567 and 1234568 are the same value"):
+        from_flags("--nodes", "3", "--workload", "ycsb-a", "--target", "1234567,1234568")
 
 
 def test_a_workload_file_under_two_spellings_is_one_workload(tmp_path, monkeypatch):
     props = tmp_path / "mine.properties"
     props.write_text("recordcount=10\noperationcount=10\nreadproportion=1\n")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="workload lists a value twice"):
+    with pytest.raises(ConfigError, match="are the same value"):
         SweepConfig(nodes=(3,), workload=("mine.properties", str(props)))
