@@ -23,7 +23,7 @@ Table 1 of the paper prints two decimals; two entries are **truncated**, not rou
 4 nodes RF 4 (φ = 2/3 = 0.666…, printed 0.66) and 5 nodes RF 3 (φ = 17/30 = 0.5666…,
 printed 0.56). ``paper_table`` reproduces the printed values; ``phi`` gives exact fractions.
 
-    python -m analysis.phi --nodes 3 4 5 [--cl LOCAL_QUORUM] [--exact]
+    python -m analysis.phi --nodes 3,4,5 [--cl LOCAL_QUORUM] [--exact]
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import sys
 from fractions import Fraction
 from typing import overload
 
+from experiments.config import parse_list
 from model.consistency import check_level, required_acks
-from testbed import argtypes
 from testbed.command import command, prog
 from testbed.errors import ConfigError
 
@@ -146,18 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--nodes",
-        type=argtypes.integer(1, MAX_TABLE_NODES),
         nargs="+",
-        default=[3, 4, 5],
-        help=f"node counts, 1..{MAX_TABLE_NODES} (default 3 4 5)",
+        default=["3,4,5"],
+        help=f"node counts, 1..{MAX_TABLE_NODES}, as elsewhere: 3,4,5 or 3..5 (3 4 5 too; "
+        "default 3,4,5)",
     )
     p.add_argument("--cl", default="LOCAL_QUORUM", help="consistency level")
     p.add_argument("--exact", action="store_true", help="fractions instead of decimals")
     args = p.parse_args(argv)
     try:
-        for n in args.nodes:
+        nodes = parse_list("--nodes", ",".join(args.nodes), int)
+        for n in nodes:
+            if not 1 <= n <= MAX_TABLE_NODES:
+                raise ConfigError(f"--nodes: '{n}' is outside 1..{MAX_TABLE_NODES}")
             _check(n, 1, args.cl)
-        print(format_table(args.nodes, args.cl, args.exact))
+        print(format_table(list(nodes), args.cl, args.exact))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -36,7 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--loss", type=argtypes.number(0, 100, "%"), help="loss p in percent (default 0)"
     )
     s.add_argument("--jitter", type=delay_ms, help="delay jitter in ms (default 0)")
-    s.add_argument("--file", help="TOML link matrix (profile file)")
+    s.add_argument(
+        "--links",
+        "--file",
+        dest="file",
+        metavar="FILE",
+        help="TOML link matrix (profile file; --links as in the sweep and the model)",
+    )
     s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto")
     s.add_argument(
         "--run", type=argtypes.run_id, help="run id (default: the one detached testbed that is up)"
@@ -109,16 +115,16 @@ def check_set_args(args: argparse.Namespace) -> None:
     numbers = [f"--{n}" for n in ("latency", "loss", "jitter") if getattr(args, n) is not None]
     if args.profile == "file":
         if not args.file:
-            raise ConfigError("--profile file needs --file FILE (a TOML link matrix)")
+            raise ConfigError("--profile file needs --links FILE (or --file; a TOML link matrix)")
         if numbers:
             raise ConfigError(
-                f"--profile file takes delays and losses from --file {args.file}, "
+                f"--profile file takes delays and losses from --links {args.file}, "
                 f"not from {', '.join(numbers)}"
             )
         links.check_file(args.file)
         return
     if args.file:
-        raise ConfigError(f"--file is only read with --profile file, not {args.profile}")
+        raise ConfigError(f"--links (--file) is only read with --profile file, not {args.profile}")
     links.Link(args.latency or 0.0, args.jitter or 0.0, args.loss or 0.0)  # e.g. jitter > delay
 
 
