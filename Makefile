@@ -59,7 +59,7 @@ test: install
 unit: python
 	$(PY) -m pytest -ra tests/unit
 
-# The main job: the seed paper's sweep (396 cells, ~13 h here on 2 testbeds; resumable:
+# The main job: the seed paper's sweep (396 cells, ~14 h here on 1 testbed; resumable:
 # rerun to continue), then the figures, the comparison with φ and the HTML report. It
 # starts with a ~10-minute preview (every RF and loss at 0/50/100 ms, 30 writes a cell:
 # results/preview/report.html), then measures 0/50/100 ms first and writes

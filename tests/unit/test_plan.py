@@ -234,9 +234,14 @@ def test_dry_run_estimate_shrinks_with_parallel_testbeds():
     one = estimate.wall_s(config, cells, 1, 2)
     assert one == pytest.approx(estimate.sweep_s(config, cells), rel=0.02)
     assert estimate.wall_s(config, cells, 2, 2) < 0.7 * one
-    p, why = estimate.auto_parallel(config, cells, cores=2, total_mb=24000, used_mb=1000)
+    accepted = (4, "a machine whose benchmark accepted 4")
+    p, why = estimate.auto_parallel(
+        config, cells, cores=2, total_mb=24000, used_mb=1000, accepted=accepted
+    )
     assert p >= 2 and "memory allows" in why
-    p, why = estimate.auto_parallel(config, cells, cores=2, total_mb=4000, used_mb=2000)
+    p, why = estimate.auto_parallel(
+        config, cells, cores=2, total_mb=4000, used_mb=2000, accepted=accepted
+    )
     assert p == 1  # no memory for a second testbed
 
 
