@@ -14,7 +14,7 @@ from emulation import shapers
 from emulation.gateway import image as gateway_image
 from testbed import TestbedError
 from testbed.errors import ConfigError, RunInUseError, StateError
-from testbed.state import OwnerLock, describe_holder, registry_dir
+from testbed.state import OwnerLock, describe_holder, sweeps_dir
 
 from . import estimate, fidelity
 from .config import SweepConfig
@@ -119,18 +119,11 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
     )
 
 
-def sweeps_dir() -> Path:
-    """Where every running sweep of this machine holds a lock (beside the run registry,
-    whatever its $EDGETB_HOME): how a sweep learns that another one shares the cores."""
-    return registry_dir().parent / "sweeps"
-
-
 def enter_sweep() -> tuple[OwnerLock | None, list[dict]]:
     """This sweep's entry among the machine's sweeps (held until released or the process
     ends; None where the list cannot be written, e.g. not root), and the holders of the
-    others that are alive. A dead sweep's entry holds no lock and is not counted; it is
-    left in place (removing it could race with a sweep just taking it), and a later sweep
-    with the same PID takes it over."""
+    others that are alive. A dead sweep's entry holds no lock and is not counted
+    (`clean` removes it)."""
     root = sweeps_dir()
     others = []
     try:

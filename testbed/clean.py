@@ -127,6 +127,7 @@ def clean(
     if run_id is None:
         _remove_unfinished_dirs(base)
         _remove_stray_registry_entries()
+        st.remove_dead_sweep_entries()
         if not report.skipped:  # a killed class-data-sharing training run left half a file
             for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
                 leftover.unlink(missing_ok=True)

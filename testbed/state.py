@@ -218,6 +218,30 @@ def registry_dir() -> Path:
     return Path(os.environ.get("EDGETB_REGISTRY", "/run/edgetb/runs"))
 
 
+def sweeps_dir() -> Path:
+    """Where every running sweep of this machine holds a lock (beside the run registry,
+    whatever its $EDGETB_HOME): how a sweep learns that another one shares the cores."""
+    return registry_dir().parent / "sweeps"
+
+
+def remove_dead_sweep_entries() -> list[Path]:
+    """The entries of sweeps that died without leaving (kill -9): nobody holds their lock.
+    A sweep that opens the same file meanwhile finds it removed and only loses its
+    warning about other sweeps."""
+    removed = []
+    root = sweeps_dir()
+    for path in sorted(root.glob("*.lock")) if root.is_dir() else []:
+        lock = OwnerLock(path)
+        try:
+            if lock.acquire(blocking=False):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+                lock.release()
+        except (OSError, StateError):
+            continue
+    return removed
+
+
 def register(run_id: str, run_dir: Path) -> None:
     reg = registry_dir()
     reg.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Two sweeps on one machine: each enters the machine's list of running sweeps (a lock
 held while it runs) and the second is told about the first, by pid and command; a sweep
-that died is not counted."""
+that died is not counted, and `clean` removes its entry."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from experiments import launch
+from testbed.state import remove_dead_sweep_entries
 
 HOLDER = textwrap.dedent(
     """
@@ -45,3 +46,10 @@ def test_a_second_sweep_hears_of_the_first_and_not_of_a_dead_one(tmp_path, monke
     assert entry is not None and others == [] and launch.sharing_warning(others) is None
     launch.leave_sweep(entry)
     assert [p.name for p in launch.sweeps_dir().iterdir()] == [f"{first.pid}.lock"]
+    # a dead sweep's entry is what `clean` removes; a live one's it leaves
+    entry, _ = launch.enter_sweep()
+    assert entry is not None
+    assert remove_dead_sweep_entries() == [launch.sweeps_dir() / f"{first.pid}.lock"]
+    assert [p.name for p in launch.sweeps_dir().iterdir()] == [entry.path.name]
+    launch.leave_sweep(entry)
+    assert list(launch.sweeps_dir().iterdir()) == []
