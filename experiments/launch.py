@@ -14,7 +14,7 @@ from emulation import shapers
 from emulation.gateway import image as gateway_image
 from testbed import TestbedError
 from testbed.errors import ConfigError, RunInUseError, StateError
-from testbed.state import OwnerLock, describe_holder, sweeps_dir
+from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 
 from . import estimate, fidelity
 from .config import SweepConfig
@@ -122,12 +122,12 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
 def enter_sweep() -> tuple[OwnerLock | None, list[dict]]:
     """This sweep's entry among the machine's sweeps (held until released or the process
     ends; None where the list cannot be written, e.g. not root), and the holders of the
-    others that are alive. A dead sweep's entry holds no lock and is not counted
-    (`clean` removes it)."""
+    others that are alive. A dead sweep's entry (kill -9) holds no lock: it is removed."""
     root = sweeps_dir()
     others = []
     try:
         root.mkdir(parents=True, exist_ok=True)
+        remove_dead_sweep_entries()
         for path in sorted(root.glob("*.lock")):
             holder = OwnerLock(path).holder()
             if holder is not None and holder.get("pid") != os.getpid():

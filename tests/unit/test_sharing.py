@@ -1,6 +1,6 @@
 """Two sweeps on one machine: each enters the machine's list of running sweeps (a lock
 held while it runs) and the second is told about the first, by pid and command; a sweep
-that died is not counted, and `clean` removes its entry."""
+that died is not counted, and its entry is removed (by clean, and by the next sweep)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from experiments import launch
-from testbed.state import remove_dead_sweep_entries
+from testbed.state import OwnerLock, remove_dead_sweep_entries
 
 HOLDER = textwrap.dedent(
     """
@@ -42,14 +42,16 @@ def test_a_second_sweep_hears_of_the_first_and_not_of_a_dead_one(tmp_path, monke
     finally:
         first.kill()
         first.wait()
-    entry, others = launch.enter_sweep()  # the first died without leaving: not counted
+    # the first died without leaving (kill -9): `clean` removes its entry, a live one stays
+    dead = launch.sweeps_dir() / f"{first.pid}.lock"
+    live = launch.sweeps_dir() / "live.lock"
+    holder = OwnerLock(live)
+    assert holder.acquire(blocking=False)
+    assert remove_dead_sweep_entries() == [dead] and live.exists()
+    holder.release()
+    dead.touch()  # and the next sweep's start removes it too, and does not count it
+    entry, others = launch.enter_sweep()
     assert entry is not None and others == [] and launch.sharing_warning(others) is None
-    launch.leave_sweep(entry)
-    assert [p.name for p in launch.sweeps_dir().iterdir()] == [f"{first.pid}.lock"]
-    # a dead sweep's entry is what `clean` removes; a live one's it leaves
-    entry, _ = launch.enter_sweep()
-    assert entry is not None
-    assert remove_dead_sweep_entries() == [launch.sweeps_dir() / f"{first.pid}.lock"]
-    assert [p.name for p in launch.sweeps_dir().iterdir()] == [entry.path.name]
+    assert sorted(p.name for p in launch.sweeps_dir().iterdir()) == [entry.path.name]
     launch.leave_sweep(entry)
     assert list(launch.sweeps_dir().iterdir()) == []
