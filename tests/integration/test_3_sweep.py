@@ -215,6 +215,22 @@ def test_rerun_of_a_complete_sweep_measures_nothing(small_grid):
     assert proc.returncode == 0 and "already complete" in proc.stdout
 
 
+def wait_for_first_cell(proc, out, before: str, timeout_s: float = 300) -> None:
+    """Until the sweep ``proc`` has stored one cell in ``out`` (the next one under way)."""
+    db = out / "results.sqlite"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.exists():
+            try:
+                with Store(out, read_only=True) as polled:
+                    if polled.cell_count() >= 1:
+                        return
+            except (ConfigError, sqlite3.OperationalError):
+                pass  # the sweep is still creating the store
+        assert proc.poll() is None, f"the sweep ended before {before}"
+        time.sleep(0.2)
+
+
 def test_kill_9_mid_cell_then_resume(tmp_path):
     args = [
         "--nodes",
@@ -244,19 +260,8 @@ def test_kill_9_mid_cell_then_resume(tmp_path):
         stderr=subprocess.DEVNULL,
         env=os.environ.copy(),
     )
-    db = tmp_path / "results.sqlite"
-    deadline = time.monotonic() + 300
     try:
-        while time.monotonic() < deadline:  # one cell stored, the next one under way
-            if db.exists():
-                try:
-                    with Store(tmp_path, read_only=True) as polled:
-                        if polled.cell_count() >= 1:
-                            break
-                except (ConfigError, sqlite3.OperationalError):
-                    pass  # the sweep is still creating the store
-            assert proc.poll() is None, "the sweep ended before it could be killed"
-            time.sleep(0.2)
+        wait_for_first_cell(proc, tmp_path, "it could be killed")
         time.sleep(1.5)
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -317,17 +322,7 @@ def test_sighup_tears_the_sweep_down_and_it_resumes(tmp_path):
     reader.start()
     db = tmp_path / "results.sqlite"
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # one cell stored, the next one under way
-            if db.exists():
-                try:
-                    with Store(tmp_path, read_only=True) as polled:
-                        if polled.cell_count() >= 1:
-                            break
-                except (ConfigError, sqlite3.OperationalError):
-                    pass
-            assert proc.poll() is None, "the sweep ended before the hang-up"
-            time.sleep(0.2)
+        wait_for_first_cell(proc, tmp_path, "the hang-up")
         hang_up.set()
         reader.join()
         proc.send_signal(signal.SIGHUP)
