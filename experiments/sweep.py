@@ -15,10 +15,12 @@ by kill -9 or Ctrl-C is measured again, and a cluster a killed sweep left is rem
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from .config import (
 )
 from .faults import split_list
 from .figures import Figures
+from .fleet import load_workers
 from .launch import (
     CORES,
     calibrate_from,
@@ -54,6 +57,7 @@ from .launch import (
 )
 from .plan import Gate, Stopped
 from .progress import Progress
+from .remote import WORKER_TIMEOUT_S, run_remote
 from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
 from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
@@ -112,11 +116,18 @@ def parser() -> argparse.ArgumentParser:
         "on testbeds of its own; see README, 'Sweeps across machines')",
     )
     run.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="measure on the workers of this running Dask cluster (tcp://HOST:8786 or "
+        "tls://…; workers started with --resources testbed=N; see docs/design/workers.md)",
+    )
+    run.add_argument(
         "--worker-timeout",
         type=float,
         default=None,
         metavar="S",
-        help="silence after which a worker is declared hung and its cells re-queued (60)",
+        help="silence after which our scheduler removes a worker and its cells are "
+        "re-queued (--workers; default 60)",
     )
     run.add_argument(
         "--dry-run",
@@ -165,9 +176,19 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 
 
 def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
-    """--workers: its inventory's workers (ConfigError naming every problem), else None."""
+    """--workers: its inventory's workers (ConfigError naming every problem); --scheduler:
+    no workers of ours ([]); else None (this machine measures)."""
     if args.worker_timeout is not None and not args.workers:
         raise ConfigError("--worker-timeout needs --workers")
+    if args.scheduler and args.workers:
+        raise ConfigError("--scheduler and --workers exclude each other")
+    if args.scheduler:
+        if not re.fullmatch(r"(tcp|tls)://[\w.:\[\]-]+:\d{1,5}", args.scheduler):
+            raise ConfigError(f"--scheduler must be tcp://HOST:PORT or tls://HOST:PORT, got "
+                              f"{args.scheduler!r}")  # fmt: skip
+        if config.backend == "hosts":
+            raise ConfigError("--scheduler runs testbeds on each worker: not with --backend hosts")
+        return []
     if not args.workers:
         return None
     if config.backend == "hosts":
@@ -176,9 +197,17 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
         raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
     if args.worker_timeout is not None and not 15 <= args.worker_timeout <= 3600:
         raise ConfigError(f"--worker-timeout must be 15..3600 s, got {args.worker_timeout:g}")
-    from .workers import load_workers
-
     return load_workers(args.workers)
+
+
+@contextmanager
+def dask_settings(worker_timeout: float | None) -> Iterator[None]:
+    """Our scheduler's settings: a worker silent for ``worker_timeout`` is removed."""
+    import dask
+
+    ttl = f"{worker_timeout or WORKER_TIMEOUT_S:g}s"
+    with dask.config.set({"distributed.scheduler.worker-ttl": ttl}):
+        yield
 
 
 def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
@@ -208,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (Path(preview.out) / DB_NAME).exists():
                 check_store_file(Path(preview.out) / DB_NAME)
         if args.dry_run:
-            machines = worker_parallel(config, specs) if specs is not None else None
+            machines = worker_parallel(config, specs) if specs else None
             for c in (preview, config):
                 if c is not None:
                     p, why = choose_parallel(c, c.cells(), parallel)
@@ -294,7 +323,10 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
     if specs is not None:
-        return run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resumed)
+        with dask_settings(args.worker_timeout):
+            return run_remote(
+                config, store, owner, run_id, cells, todo, specs, resumed, args.scheduler
+            )
     p, why = choose_parallel(config, todo, parallel)
     say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
@@ -354,85 +386,6 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
         )
         print(f"results: {store.path.resolve()} (run {run_id})")
         print(f"export:  python -m experiments.export {config.out} --format csv")
-    store.close()
-    owner.release()
-    return code
-
-
-class _Nothing(Exception):
-    """Nothing left to measure."""
-
-
-def run_on_workers(args, config, store, owner, run_id, cells, todo, specs, resumed) -> int:
-    """The sweep's cells measured by the --workers machines into this store."""
-    from .workers import WORKER_TIMEOUT_S, Dispatcher, Fleet
-
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    done = len(cells) - len(todo)
-    sizes = list(worker_parallel(config, specs).values())
-    wall = estimate.wall_s(config, todo, sum(sizes), CORES, machines=sizes)
-    say(
-        f"run {run_id} ({config.name}): {len(cells)} cells, {done} stored, {len(todo)} to "
-        f"measure on {len(specs)} workers; estimated {estimate.fmt_duration(wall)}; "
-        f"results in {Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
-    )
-    status, code, problem = "failed", 0, ""
-    dispatcher: Any = None
-    figures: Figures | None = None
-    progress = Progress(
-        len(cells), done, lambda scale: dispatcher.remaining_s(scale) if dispatcher else 0.0
-    )
-    t0 = time.monotonic()
-    fleet = Fleet(specs, Path(config.out), run_id)
-    try:
-        if not todo:  # a run whose cells are all stored (killed before it was marked)
-            raise _Nothing()
-        fleet.trust_host_keys()
-        ready = fleet.provision(say, ycsb=bool(config.ycsb_workloads()))
-        dispatcher = Dispatcher(
-            config,
-            store,
-            run_id,
-            progress,
-            fleet,
-            list(ready),
-            timeout_s=args.worker_timeout or WORKER_TIMEOUT_S,
-        )
-        # this machine does not measure: the figures need no gate
-        figures = Figures(config, run_id, store.done_cells(run_id), progress.note)
-        dispatcher.on_cell = figures.cell_stored
-        store.update_manifest(run_id, parallel={"workers": list(ready), "why": "--workers"})
-        dispatcher.run(todo)
-        figures.finish()
-        status = "complete"
-    except _Nothing:
-        status = "complete"
-    except (KeyboardInterrupt, Stopped):
-        status, code = "interrupted", 130
-        problem = "interrupted: every worker's testbeds are down. "
-    except TestbedError as exc:
-        status, code, problem = "failed", 1, f"error: {exc}\n"
-    finally:
-        if figures is not None:
-            figures.close()
-        progress.close()
-        fleet.close()
-        store.set_status(run_id, status)
-    if problem:
-        say(
-            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
-            f"rerun the same command to resume."
-        )
-    if code == 0:
-        wall = time.monotonic() - t0
-        store.update_manifest(run_id, wall_s=round(wall, 1))
-        print(summary_table(store, run_id))
-        per = store.cells_per_worker(run_id)
-        print(
-            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} on "
-            + ", ".join(f"{w}: {n} cells" for w, n in per.items())
-        )
-        print(f"results: {store.path.resolve()} (run {run_id})")
     store.close()
     owner.release()
     return code

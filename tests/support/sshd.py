@@ -1,7 +1,7 @@
 """A loopback SSH server for the worker tests (``test_8_workers``): the machine reached
 over SSH as if it were another, without touching the system's sshd, ``~/.ssh`` or any
-user account. It speaks the real SSH protocol (asyncssh) to the real OpenSSH client
-that ``experiments.workers`` and Ansible use; each session's command runs as a real
+user account. It speaks the real SSH protocol (asyncssh) to the real OpenSSH client that
+``experiments.fleet`` uses (Ansible, the workers' sessions); each session's command runs as a real
 process of this server (``/bin/sh -c``), with its stdin closed when the session ends,
 as sshd does. SFTP is served for Ansible's file transfers.
 

@@ -157,6 +157,13 @@ CASES = [
         "--workers {files}/wdir.ini --worker-timeout 1",
         "got 1",
     ),
+    case("scheduler-bad", "experiments.sweep", "--scheduler lab1:8786", "tcp://HOST:PORT"),
+    case(
+        "scheduler-and-workers",
+        "experiments.sweep",
+        "--scheduler tcp://lab1:8786 --workers {files}/wdir.ini",
+        "exclude each other",
+    ),
     case("sweep-pool-small", "experiments.sweep", "--subnet-pool 10.1.0.0/25", "10.1.0.0/25"),
     case("sweep-vm-off-libvirt", "experiments.sweep", "--vm-vcpus 2", "--vm-vcpus"),
     case("config-scalar", "experiments.sweep", "--config {files}/scalar.toml", "got 3"),

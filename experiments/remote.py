@@ -1,0 +1,547 @@
+"""A sweep's cells measured on Dask workers (``--workers INVENTORY`` or ``--scheduler
+ADDRESS``), committed by the controller into its one store (docs/design/workers.md).
+
+- **Dask carries the work**: one task per unit (the cells of one network setting),
+  ``experiments.tasks.measure_unit``, needing one ``testbed`` resource of its worker.
+  With ``--workers``, the controller runs the scheduler itself (TLS with certificates made
+  for the run) and starts a worker on each machine over SSH (``fleet.Fleet``); with
+  ``--scheduler`` it joins a Dask cluster whose workers have ``testbed`` resources
+  (``dask worker --resources testbed=1``, or ``dask-jobqueue`` on Slurm/PBS).
+- **One queue**: the controller's ``plan.Planner`` decides which unit goes to which
+  testbed slot of which worker (longest first, node-count affinity: a slot's cluster
+  stays up between units of its node count), one task in flight per slot, pinned to its
+  worker. Dask tells when a worker is gone; its units are taken back and re-queued, and
+  what it left on its machine removed (``worker clean``, through Ansible).
+- **One store**: each unit's cells come back as its task's result and are committed
+  once (``commit_cell(once=True)``), with the worker's name in ``cells.worker``; the
+  result is then released, so Dask never recomputes it. Progress and the workers'
+  manifest entries arrive as Dask events.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.command import STOP_SIGNALS, leave_terminal
+from testbed.errors import TestbedError
+
+from . import estimate, plan, tasks
+from .config import Cell, SweepConfig
+from .figures import Figures
+from .fleet import Fleet, WorkerLost
+from .progress import Progress
+from .store import Store
+from .summary import summary_table
+
+WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed by the scheduler
+ABORT_WAIT_S = 120.0  # after Ctrl-C: how long the workers get to tear their testbeds down
+JOIN_WAIT_S = 120.0  # for the started workers to reach the scheduler
+
+
+@dataclass
+class Slot:
+    worker: str  # the Dask worker's name
+    index: int
+    nodes: int | None = None  # the node count of the cluster it keeps up
+    unit: plan.Unit | None = None  # in flight
+    future: Any = None
+
+
+class Remote:
+    """Runs ``todo`` on the Dask workers of ``client``; replaces ``scheduler.Sweep.run``."""
+
+    def __init__(
+        self,
+        config: SweepConfig,
+        store: Store,
+        run_id: str,
+        progress: Progress,
+        client: Any,
+        *,
+        fleet: Fleet | None = None,
+        sessions: dict[str, Any] | None = None,
+        task: Any = tasks.measure_unit,
+    ):
+        self.config, self.store, self.run_id = config, store, run_id
+        self.progress, self.client, self.fleet = progress, client, fleet
+        self.sessions = sessions or {}  # name -> the ssh Popen of a worker we started
+        self.task = task
+        self.links = Path(config.links_file).read_text() if config.links_file else None
+        self.cells = {c.cell_id: c for c in config.cells()}
+        self.planner: plan.Planner | None = None
+        self.slots: list[Slot] = []
+        self.addresses: dict[str, str] = {}  # name -> Dask address, while alive
+        self.gone: set[str] = set()
+        self.failures: Counter[tuple] = Counter()  # unit network -> failures
+        self.errors: list[str] = []
+        self.requeued: list[dict[str, Any]] = []
+        self.duplicates = 0
+        self.events: queue.Queue = queue.Queue()
+        self.cleaners: list[threading.Thread] = []
+        self.aborting = False
+        self.on_cell: Any = None  # called with each cell id once it is stored
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, todo: list[Cell]) -> None:
+        """Measure ``todo``; KeyboardInterrupt after Ctrl-C (once every worker's testbeds
+        are down, or ABORT_WAIT_S passed), WorkerLost when cells are left that no worker
+        can measure or a unit failed on two workers."""
+        from distributed import wait
+
+        self.planner = plan.Planner(estimate.units(self.config, todo), estimate.bringup_s)
+        self.client.subscribe_topic(tasks.TOPIC, lambda event: self.events.put(event[1]))
+        self.join()
+        signals = [0]
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            if signum == signal.SIGHUP:
+                leave_terminal()
+            signals[0] += 1
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                previous[sig] = signal.signal(sig, on_signal)
+        try:
+            while True:
+                if signals[0] and not self.aborting:
+                    self.abort("interrupted: the workers tear their testbeds down")
+                self.check_workers()
+                self.fill()
+                flying = [s.future for s in self.slots if s.future is not None]
+                if not flying:
+                    break
+                try:
+                    wait(flying, timeout=1.0, return_when="FIRST_COMPLETED")
+                except TimeoutError:
+                    pass
+                for s in self.slots:
+                    if s.future is not None and s.future.done():
+                        self.finished(s)
+                self.drain()
+        finally:
+            self.close_workers("interrupted" if signals[0] else "complete")
+            for sig, handler in previous.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+            self.record()
+        if signals[0]:
+            raise KeyboardInterrupt
+        left = [c.cell_id for u in self.planner.left() for c in u.cells]
+        if self.errors or left:
+            raise WorkerLost(
+                "; ".join(self.errors or ["every worker is gone"])
+                + (f"; {len(left)} cells not measured" if left else "")
+            )
+
+    def join(self) -> None:
+        """The workers that joined the scheduler: their slots, and their facts in the
+        manifest."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        facts = self.client.run(tasks.facts)
+        entries = {}
+        for address, w in sorted(info.items(), key=lambda kv: str(kv[1].get("name"))):
+            p = int(w.get("resources", {}).get("testbed", 0))
+            if p < 1:
+                continue  # a worker without testbeds: not ours to use
+            name = str(w.get("name") or address)
+            self.addresses[name] = address
+            self.slots += [Slot(name, i) for i in range(p)]
+            fact = dict(facts.get(address, {}))
+            fact["clock_offset_s"] = round(fact.get("clock_offset_s", time.time()) - time.time(), 3)
+            entries[name] = fact | {"status": "running", "p": p}
+            self.progress.note(f"worker {name}: {p} testbeds at once")
+        if not self.slots:
+            raise WorkerLost("no Dask worker offers a testbed resource")
+        self.store.update_manifest(self.run_id, workers=entries)
+
+    def fill(self) -> None:
+        """Every free slot of a live worker gets the planner's next unit for it."""
+        assert self.planner is not None
+        for s in self.slots:
+            if s.future is not None or s.worker in self.gone or self.aborting:
+                continue
+            unit = self.planner.next(s.nodes)
+            if unit is None and not any(x.future is not None for x in self.slots):
+                unit = self.planner.take()  # nobody else is left to measure it
+            if unit is None:
+                continue  # idle: its cluster stays up in case work is re-queued
+            s.unit, s.nodes = unit, unit.nodes
+            s.future = self.client.submit(
+                self.task,
+                self.run_id,
+                self.config.to_dict(),
+                self.links,
+                s.index,
+                [c.cell_id for c in unit.cells],
+                workers=[self.addresses[s.worker]],
+                allow_other_workers=False,  # its slot's cluster is there; re-queued if gone
+                resources={"testbed": 1},
+                pure=False,
+                key=f"unit-{s.worker}-{s.index}-{unit.cells[0].cell_id}-{time.monotonic_ns()}",
+            )
+
+    def finished(self, s: Slot) -> None:
+        """A slot's task ended: its cells stored, or its failure counted."""
+        future, unit = s.future, s.unit
+        assert future is not None and unit is not None and self.planner is not None
+        s.future, s.unit = None, None
+        try:
+            result = future.result()
+        except Exception as exc:  # noqa: BLE001 - a worker's failure, counted below
+            future.release()
+            s.nodes = None  # the worker took its cluster down
+            if isinstance(exc, plan.Stopped) or self.aborting or s.worker in self.gone:
+                if not self.aborting:
+                    self.requeue(s.worker, list(unit.cells), "its worker stopped")
+                return
+            self.failures[unit.network] += 1
+            error = f"{type(exc).__name__}: {exc}"
+            if self.failures[unit.network] >= 2:
+                self.errors.append(f"{unit.label} failed on two workers: {error}")
+                self.abort(f"{unit.label} failed on two workers; stopping")
+                return
+            self.retire(s.worker, "failed", error)
+            self.requeue(s.worker, list(unit.cells), f"worker failed: {error}")
+            return
+        future.release()  # Dask must not recompute it if the worker goes
+        for record in result["cells"]:
+            self.commit(str(result["worker"]), record)
+
+    def commit(self, name: str, record: dict[str, Any]) -> None:
+        cell = dict(record["cell"], run_id=self.run_id, worker=name)
+        requests, ycsb_ops = record["requests"], record["ycsb_ops"]
+        for r in [*requests, *ycsb_ops]:
+            r["run_id"] = self.run_id
+        stored = self.store.commit_cell(
+            cell,
+            requests,
+            once=True,
+            ycsb_ops=ycsb_ops,
+            ycsb_requests=[tuple(r) for r in record["ycsb_requests"]],
+        )
+        if not stored:
+            self.duplicates += 1
+            return
+        if self.on_cell is not None:
+            self.on_cell(cell["cell_id"])
+        c = self.cells.get(cell["cell_id"])
+        if c is None:
+            return
+        cpu = f"CPU {100 * (cell.get('cpu_util') or 0):.0f} % on {name}"
+        if ycsb_ops:
+            overall: dict = next((r for r in ycsb_ops if r["op"] == "OVERALL"), {})
+            text = (
+                f"{overall.get('throughput_ops') or 0:.0f} ops/s, "
+                f"{overall.get('errors', 0)} errors, {cpu}"
+            )
+        else:
+            rtts = sorted(r["rtt_ns"] for r in requests)
+            errors = sum(r["error"] is not None for r in requests)
+            median = rtts[len(rtts) // 2] / 1e6 if rtts else float("nan")
+            text = f"median {median:.2f} ms, {errors} errors, {cpu}"
+        shard = f"{name}/{cell.get('shard')}"
+        self.progress.cell_done(shard, c, estimate.cell_s(self.config, c), text)
+
+    def drain(self) -> None:
+        """The workers' events: progress shown, manifest entries kept."""
+        while True:
+            try:
+                m = self.events.get_nowait()
+            except queue.Empty:
+                return
+            name, kind = str(m.get("name")), m.get("kind")  # Dask sets "worker": its address
+            label = f"{name}/{m.get('shard')}"
+            if kind == "note":
+                self.progress.note(str(m.get("message")), shard=label if m.get("shard") else name)
+            elif kind == "status":
+                self.progress.shard_status(label, str(m.get("text")))
+            elif kind == "cell_started" and m.get("cell_id") in self.cells:
+                self.progress.cell_started(label, self.cells[m["cell_id"]], int(m["writes"]))
+            elif kind == "wrote":
+                self.progress.wrote(label, int(m.get("n", 0)))
+            elif kind == "manifest":
+                self.manifest(name, m.get("entries") or {})
+            elif kind == "cleaned":
+                self.worker_entry(name, cleaned={"ok": m["ok"], "output": m["out"]})
+
+    def manifest(self, name: str, entries: dict[str, Any]) -> None:
+        current = self.store.run(self.run_id).manifest
+        out: dict[str, Any] = {}
+        for key, value in entries.items():
+            if key == "clusters":
+                out["clusters"] = {tb: dict(v, worker=name) for tb, v in value.items()}
+            elif key == "baseline":  # the first testbed of a node count, fleet-wide
+                new = {n: v for n, v in value.items() if n not in current.get("baseline", {})}
+                if new:
+                    out["baseline"] = new
+            elif key == "faults":
+                self.worker_entry(name, faults=value)
+        if out:
+            self.store.update_manifest(self.run_id, **out)
+
+    def worker_entry(self, name: str, **values: Any) -> None:
+        entry = dict(self.store.run(self.run_id).manifest.get("workers", {}).get(name, {}))
+        self.store.update_manifest(self.run_id, workers={name: entry | values})
+
+    # -- workers that go -------------------------------------------------------------------
+
+    def check_workers(self) -> None:
+        """A worker whose session ended, or that the scheduler removed, is lost."""
+        alive = {
+            str(w.get("name")) for w in self.client.scheduler_info(n_workers=-1)["workers"].values()
+        }
+        for name in list(self.addresses):
+            if name in self.gone:
+                continue
+            proc = self.sessions.get(name)
+            if name not in alive or (proc is not None and proc.poll() is not None):
+                code = proc.poll() if proc is not None else None
+                why = "its session ended" + (f" (ssh exit {code})" if code is not None else "")
+                self.lost(name, why if proc is not None else "the scheduler removed it")
+
+    def lost(self, name: str, why: str) -> None:
+        self.retire(name, "lost", why)
+        for s in self.slots:
+            if s.worker == name and s.future is not None:
+                assert s.unit is not None
+                s.future.cancel()
+                self.requeue(name, list(s.unit.cells), f"worker lost: {why}")
+                s.future, s.unit = None, None
+
+    def retire(self, name: str, status: str, why: str) -> None:
+        """No more units to ``name``; what it left is removed on its machine."""
+        assert self.planner is not None
+        self.gone.add(name)
+        for s in self.slots:
+            if s.worker == name and s.nodes is not None and s.future is None:
+                self.planner.release(s.nodes)
+        self.worker_entry(name, status=status, reason=why)
+        self.progress.note(f"worker {name} {status}: {why}", shard=name)
+        if self.fleet is not None:
+            self.clean_after(name)
+
+    def requeue(self, name: str, cells: list[Cell], why: str) -> None:
+        assert self.planner is not None
+        for unit in estimate.units(self.config, cells):
+            self.planner.requeue(unit)
+        ids = [c.cell_id for c in cells]
+        self.requeued.append({"worker": name, "why": why, "cells": ids, "at": time.time()})
+        self.progress.note(f"{len(cells)} cells of worker {name} re-queued ({why})")
+
+    def abort(self, why: str) -> None:
+        self.aborting = True
+        self.progress.note(why)
+
+    def clean_after(self, name: str) -> None:
+        """Remove what the dead worker left on its machine (in the background)."""
+        fleet = self.fleet
+        assert fleet is not None
+
+        def clean() -> None:
+            proc = self.sessions.get(name)
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # our ssh client: the worker sees the end of its input
+            spec = fleet.specs[name]
+            argv = [spec.py, "-m", "experiments.worker", "clean", "--root", spec.dir]
+            ok, text = fleet.command(name, argv)
+            self.events.put({"kind": "cleaned", "name": name, "ok": ok, "out": text[-500:]})
+
+        t = threading.Thread(target=clean, daemon=True, name=f"clean-{name}")
+        t.start()
+        self.cleaners.append(t)
+
+    def close_workers(self, status: str) -> None:
+        """Every live worker's testbeds down (``tasks.close_run``); Ctrl-C waits at most
+        ABORT_WAIT_S for the running units to stop."""
+        from distributed import wait
+
+        live = [n for n in self.addresses if n not in self.gone]
+        flying = [s.future for s in self.slots if s.future is not None]
+        if self.aborting or status != "complete":
+            addresses = [self.addresses[n] for n in live]
+            self.client.run(tasks.abort_run, self.run_id, workers=addresses)
+        try:
+            wait(flying, timeout=ABORT_WAIT_S)
+        except TimeoutError:
+            pass
+        closing = [
+            self.client.submit(
+                tasks.close_run, self.run_id, status, workers=[self.addresses[n]], pure=False
+            )
+            for n in live
+        ]
+        try:
+            wait(closing, timeout=ABORT_WAIT_S)
+        except TimeoutError:
+            self.progress.note("a worker did not take its testbeds down in time")
+        for n in live:
+            self.worker_entry(n, status="interrupted" if self.aborting else status)
+        for t in self.cleaners:
+            t.join(timeout=300)
+
+    def record(self) -> None:
+        self.drain()
+        self.store.update_manifest(self.run_id, requeued=self.requeued, duplicates=self.duplicates)
+
+    # -- the ETA -----------------------------------------------------------------------------
+
+    def remaining_s(self, scale: float) -> float:
+        if self.planner is None:
+            return 0.0
+        cells = [c for u in self.planner.left() for c in u.cells]
+        cells += [c for s in self.slots if s.unit is not None for c in s.unit.cells]
+        if not cells:
+            return 0.0
+        sizes = list(Counter(s.worker for s in self.slots if s.worker not in self.gone).values())
+        return scale * estimate.wall_s(
+            self.config, cells, max(1, sum(sizes)), os.cpu_count() or 1, machines=sizes or [1]
+        )
+
+
+def contact_address(host: str) -> str:
+    """This machine's address as seen from ``host`` (the route the kernel picks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((socket.gethostbyname(host), 9))
+            return str(s.getsockname()[0])
+        except OSError as exc:
+            raise TestbedError(f"no route from this machine to the worker {host}: {exc}") from exc
+
+
+def start_workers(
+    fleet: Fleet, names: list[str], config: SweepConfig, logs: Path, run_id: str, say: Any
+) -> tuple[Any, Any, dict[str, Any]]:
+    """A scheduler of our own on TLS (certificates made for this run), and ``serve`` on
+    each worker over SSH: (cluster, client, the ssh sessions by name)."""
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+    security = Security.temporary()
+    host = contact_address(fleet.specs[names[0]].host.address)
+    cluster = LocalCluster(
+        n_workers=0,
+        protocol="tls://",
+        host=host,
+        scheduler_port=0,
+        dashboard_address=f"{host}:0",
+        security=security,
+    )
+    client = Client(cluster, security=security)
+    say(f"Dask scheduler {cluster.scheduler_address}, dashboard {cluster.dashboard_link}")
+    setup = {
+        "scheduler": cluster.scheduler_address,
+        "ca": security.tls_ca_file,
+        "cert": security.tls_worker_cert,
+        "key": security.tls_worker_key,
+        "config": config.to_dict(),
+        "run_id": run_id,
+        "links": Path(config.links_file).read_text() if config.links_file else None,
+    }
+    sessions = {n: fleet.start(n, setup, logs / f"{run_id}-worker-{n}.log") for n in names}
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while time.monotonic() < deadline:
+        joined = {str(w.get("name")) for w in client.scheduler_info()["workers"].values()}
+        if joined >= set(names) or all(p.poll() is not None for p in sessions.values()):
+            break
+        time.sleep(0.5)
+    missing = [n for n in names if n not in joined]
+    for n in missing:
+        say(f"worker left out: {n}: did not join the scheduler (see its log)")
+        sessions.pop(n).kill()
+    if not sessions:
+        raise WorkerLost("no worker joined the scheduler")
+    return cluster, client, sessions
+
+
+def run_remote(config, store, owner, run_id, cells, todo, specs, resumed, scheduler) -> int:  # noqa: ANN001
+    """The sweep's cells measured on Dask workers into this store (``specs``: the
+    ``--workers`` machines; else ``scheduler``, the address of a running cluster)."""
+    from distributed import Client
+
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    done = len(cells) - len(todo)
+    say(
+        f"run {run_id} ({config.name}): {len(cells)} cells, {done} stored, {len(todo)} to "
+        f"measure on " + (f"{len(specs)} workers" if specs else f"the Dask cluster {scheduler}")
+        + f"; results in {Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
+    )  # fmt: skip
+    status, code, problem = "failed", 0, ""
+    remote: Remote | None = None
+    figures: Figures | None = None
+    progress = Progress(len(cells), done, lambda scale: remote.remaining_s(scale) if remote else 0)
+    t0 = time.monotonic()
+    fleet = Fleet(specs, Path(config.out), run_id) if specs else None
+    cluster = client = None
+    sessions: dict[str, Any] = {}
+    try:
+        if todo:
+            if fleet is not None:
+                fleet.trust_host_keys()
+                ready = fleet.provision(say, ycsb=bool(config.ycsb_workloads()))
+                logs = Path(config.out) / "logs"
+                cluster, client, sessions = start_workers(
+                    fleet, list(ready), config, logs, run_id, say
+                )
+            else:
+                client = Client(scheduler, timeout=30)
+            remote = Remote(config, store, run_id, progress, client, fleet=fleet, sessions=sessions)
+            # this machine does not measure: the figures need no gate
+            figures = Figures(config, run_id, store.done_cells(run_id), progress.note)
+            remote.on_cell = figures.cell_stored
+            remote.run(todo)
+            figures.finish()
+        status = "complete"
+    except (KeyboardInterrupt, plan.Stopped):
+        status, code = "interrupted", 130
+        problem = "interrupted: every worker's testbeds are down. "
+    except (TestbedError, OSError) as exc:
+        status, code, problem = "failed", 1, f"error: {exc}\n"
+    finally:
+        if figures is not None:
+            figures.close()
+        progress.close()
+        for proc in sessions.values():  # the end of its input: the worker stops
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+        if fleet is not None:
+            fleet.close()
+        store.set_status(run_id, status)
+    if problem:
+        say(
+            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
+            f"rerun the same command to resume."
+        )
+    if code == 0:
+        wall = time.monotonic() - t0
+        store.update_manifest(run_id, wall_s=round(wall, 1))
+        print(summary_table(store, run_id))
+        per = store.cells_per_worker(run_id)
+        print(
+            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} on "
+            + ", ".join(f"{w}: {n} cells" for w, n in per.items())
+        )
+        print(f"results: {store.path.resolve()} (run {run_id})")
+    store.close()
+    owner.release()
+    return code
