@@ -6,6 +6,7 @@ killed with kill -9 while it holds cells; the grid still completes into the one 
 every cell once and whole, the dead worker's unfinished cells measured by the other, and
 nothing of either worker left on the machine."""
 
+import json
 import os
 import signal
 import statistics
@@ -265,3 +266,67 @@ def test_machines_probed_at_once_do_not_collide():
     assert all(p.returncode == 0 for p in procs) and len(answers) == 1, answers
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "tb-netemprobe" not in left
+
+
+def test_a_sweep_on_a_dask_cluster_of_the_users_own(tmp_path):
+    """--scheduler: a Dask scheduler and one worker started as a user would (the `dask`
+    command line, `--resources testbed=1 --no-nanny`); the sweep measures on it, the
+    worker's testbeds are down at the end and the worker is still there for the next."""
+    env = dict(
+        os.environ,
+        EDGETB_WORKER_DIR=str(tmp_path / "wx"),
+        EDGETB_HOME=str(tmp_path / "wx" / "home"),
+        EDGETB_SUBNET_POOL="10.93.0.0/16",
+    )
+    file = tmp_path / "scheduler.json"
+    procs = []
+    try:
+        with open(tmp_path / "dask.log", "w") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                 "--port", "0", "--no-dashboard", "--scheduler-file", str(file)],
+                stdout=log, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+            deadline = time.monotonic() + 60
+            while not file.exists():
+                assert time.monotonic() < deadline, (tmp_path / "dask.log").read_text()
+                time.sleep(0.2)
+            time.sleep(0.5)  # written whole
+            address = json.loads(file.read_text())["address"]
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                 str(file), "--name", "wx", "--nthreads", "2", "--resources", "testbed=1",
+                 "--no-nanny", "--no-dashboard"],
+                stdout=log, stderr=subprocess.STDOUT, env=env,
+            ))  # fmt: skip
+            out = tmp_path / "results"
+            sweep = subprocess.run(
+                [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--rf", "2",
+                 "--latency", "20", "--loss", "0.5", "--profile", "uniform", "--writes", "30",
+                 "--warmup", "5", "--cluster-warmup", "30", "--verify-probes", "0",
+                 "--scheduler", address, "--out", str(out)],
+                capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
+        assert procs[1].poll() is None  # the user's worker stays
+        with Store(out, read_only=True) as store:
+            (run,) = store.runs()
+            (cell,) = store.cells(run.run_id)
+            assert run.status == "complete" and cell["worker"] == "wx"
+            assert store.request_count(run.run_id) == 30
+            median = statistics.median(store.rtts_ns(run.run_id, cell["cell_id"])) / 1e6
+            assert 78 <= median <= 80 + 2 + 15, median  # two round trips of 40 ms
+            (cluster,) = run.manifest["clusters"].values()
+            assert cluster["worker"] == "wx" and cluster["subnet"].startswith("10.93.")
+        with Store(tmp_path / "wx" / "results", read_only=True) as staged:
+            assert staged.testbeds_up() == []  # close_run took them down
+        left = residue(cluster["testbed_run"])
+        assert not any(left.values()), left
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
