@@ -19,36 +19,30 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from emulation import api as emulation
 from emulation import links, shapers
-from emulation.trace import Replay
-from emulation.trace import load as load_trace
 from emulation.verify import measure_pair
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, Topology
 from testbed.clean import clean
 from testbed.command import STOP_SIGNALS, leave_terminal
 
-from . import estimate, faults, plan, ycsb
+from . import estimate, faults, plan
 from .config import Cell, SweepConfig
+from .measure import keyspace, measure
 from .progress import Progress
 from .store import Store, StoreFullError
 from .summary import stats_ms
-from .watch import ComponentLost, NodeLost, check_components, component_watch
+from .watch import ComponentLost, NodeLost, component_watch
 from .workloads import WriteWorker
 
 MAX_RECOVERIES_PER_CELL = 1
 MAX_NODE_RESTARTS = 3  # per node and testbed: a node that keeps dying stops the sweep
 ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
-
-
-def keyspace(rf: int) -> str:
-    return f"edgetb_rf{rf}"
 
 
 def _version(package: str) -> str | None:
@@ -77,20 +71,6 @@ def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
 
 
 # -- the sweep -------------------------------------------------------------------------------
-
-
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
-    """The machine's busy fraction (0..1, all cores) between two ``cpu_times``."""
-    total = after[1] - before[1]
-    return round((after[0] - before[0]) / total, 4) if total > 0 else None
 
 
 class Sweep:
@@ -477,7 +457,7 @@ class Shard:
                     try:
                         if shaping is None:
                             shaping = self.set_network(cell)
-                        self.measure(cell, shaping)
+                        measure(self, cell, shaping)
                         break
                     except ComponentLost as exc:
                         if not exc.recoverable or attempt == MAX_RECOVERIES_PER_CELL:
@@ -583,347 +563,9 @@ class Shard:
             )
         return shaping
 
-    def measure(self, cell: Cell, shaping: dict[str, Any]) -> None:
-        if cell.ycsb:
-            self.measure_ycsb(cell, shaping)
-            return
-        cfg, sweep, tb, worker = self.config, self.sweep, self.tb, self.worker
-        assert tb is not None and worker is not None
-        sweep.progress.cell_started(self.name, cell, cfg.writes)
-        started = time.time()
-        cpu0 = cpu_times()
-        fault = self.fault = self.fault_runner(cell)
-        replay = self.trace_replay(cell)
-
-        def measuring() -> None:
-            if replay is not None:
-                replay.start()
-            if fault is not None:
-                fault.begin()
-
-        def wrote(n: int) -> None:
-            sweep.progress.wrote(self.name, n)
-            if fault is not None:
-                fault.progress(n)
-
-        failed: BaseException | None = None
-        rows: list[dict[str, Any]] = []
-        try:
-            rows = worker.run(
-                keyspace=keyspace(cell.rf),
-                cl=cfg.cl,
-                writes=cfg.writes,
-                warmup=cfg.warmup,
-                key_seed=f"{cfg.seed}:r{cell.repetition}",
-                warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
-                on_progress=wrote,
-                on_measuring=measuring,
-            )
-        except BaseException as exc:
-            failed = exc
-        # Whatever happened: the trace stopped and the cell's links back, the partition
-        # healed, paused nodes continued; each step tried even when another failed.
-        problems: list[str] = []
-        trace_log = None
-        if replay is not None:
-            try:
-                trace_log = replay.stop()
-                emulation.set_links(tb, replay.base, replay_shaper(tb))
-                if trace_log["error"]:
-                    problems.append(f"the link trace failed: {trace_log['error']}")
-            except Exception as exc:  # noqa: BLE001 - the cell fails below, with this
-                problems.append(f"restoring the links after the trace: {exc}")
-        if fault is not None:
-            try:
-                fault.finish()
-            except Exception as exc:  # noqa: BLE001 - the cell fails below, with this
-                problems.append(str(exc))
-        if failed is not None or problems:
-            # A void cell: its cluster whole again (killed nodes started) for the next
-            # attempt, unless the sweep is being stopped (then it is torn down anyway).
-            if fault is not None and not isinstance(failed, (KeyboardInterrupt, plan.Stopped)):
-                try:
-                    fault.recover()
-                except Exception as exc:  # noqa: BLE001 - the check after says what is broken
-                    self.note(f"fault {cell.fault}: the cluster is not whole again: {exc}")
-            self.fault = None
-            if failed is not None:
-                raise failed
-            raise ComponentLost("; ".join(problems), recoverable=True)
-        if trace_log is not None:
-            self.note(
-                f"trace {cell.trace}: {trace_log['applied']} of {trace_log['steps']} steps, "
-                f"at most {trace_log['max_late_ms'] or 0:.1f} ms off schedule"
-            )
-        cpu = cpu_busy(cpu0, cpu_times())
-        fault_log = None
-        if fault is not None:  # the testbed whole again before its check and the next cell
-            if not fault.events:
-                self.note(f"fault {cell.fault}: never due (the writes ended first)")
-            try:
-                recovery = fault.recover()
-            finally:
-                self.fault = None
-            self.note(
-                f"recovered from {cell.fault} in {recovery['hints_delivered_s']:.1f} s "
-                f"(restart {recovery['restart_s']:.1f} s, all UN {recovery['all_up_s']:.1f} s)"
-            )
-            fault_log = {"fault": cell.fault, "events": fault.events, "recovery": recovery}
-        # A component that broke during the cell voids it: a dead node or gateway, a host
-        # that lost its namespace, shaping that is gone. Never stored as complete.
-        check_components(tb, thorough=True)
-        finished = time.time()
-        names = {h.address: h.name for h in tb.topology.hosts}
-        requests = []
-        for r in rows:
-            coordinator = names.get(r["coordinator"], r["coordinator"])
-            replicas = [names.get(a, a) for a in r["replicas"]]
-            requests.append(
-                {
-                    "run_id": sweep.run_id,
-                    "cell_id": cell.cell_id,
-                    "seq": r["seq"],
-                    "key": r["key"],
-                    "coordinator": coordinator,
-                    "replicas": ",".join(replicas),
-                    "coordinator_is_replica": None
-                    if coordinator is None
-                    else int(coordinator in replicas),
-                    "rtt_ns": r["rtt_ns"],
-                    "error": r["error"],
-                    "t_start_ns": r["t_start_ns"],
-                }
-            )
-        sweep.store.commit_cell(
-            {
-                "run_id": sweep.run_id,
-                "cell_id": cell.cell_id,
-                "nodes": cell.nodes,
-                "rf": cell.rf,
-                "cl": cfg.cl,
-                "policy": cfg.policy,
-                "profile": cfg.profile,
-                "latency_ms": cell.latency_ms,
-                "loss_pct": cell.loss_pct,
-                "repetition": cell.repetition,
-                "writes": cfg.writes,
-                "warmup": cfg.warmup,
-                "key_seed": f"{cfg.seed}:r{cell.repetition}",
-                "shaping": shaping,
-                "testbed_run": tb.run_id,
-                "started": started,
-                "finished": finished,
-                "shard": self.name,
-                "cpu_util": cpu,
-                "fault": cell.fault if fault_log else None,
-                "fault_log": fault_log,
-                "trace": cell.trace if trace_log else None,
-                "trace_log": trace_log,
-            },
-            requests,
-        )
-        with sweep.lock:
-            sweep.finished.add(cell.cell_id)
-        if sweep.on_cell is not None:
-            sweep.on_cell(cell.cell_id)
-        s = stats_ms([r["rtt_ns"] for r in rows])
-        errors = sum(r["error"] is not None for r in rows)
-        sweep.progress.cell_done(
-            self.name,
-            cell,
-            estimate.cell_s(cfg, cell),
-            f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
-            f"{errors} errors, CPU {100 * (cpu or 0):.0f} %",
-        )
-
     def faulted(self) -> frozenset[str]:
         """The nodes the running cell's fault took down on purpose (killed, restarting)."""
         return frozenset(self.fault.killed) if self.fault is not None else frozenset()
-
-    def trace_replay(self, cell: Cell) -> Any:
-        """The cell's link trace, ready to replay from its first measured write."""
-        if cell.trace == "none":
-            return None
-        tb = self.tb
-        assert tb is not None
-        shaper = shapers.for_testbed(tb, replay_shaper(tb))
-        return Replay(load_trace(cell.trace), emulation.configured(tb), shaper.apply, shaper.close)
-
-    def fault_runner(self, cell: Cell) -> Any:
-        """The cell's fault, ready to apply while its writes run (None: no fault)."""
-        fault = faults.parse(cell.fault)
-        if fault is None:
-            return None
-        assert self.tb is not None
-        runner = faults.Runner(
-            self.tb,
-            fault,
-            self.config.writes,
-            base=emulation.configured(self.tb),
-            shaper=replay_shaper(self.tb),
-            say=self.note,
-        )
-        runner.prepare()
-        return runner
-
-    def measure_ycsb(self, cell: Cell, shaping: dict[str, Any]) -> None:
-        """A YCSB cell: its keyspace (RF, records) loaded once per cluster, then the run
-        phase; stored as one row per operation (and OVERALL) with YCSB's histogram logs."""
-        cfg, sweep, tb = self.config, self.sweep, self.tb
-        assert tb is not None and cell.records is not None
-        runner = ycsb.Ycsb(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s)
-        spec = ycsb.Spec(
-            cell.workload,
-            records=cell.records,
-            operations=cfg.operations,
-            threads=cell.threads,
-            target=cell.target,
-            read_cl=cell.read_cl or "ONE",
-            write_cl=cell.write_cl or cfg.cl,
-            raw=cfg.ycsb_raw,
-        )
-        out = Path(cfg.out) / "ycsb" / sweep.run_id / cell.cell_id
-        fields = int(spec.properties().get("fieldcount", ycsb.CORE_DEFAULTS["fieldcount"]))
-        space = ycsb_keyspace(cell.rf, cell.records, fields)
-        if space not in self.loaded:
-            sweep.progress.shard_status(self.name, f"loading {cell.records} records ({space})")
-            t0 = time.monotonic()
-            ycsb.create_table(tb, space, cell.rf, fields)
-            loading = replace(spec, threads=ycsb.LOAD_THREADS, target=None)
-            for attempt in range(1, LOAD_ATTEMPTS + 1):
-                loaded = runner.load(loading, space, out.parent / f"load-{space}")
-                failed = sum(d["errors"] for d in loaded.ops.values())
-                if not failed:
-                    break
-                # A missing record would be a NOT_FOUND (an error) in every cell that reads
-                # it, blamed on that cell's network: load again (an insert of the same key
-                # overwrites it), or give up on the cluster.
-                self.note(
-                    f"loading {space}: {failed} of {cell.records} inserts failed "
-                    f"(attempt {attempt} of {LOAD_ATTEMPTS})"
-                )
-            else:
-                raise ycsb.YcsbError(
-                    f"loading {cell.records} records into {space} failed {LOAD_ATTEMPTS} times "
-                    f"({failed} inserts failed the last time; network {cell.latency_ms:g} ms / "
-                    f"{cell.loss_pct:g} %)"
-                )
-            self.loaded.add(space)
-            self.note(
-                f"loaded {cell.records} records into {space} in {time.monotonic() - t0:.1f} s "
-                f"({loaded.throughput_ops:.0f} ops/s)"
-            )
-        sweep.progress.cell_started(self.name, cell, cfg.operations)
-        started = time.time()
-        cpu0 = cpu_times()
-        result = runner.run(
-            spec, space, out, lambda done, total, rate: sweep.progress.wrote(self.name, done)
-        )
-        cpu = cpu_busy(cpu0, cpu_times())
-        check_components(tb, thorough=True)
-        rows = ycsb_rows(sweep.run_id, cell.cell_id, result)
-        sweep.store.commit_cell(
-            {
-                "run_id": sweep.run_id,
-                "cell_id": cell.cell_id,
-                "nodes": cell.nodes,
-                "rf": cell.rf,
-                "cl": spec.write_cl,
-                "policy": cfg.policy,
-                "profile": cfg.profile,
-                "latency_ms": cell.latency_ms,
-                "loss_pct": cell.loss_pct,
-                "repetition": cell.repetition,
-                "writes": cfg.operations,
-                "warmup": 0,
-                "key_seed": f"ycsb:{space}",
-                "shaping": shaping,
-                "testbed_run": tb.run_id,
-                "started": started,
-                "finished": time.time(),
-                "shard": self.name,
-                "cpu_util": cpu,
-                "workload": cell.workload,
-                "threads": cell.threads,
-                "target": cell.target,
-                "read_cl": spec.read_cl,
-                "write_cl": spec.write_cl,
-                "records": cell.records,
-            },
-            [],
-            ycsb_ops=rows,
-            ycsb_requests=ycsb.read_raw(Path(result.files["raw"])) if "raw" in result.files else (),
-        )
-        with sweep.lock:
-            sweep.finished.add(cell.cell_id)
-        if sweep.on_cell is not None:
-            sweep.on_cell(cell.cell_id)
-        errors = sum(r["errors"] for r in rows if r["op"] != "OVERALL" and not r["intended"])
-        parts = ", ".join(
-            f"{op} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f}"
-            for op, d in sorted(result.ops.items())
-            if "p50_ms" in d
-        )
-        sweep.progress.cell_done(
-            self.name,
-            cell,
-            estimate.cell_s(cfg, cell),
-            f"{result.throughput_ops:.0f} ops/s, {parts} ms, {errors} errors",
-        )
-
-
-def replay_shaper(tb: Testbed) -> str:
-    """The shaper the testbed's links were set with (a trace or a fault changes them the
-    same way)."""
-    return shapers.emulation_state(tb).get("shaper") or "auto"
-
-
-LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed
-
-
-def ycsb_keyspace(rf: int, records: int, fields: int = 10) -> str:
-    """One keyspace per (RF, records, columns): cells whose workloads agree on them share
-    its load."""
-    return f"ycsb_rf{rf}_k{records}" + (f"_f{fields}" if fields != 10 else "")
-
-
-def ycsb_rows(run_id: str, cell_id: str, result: Any) -> list[dict[str, Any]]:
-    """The store's rows of a YCSB result: OVERALL, then each operation (and, open loop,
-    each operation from its intended start), with its HdrHistogram log's text."""
-    rows: list[dict[str, Any]] = [
-        {
-            "run_id": run_id,
-            "cell_id": cell_id,
-            "op": "OVERALL",
-            "intended": 0,
-            "count": result.operations,
-            "errors": sum(d["errors"] for op, d in result.ops.items() if op != "READ-MODIFY-WRITE"),
-            "return_codes": {},
-            "throughput_ops": result.throughput_ops,
-        }
-    ]
-    for intended, table in ((0, result.ops), (1, result.intended)):
-        for op, d in sorted(table.items()):
-            hdr = d.get("hdr")
-            rows.append(
-                {
-                    "run_id": run_id,
-                    "cell_id": cell_id,
-                    "op": op,
-                    "intended": intended,
-                    "count": d.get("count", 0),
-                    "errors": d["errors"],
-                    "return_codes": d["return_codes"],
-                    # its share of the cell's operations, at the cell's rate
-                    "throughput_ops": result.throughput_ops * d.get("count", 0) / result.operations
-                    if result.operations
-                    else None,
-                    **{k: d.get(k) for k in ("mean_ms", "min_ms", "max_ms")},
-                    **{k: d.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")},
-                    "hdr": Path(hdr).read_text() if hdr else None,
-                }
-            )
-    return rows
 
 
 def remove_stale_testbeds(store: Store, say) -> None:

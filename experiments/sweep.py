@@ -55,10 +55,11 @@ from .launch import (
     preflight,
     sharing_warning,
 )
+from .measure import cpu_busy, cpu_times
 from .plan import Gate, Stopped
 from .progress import Progress
 from .remote import WORKER_TIMEOUT_S, run_remote
-from .scheduler import Sweep, cpu_busy, cpu_times, remove_stale_testbeds, static_manifest
+from .scheduler import Sweep, remove_stale_testbeds, static_manifest
 from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
 

@@ -11,7 +11,7 @@ from analysis import plots, ycsb
 from analysis.results import load
 from experiments.config import Cell
 from experiments.export import YCSB_EXPORT_COLUMNS, export
-from experiments.scheduler import ycsb_rows
+from experiments.measure import ycsb_rows
 from experiments.store import Store
 from experiments.ycsb import Result
 

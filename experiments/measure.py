@@ -1,0 +1,434 @@
+"""One cell's measurement on a shard's testbed: a ``Workload`` (the paper's timed writes,
+or a YCSB run) inside the cell's ``Conditions`` (a link trace replayed and a fault
+applied while it runs), composed per cell the way Jepsen composes a client and a
+nemesis; then the check that every component survived, and the cell stored whole.
+
+    measure(shard, cell, shaping)    # what scheduler.Shard calls for each cell
+
+A new workload is a class with ``run(shard, cell, shaping) -> Measured`` and a line in
+``workload_for``; the conditions, the component check, the commit and the progress
+display are shared.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from emulation import api as emulation
+from emulation import shapers
+from emulation.trace import Replay
+from emulation.trace import load as load_trace
+from testbed import Testbed
+
+from . import estimate, faults, plan, ycsb
+from .config import Cell
+from .summary import stats_ms
+from .watch import ComponentLost, check_components
+
+if TYPE_CHECKING:
+    from .scheduler import Shard
+
+LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed
+
+
+def keyspace(rf: int) -> str:
+    """The paper's writes' keyspace of an RF (one per cluster, made at bring-up)."""
+    return f"edgetb_rf{rf}"
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The machine's busy fraction (0..1, all cores) between two ``cpu_times``."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 4) if total > 0 else None
+
+
+@dataclass
+class Measured:
+    """A measured cell as the store takes it, and its line in the progress display."""
+
+    cell: dict[str, Any]
+    requests: list[dict[str, Any]]
+    summary: str
+    ycsb_ops: list[dict[str, Any]] = field(default_factory=list)
+    ycsb_requests: Any = ()
+
+
+class Workload(Protocol):
+    def run(self, shard: Shard, cell: Cell, shaping: dict[str, Any]) -> Measured: ...
+
+
+def workload_for(cell: Cell) -> Workload:
+    return YcsbRun() if cell.ycsb else PaperWrites()
+
+
+def measure(shard: Shard, cell: Cell, shaping: dict[str, Any]) -> None:
+    """Measure ``cell`` (its network already set: ``shaping``) and store it whole."""
+    sweep = shard.sweep
+    m = workload_for(cell).run(shard, cell, shaping)
+    sweep.store.commit_cell(m.cell, m.requests, ycsb_ops=m.ycsb_ops, ycsb_requests=m.ycsb_requests)
+    with sweep.lock:
+        sweep.finished.add(cell.cell_id)
+    if sweep.on_cell is not None:
+        sweep.on_cell(cell.cell_id)
+    sweep.progress.cell_done(shard.name, cell, estimate.cell_s(shard.config, cell), m.summary)
+
+
+def cell_row(shard: Shard, cell: Cell, shaping: dict[str, Any], **values: Any) -> dict[str, Any]:
+    """The store's row of a cell: its grid point, network, testbed and shard, ``values``."""
+    cfg, tb = shard.config, shard.tb
+    assert tb is not None
+    return {
+        "run_id": shard.sweep.run_id,
+        "cell_id": cell.cell_id,
+        "nodes": cell.nodes,
+        "rf": cell.rf,
+        "cl": cfg.cl,
+        "policy": cfg.policy,
+        "profile": cfg.profile,
+        "latency_ms": cell.latency_ms,
+        "loss_pct": cell.loss_pct,
+        "repetition": cell.repetition,
+        "shaping": shaping,
+        "testbed_run": tb.run_id,
+        "shard": shard.name,
+        **values,
+    }
+
+
+# -- conditions: a trace and a fault around the measured writes -----------------------------
+
+
+class Conditions:
+    """The cell's link trace and fault around its timed writes. The trace starts and the
+    fault begins when the warm-up ends (``measuring``); the fault follows the writes
+    (``wrote``). On leaving, whatever happened: the trace stopped and the cell's links
+    back, the partition healed, paused nodes continued, each step tried even when another
+    failed. A failure, or a step that failed, voids the cell (its cluster whole again for
+    the next attempt, unless the sweep is stopping); else the fault's recovery is timed.
+    ``cpu``: the machine's busy share while the cell ran; ``trace_log``, ``fault_log``."""
+
+    def __init__(self, shard: Shard, cell: Cell):
+        self.shard, self.cell = shard, cell
+        self.fault = shard.fault = fault_runner(shard, cell)
+        self.replay = trace_replay(shard.tb, cell)
+        self.trace_log: dict[str, Any] | None = None
+        self.fault_log: dict[str, Any] | None = None
+        self.cpu: float | None = None
+        self.cpu0 = cpu_times()
+
+    def measuring(self) -> None:
+        if self.replay is not None:
+            self.replay.start()
+        if self.fault is not None:
+            self.fault.begin()
+
+    def wrote(self, n: int) -> None:
+        self.shard.sweep.progress.wrote(self.shard.name, n)
+        if self.fault is not None:
+            self.fault.progress(n)
+
+    def __enter__(self) -> Conditions:
+        return self
+
+    def __exit__(self, _type: Any, failed: BaseException | None, _tb: Any) -> None:
+        shard, cell, fault, replay = self.shard, self.cell, self.fault, self.replay
+        problems: list[str] = []
+        if replay is not None and shard.tb is not None:
+            try:
+                self.trace_log = replay.stop()
+                emulation.set_links(shard.tb, replay.base, replay_shaper(shard.tb))
+                if self.trace_log["error"]:
+                    problems.append(f"the link trace failed: {self.trace_log['error']}")
+            except Exception as exc:  # noqa: BLE001 - the cell fails below, with this
+                problems.append(f"restoring the links after the trace: {exc}")
+        if fault is not None:
+            try:
+                fault.finish()
+            except Exception as exc:  # noqa: BLE001 - the cell fails below, with this
+                problems.append(str(exc))
+        if failed is not None or problems:
+            if fault is not None and not isinstance(failed, (KeyboardInterrupt, plan.Stopped)):
+                try:
+                    fault.recover()
+                except Exception as exc:  # noqa: BLE001 - the check after says what is broken
+                    shard.note(f"fault {cell.fault}: the cluster is not whole again: {exc}")
+            shard.fault = None
+            if failed is not None:
+                return  # raised as it is
+            raise ComponentLost("; ".join(problems), recoverable=True)
+        if self.trace_log is not None:
+            t = self.trace_log
+            shard.note(
+                f"trace {cell.trace}: {t['applied']} of {t['steps']} steps, "
+                f"at most {t['max_late_ms'] or 0:.1f} ms off schedule"
+            )
+        self.cpu = cpu_busy(self.cpu0, cpu_times())
+        if fault is not None:  # the testbed whole again before its check and the next cell
+            if not fault.events:
+                shard.note(f"fault {cell.fault}: never due (the writes ended first)")
+            try:
+                recovery = fault.recover()
+            finally:
+                shard.fault = None
+            shard.note(
+                f"recovered from {cell.fault} in {recovery['hints_delivered_s']:.1f} s "
+                f"(restart {recovery['restart_s']:.1f} s, all UN {recovery['all_up_s']:.1f} s)"
+            )
+            self.fault_log = {"fault": cell.fault, "events": fault.events, "recovery": recovery}
+
+
+def replay_shaper(tb: Testbed | None) -> str:
+    """The shaper the testbed's links were set with (a trace or a fault changes them the
+    same way)."""
+    assert tb is not None
+    return shapers.emulation_state(tb).get("shaper") or "auto"
+
+
+def trace_replay(tb: Testbed | None, cell: Cell) -> Any:
+    """The cell's link trace, ready to replay from its first measured write."""
+    if cell.trace == "none":
+        return None
+    assert tb is not None
+    shaper = shapers.for_testbed(tb, replay_shaper(tb))
+    return Replay(load_trace(cell.trace), emulation.configured(tb), shaper.apply, shaper.close)
+
+
+def fault_runner(shard: Shard, cell: Cell) -> Any:
+    """The cell's fault, ready to apply while its writes run (None: no fault)."""
+    fault = faults.parse(cell.fault)
+    if fault is None:
+        return None
+    tb = shard.tb
+    assert tb is not None
+    runner = faults.Runner(
+        tb,
+        fault,
+        shard.config.writes,
+        base=emulation.configured(tb),
+        shaper=replay_shaper(tb),
+        say=shard.note,
+    )
+    runner.prepare()
+    return runner
+
+
+# -- workloads -------------------------------------------------------------------------------
+
+
+class PaperWrites:
+    """The seed paper's measurement: ``writes`` timed writes after ``warmup`` untimed ones,
+    round robin over the nodes, one row per request with its coordinator and replicas."""
+
+    def run(self, shard: Shard, cell: Cell, shaping: dict[str, Any]) -> Measured:
+        cfg, sweep, tb, worker = shard.config, shard.sweep, shard.tb, shard.worker
+        assert tb is not None and worker is not None
+        sweep.progress.cell_started(shard.name, cell, cfg.writes)
+        started = time.time()
+        with Conditions(shard, cell) as conditions:
+            rows = worker.run(
+                keyspace=keyspace(cell.rf),
+                cl=cfg.cl,
+                writes=cfg.writes,
+                warmup=cfg.warmup,
+                key_seed=f"{cfg.seed}:r{cell.repetition}",
+                warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
+                on_progress=conditions.wrote,
+                on_measuring=conditions.measuring,
+            )
+        # A component that broke during the cell voids it: a dead node or gateway, a host
+        # that lost its namespace, shaping that is gone. Never stored as complete.
+        check_components(tb, thorough=True)
+        finished = time.time()
+        names = {h.address: h.name for h in tb.topology.hosts}
+        requests = []
+        for r in rows:
+            coordinator = names.get(r["coordinator"], r["coordinator"])
+            replicas = [names.get(a, a) for a in r["replicas"]]
+            requests.append(
+                {
+                    "run_id": sweep.run_id,
+                    "cell_id": cell.cell_id,
+                    "seq": r["seq"],
+                    "key": r["key"],
+                    "coordinator": coordinator,
+                    "replicas": ",".join(replicas),
+                    "coordinator_is_replica": None
+                    if coordinator is None
+                    else int(coordinator in replicas),
+                    "rtt_ns": r["rtt_ns"],
+                    "error": r["error"],
+                    "t_start_ns": r["t_start_ns"],
+                }
+            )
+        fault_log, trace_log = conditions.fault_log, conditions.trace_log
+        row = cell_row(
+            shard,
+            cell,
+            shaping,
+            writes=cfg.writes,
+            warmup=cfg.warmup,
+            key_seed=f"{cfg.seed}:r{cell.repetition}",
+            started=started,
+            finished=finished,
+            cpu_util=conditions.cpu,
+            fault=cell.fault if fault_log else None,
+            fault_log=fault_log,
+            trace=cell.trace if trace_log else None,
+            trace_log=trace_log,
+        )
+        s = stats_ms([r["rtt_ns"] for r in rows])
+        errors = sum(r["error"] is not None for r in rows)
+        summary = (
+            f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
+            f"{errors} errors, CPU {100 * (conditions.cpu or 0):.0f} %"
+        )
+        return Measured(row, requests, summary)
+
+
+class YcsbRun:
+    """A YCSB cell: its keyspace (RF, records) loaded once per cluster, then the run
+    phase; stored as one row per operation (and OVERALL) with YCSB's histogram logs."""
+
+    def run(self, shard: Shard, cell: Cell, shaping: dict[str, Any]) -> Measured:
+        cfg, sweep, tb = shard.config, shard.sweep, shard.tb
+        assert tb is not None and cell.records is not None
+        runner = ycsb.Ycsb(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s)
+        spec = ycsb.Spec(
+            cell.workload,
+            records=cell.records,
+            operations=cfg.operations,
+            threads=cell.threads,
+            target=cell.target,
+            read_cl=cell.read_cl or "ONE",
+            write_cl=cell.write_cl or cfg.cl,
+            raw=cfg.ycsb_raw,
+        )
+        out = Path(cfg.out) / "ycsb" / sweep.run_id / cell.cell_id
+        fields = int(spec.properties().get("fieldcount", ycsb.CORE_DEFAULTS["fieldcount"]))
+        space = ycsb_keyspace(cell.rf, cell.records, fields)
+        if space not in shard.loaded:
+            self.load(shard, runner, spec, cell, fields, out.parent / f"load-{space}")
+        sweep.progress.cell_started(shard.name, cell, cfg.operations)
+        started = time.time()
+        cpu0 = cpu_times()
+        result = runner.run(
+            spec, space, out, lambda done, total, rate: sweep.progress.wrote(shard.name, done)
+        )
+        cpu = cpu_busy(cpu0, cpu_times())
+        check_components(tb, thorough=True)
+        rows = ycsb_rows(sweep.run_id, cell.cell_id, result)
+        row = cell_row(
+            shard,
+            cell,
+            shaping,
+            cl=spec.write_cl,
+            writes=cfg.operations,
+            warmup=0,
+            key_seed=f"ycsb:{space}",
+            started=started,
+            finished=time.time(),
+            cpu_util=cpu,
+            workload=cell.workload,
+            threads=cell.threads,
+            target=cell.target,
+            read_cl=spec.read_cl,
+            write_cl=spec.write_cl,
+            records=cell.records,
+        )
+        errors = sum(r["errors"] for r in rows if r["op"] != "OVERALL" and not r["intended"])
+        parts = ", ".join(
+            f"{op} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f}"
+            for op, d in sorted(result.ops.items())
+            if "p50_ms" in d
+        )
+        raw = ycsb.read_raw(Path(result.files["raw"])) if "raw" in result.files else ()
+        summary = f"{result.throughput_ops:.0f} ops/s, {parts} ms, {errors} errors"
+        return Measured(row, [], summary, ycsb_ops=rows, ycsb_requests=raw)
+
+    def load(self, shard: Shard, runner: Any, spec: Any, cell: Cell, fields: int, out: Path):  # noqa: ANN201
+        """The cell's keyspace and records, until no insert failed (LOAD_ATTEMPTS at most)."""
+        records, space = spec.records, ycsb_keyspace(cell.rf, spec.records, fields)
+        shard.sweep.progress.shard_status(shard.name, f"loading {records} records ({space})")
+        t0 = time.monotonic()
+        assert shard.tb is not None
+        ycsb.create_table(shard.tb, space, cell.rf, fields)
+        loading = replace(spec, threads=ycsb.LOAD_THREADS, target=None)
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            loaded = runner.load(loading, space, out)
+            failed = sum(d["errors"] for d in loaded.ops.values())
+            if not failed:
+                break
+            # A missing record would be a NOT_FOUND (an error) in every cell that reads
+            # it, blamed on that cell's network: load again (an insert of the same key
+            # overwrites it), or give up on the cluster.
+            shard.note(
+                f"loading {space}: {failed} of {records} inserts failed "
+                f"(attempt {attempt} of {LOAD_ATTEMPTS})"
+            )
+        else:
+            raise ycsb.YcsbError(
+                f"loading {records} records into {space} failed {LOAD_ATTEMPTS} times "
+                f"({failed} inserts failed the last time; network {cell.latency_ms:g} ms / "
+                f"{cell.loss_pct:g} %)"
+            )
+        shard.loaded.add(space)
+        shard.note(
+            f"loaded {records} records into {space} in {time.monotonic() - t0:.1f} s "
+            f"({loaded.throughput_ops:.0f} ops/s)"
+        )
+
+
+def ycsb_keyspace(rf: int, records: int, fields: int = 10) -> str:
+    """One keyspace per (RF, records, columns): cells whose workloads agree on them share
+    its load."""
+    return f"ycsb_rf{rf}_k{records}" + (f"_f{fields}" if fields != 10 else "")
+
+
+def ycsb_rows(run_id: str, cell_id: str, result: Any) -> list[dict[str, Any]]:
+    """The store's rows of a YCSB result: OVERALL, then each operation (and, open loop,
+    each operation from its intended start), with its HdrHistogram log's text."""
+    rows: list[dict[str, Any]] = [
+        {
+            "run_id": run_id,
+            "cell_id": cell_id,
+            "op": "OVERALL",
+            "intended": 0,
+            "count": result.operations,
+            "errors": sum(d["errors"] for op, d in result.ops.items() if op != "READ-MODIFY-WRITE"),
+            "return_codes": {},
+            "throughput_ops": result.throughput_ops,
+        }
+    ]
+    for intended, table in ((0, result.ops), (1, result.intended)):
+        for op, d in sorted(table.items()):
+            hdr = d.get("hdr")
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "cell_id": cell_id,
+                    "op": op,
+                    "intended": intended,
+                    "count": d.get("count", 0),
+                    "errors": d["errors"],
+                    "return_codes": d["return_codes"],
+                    # its share of the cell's operations, at the cell's rate
+                    "throughput_ops": result.throughput_ops * d.get("count", 0) / result.operations
+                    if result.operations
+                    else None,
+                    **{k: d.get(k) for k in ("mean_ms", "min_ms", "max_ms")},
+                    **{k: d.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")},
+                    "hdr": Path(hdr).read_text() if hdr else None,
+                }
+            )
+    return rows
