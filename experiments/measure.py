@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from emulation import api as emulation
 from emulation import shapers
@@ -24,12 +24,9 @@ from emulation.trace import load as load_trace
 from testbed import Testbed
 
 from . import estimate, faults, plan, ycsb
-from .config import Cell
+from .config import Cell, SweepConfig
 from .summary import stats_ms
 from .watch import ComponentLost, check_components
-
-if TYPE_CHECKING:
-    from .scheduler import Shard
 
 LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed
 
@@ -62,6 +59,20 @@ class Measured:
     summary: str
     ycsb_ops: list[dict[str, Any]] = field(default_factory=list)
     ycsb_requests: Any = ()
+
+
+class Shard(Protocol):
+    """What a workload uses of the testbed slot measuring it (``scheduler.Shard``)."""
+
+    name: str
+    config: SweepConfig
+    sweep: Any  # scheduler.Sweep: store, run id, progress, lock
+    tb: Testbed | None
+    worker: Any  # workloads.WriteWorker, the endpoint's write process
+    loaded: set[str]  # YCSB keyspaces loaded on this cluster
+    fault: Any  # the running cell's faults.Runner
+
+    def note(self, message: str) -> None: ...
 
 
 class Workload(Protocol):

@@ -23,9 +23,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -34,19 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from testbed.command import STOP_SIGNALS, leave_terminal
-from testbed.errors import TestbedError
 
 from . import estimate, plan, tasks
 from .config import Cell, SweepConfig
-from .figures import Figures
 from .fleet import Fleet, WorkerLost
 from .progress import Progress
 from .store import Store
-from .summary import summary_table
 
-WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed by the scheduler
 ABORT_WAIT_S = 120.0  # after Ctrl-C: how long the workers get to tear their testbeds down
-JOIN_WAIT_S = 120.0  # for the started workers to reach the scheduler
 
 
 @dataclass
@@ -87,7 +79,7 @@ class Remote:
         self.errors: list[str] = []
         self.requeued: list[dict[str, Any]] = []
         self.duplicates = 0
-        self.events: queue.Queue = queue.Queue()
+        self.reports = Reports(store, run_id, progress, self.cells)
         self.cleaners: list[threading.Thread] = []
         self.aborting = False
         self.on_cell: Any = None  # called with each cell id once it is stored
@@ -101,7 +93,7 @@ class Remote:
         from distributed import wait
 
         self.planner = plan.Planner(estimate.units(self.config, todo), estimate.bringup_s)
-        self.client.subscribe_topic(tasks.TOPIC, lambda event: self.events.put(event[1]))
+        self.client.subscribe_topic(tasks.TOPIC, lambda event: self.reports.events.put(event[1]))
         self.join()
         signals = [0]
 
@@ -130,7 +122,7 @@ class Remote:
                 for s in self.slots:
                     if s.future is not None and s.future.done():
                         self.finished(s)
-                self.drain()
+                self.reports.drain()
         finally:
             self.close_workers("interrupted" if signals[0] else "complete")
             for sig, handler in previous.items():
@@ -238,22 +230,133 @@ class Remote:
         if self.on_cell is not None:
             self.on_cell(cell["cell_id"])
         c = self.cells.get(cell["cell_id"])
-        if c is None:
-            return
-        cpu = f"CPU {100 * (cell.get('cpu_util') or 0):.0f} % on {name}"
-        if ycsb_ops:
-            overall: dict = next((r for r in ycsb_ops if r["op"] == "OVERALL"), {})
-            text = (
-                f"{overall.get('throughput_ops') or 0:.0f} ops/s, "
-                f"{overall.get('errors', 0)} errors, {cpu}"
+        if c is not None:
+            text = f"{record.get('summary', '')} (on {name})"
+            shard = f"{name}/{cell.get('shard')}"
+            self.progress.cell_done(shard, c, estimate.cell_s(self.config, c), text)
+
+    # -- workers that go -------------------------------------------------------------------
+
+    def check_workers(self) -> None:
+        """A worker whose session ended, or that the scheduler removed, is lost."""
+        alive = {
+            str(w.get("name")) for w in self.client.scheduler_info(n_workers=-1)["workers"].values()
+        }
+        for name in list(self.addresses):
+            if name in self.gone:
+                continue
+            proc = self.sessions.get(name)
+            if name not in alive or (proc is not None and proc.poll() is not None):
+                code = proc.poll() if proc is not None else None
+                why = "its session ended" + (f" (ssh exit {code})" if code is not None else "")
+                self.lost(name, why if proc is not None else "the scheduler removed it")
+
+    def lost(self, name: str, why: str) -> None:
+        self.retire(name, "lost", why)
+        for s in self.slots:
+            if s.worker == name and s.future is not None:
+                assert s.unit is not None
+                s.future.cancel()
+                self.requeue(name, list(s.unit.cells), f"worker lost: {why}")
+                s.future, s.unit = None, None
+
+    def retire(self, name: str, status: str, why: str) -> None:
+        """No more units to ``name``; what it left is removed on its machine."""
+        assert self.planner is not None
+        self.gone.add(name)
+        for s in self.slots:
+            if s.worker == name and s.nodes is not None and s.future is None:
+                self.planner.release(s.nodes)
+        self.reports.worker_entry(name, status=status, reason=why)
+        self.progress.note(f"worker {name} {status}: {why}", shard=name)
+        if self.fleet is not None:
+            self.clean_after(name)
+
+    def requeue(self, name: str, cells: list[Cell], why: str) -> None:
+        assert self.planner is not None
+        for unit in estimate.units(self.config, cells):
+            self.planner.requeue(unit)
+        ids = [c.cell_id for c in cells]
+        self.requeued.append({"worker": name, "why": why, "cells": ids, "at": time.time()})
+        self.progress.note(f"{len(cells)} cells of worker {name} re-queued ({why})")
+
+    def abort(self, why: str) -> None:
+        self.aborting = True
+        self.progress.note(why)
+
+    def clean_after(self, name: str) -> None:
+        """Remove what the dead worker left on its machine (in the background)."""
+        fleet = self.fleet
+        assert fleet is not None
+
+        def clean() -> None:
+            proc = self.sessions.get(name)
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # our ssh client: the worker sees the end of its input
+            spec = fleet.specs[name]
+            argv = [spec.py, "-m", "experiments.worker", "clean", "--root", spec.dir]
+            ok, text = fleet.command(name, argv)
+            self.reports.events.put({"kind": "cleaned", "name": name, "ok": ok, "out": text[-500:]})
+
+        t = threading.Thread(target=clean, daemon=True, name=f"clean-{name}")
+        t.start()
+        self.cleaners.append(t)
+
+    def close_workers(self, status: str) -> None:
+        """Every live worker's testbeds down (``tasks.close_run``); Ctrl-C waits at most
+        ABORT_WAIT_S for the running units to stop."""
+        from distributed import wait
+
+        live = [n for n in self.addresses if n not in self.gone]
+        flying = [s.future for s in self.slots if s.future is not None]
+        if self.aborting or status != "complete":
+            addresses = [self.addresses[n] for n in live]
+            self.client.run(tasks.abort_run, self.run_id, workers=addresses)
+        try:
+            wait(flying, timeout=ABORT_WAIT_S)
+        except TimeoutError:
+            pass
+        closing = [
+            self.client.submit(
+                tasks.close_run, self.run_id, status, workers=[self.addresses[n]], pure=False
             )
-        else:
-            rtts = sorted(r["rtt_ns"] for r in requests)
-            errors = sum(r["error"] is not None for r in requests)
-            median = rtts[len(rtts) // 2] / 1e6 if rtts else float("nan")
-            text = f"median {median:.2f} ms, {errors} errors, {cpu}"
-        shard = f"{name}/{cell.get('shard')}"
-        self.progress.cell_done(shard, c, estimate.cell_s(self.config, c), text)
+            for n in live
+        ]
+        try:
+            wait(closing, timeout=ABORT_WAIT_S)
+        except TimeoutError:
+            self.progress.note("a worker did not take its testbeds down in time")
+        for n in live:
+            self.reports.worker_entry(n, status="interrupted" if self.aborting else status)
+        for t in self.cleaners:
+            t.join(timeout=300)
+
+    def record(self) -> None:
+        self.reports.drain()
+        self.store.update_manifest(self.run_id, requeued=self.requeued, duplicates=self.duplicates)
+
+    # -- the ETA -----------------------------------------------------------------------------
+
+    def remaining_s(self, scale: float) -> float:
+        if self.planner is None:
+            return 0.0
+        cells = [c for u in self.planner.left() for c in u.cells]
+        cells += [c for s in self.slots if s.unit is not None for c in s.unit.cells]
+        if not cells:
+            return 0.0
+        sizes = list(Counter(s.worker for s in self.slots if s.worker not in self.gone).values())
+        return scale * estimate.wall_s(
+            self.config, cells, max(1, sum(sizes)), os.cpu_count() or 1, machines=sizes or [1]
+        )
+
+
+class Reports:
+    """What the workers tell (Dask events, and the cleaners' outcomes): progress shown,
+    manifest entries kept under the controller's run."""
+
+    def __init__(self, store: Store, run_id: str, progress: Progress, cells: dict[str, Cell]):
+        self.store, self.run_id, self.progress, self.cells = store, run_id, progress, cells
+        self.events: queue.Queue = queue.Queue()
 
     def drain(self) -> None:
         """The workers' events: progress shown, manifest entries kept."""
@@ -295,253 +398,3 @@ class Remote:
     def worker_entry(self, name: str, **values: Any) -> None:
         entry = dict(self.store.run(self.run_id).manifest.get("workers", {}).get(name, {}))
         self.store.update_manifest(self.run_id, workers={name: entry | values})
-
-    # -- workers that go -------------------------------------------------------------------
-
-    def check_workers(self) -> None:
-        """A worker whose session ended, or that the scheduler removed, is lost."""
-        alive = {
-            str(w.get("name")) for w in self.client.scheduler_info(n_workers=-1)["workers"].values()
-        }
-        for name in list(self.addresses):
-            if name in self.gone:
-                continue
-            proc = self.sessions.get(name)
-            if name not in alive or (proc is not None and proc.poll() is not None):
-                code = proc.poll() if proc is not None else None
-                why = "its session ended" + (f" (ssh exit {code})" if code is not None else "")
-                self.lost(name, why if proc is not None else "the scheduler removed it")
-
-    def lost(self, name: str, why: str) -> None:
-        self.retire(name, "lost", why)
-        for s in self.slots:
-            if s.worker == name and s.future is not None:
-                assert s.unit is not None
-                s.future.cancel()
-                self.requeue(name, list(s.unit.cells), f"worker lost: {why}")
-                s.future, s.unit = None, None
-
-    def retire(self, name: str, status: str, why: str) -> None:
-        """No more units to ``name``; what it left is removed on its machine."""
-        assert self.planner is not None
-        self.gone.add(name)
-        for s in self.slots:
-            if s.worker == name and s.nodes is not None and s.future is None:
-                self.planner.release(s.nodes)
-        self.worker_entry(name, status=status, reason=why)
-        self.progress.note(f"worker {name} {status}: {why}", shard=name)
-        if self.fleet is not None:
-            self.clean_after(name)
-
-    def requeue(self, name: str, cells: list[Cell], why: str) -> None:
-        assert self.planner is not None
-        for unit in estimate.units(self.config, cells):
-            self.planner.requeue(unit)
-        ids = [c.cell_id for c in cells]
-        self.requeued.append({"worker": name, "why": why, "cells": ids, "at": time.time()})
-        self.progress.note(f"{len(cells)} cells of worker {name} re-queued ({why})")
-
-    def abort(self, why: str) -> None:
-        self.aborting = True
-        self.progress.note(why)
-
-    def clean_after(self, name: str) -> None:
-        """Remove what the dead worker left on its machine (in the background)."""
-        fleet = self.fleet
-        assert fleet is not None
-
-        def clean() -> None:
-            proc = self.sessions.get(name)
-            if proc is not None and proc.poll() is None:
-                proc.kill()  # our ssh client: the worker sees the end of its input
-            spec = fleet.specs[name]
-            argv = [spec.py, "-m", "experiments.worker", "clean", "--root", spec.dir]
-            ok, text = fleet.command(name, argv)
-            self.events.put({"kind": "cleaned", "name": name, "ok": ok, "out": text[-500:]})
-
-        t = threading.Thread(target=clean, daemon=True, name=f"clean-{name}")
-        t.start()
-        self.cleaners.append(t)
-
-    def close_workers(self, status: str) -> None:
-        """Every live worker's testbeds down (``tasks.close_run``); Ctrl-C waits at most
-        ABORT_WAIT_S for the running units to stop."""
-        from distributed import wait
-
-        live = [n for n in self.addresses if n not in self.gone]
-        flying = [s.future for s in self.slots if s.future is not None]
-        if self.aborting or status != "complete":
-            addresses = [self.addresses[n] for n in live]
-            self.client.run(tasks.abort_run, self.run_id, workers=addresses)
-        try:
-            wait(flying, timeout=ABORT_WAIT_S)
-        except TimeoutError:
-            pass
-        closing = [
-            self.client.submit(
-                tasks.close_run, self.run_id, status, workers=[self.addresses[n]], pure=False
-            )
-            for n in live
-        ]
-        try:
-            wait(closing, timeout=ABORT_WAIT_S)
-        except TimeoutError:
-            self.progress.note("a worker did not take its testbeds down in time")
-        for n in live:
-            self.worker_entry(n, status="interrupted" if self.aborting else status)
-        for t in self.cleaners:
-            t.join(timeout=300)
-
-    def record(self) -> None:
-        self.drain()
-        self.store.update_manifest(self.run_id, requeued=self.requeued, duplicates=self.duplicates)
-
-    # -- the ETA -----------------------------------------------------------------------------
-
-    def remaining_s(self, scale: float) -> float:
-        if self.planner is None:
-            return 0.0
-        cells = [c for u in self.planner.left() for c in u.cells]
-        cells += [c for s in self.slots if s.unit is not None for c in s.unit.cells]
-        if not cells:
-            return 0.0
-        sizes = list(Counter(s.worker for s in self.slots if s.worker not in self.gone).values())
-        return scale * estimate.wall_s(
-            self.config, cells, max(1, sum(sizes)), os.cpu_count() or 1, machines=sizes or [1]
-        )
-
-
-def contact_address(host: str) -> str:
-    """This machine's address as seen from ``host`` (the route the kernel picks)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect((socket.gethostbyname(host), 9))
-            return str(s.getsockname()[0])
-        except OSError as exc:
-            raise TestbedError(f"no route from this machine to the worker {host}: {exc}") from exc
-
-
-def start_workers(
-    fleet: Fleet, names: list[str], config: SweepConfig, logs: Path, run_id: str, say: Any
-) -> tuple[Any, Any, dict[str, Any]]:
-    """A scheduler of our own on TLS (certificates made for this run), and ``serve`` on
-    each worker over SSH: (cluster, client, the ssh sessions by name)."""
-    from distributed import Client, LocalCluster
-    from distributed.security import Security
-
-    security = Security.temporary()
-    host = contact_address(fleet.specs[names[0]].host.address)
-    cluster = LocalCluster(
-        n_workers=0,
-        protocol="tls://",
-        host=host,
-        scheduler_port=0,
-        dashboard_address=f"{host}:0",
-        security=security,
-    )
-    client = Client(cluster, security=security)
-    say(f"Dask scheduler {cluster.scheduler_address}, dashboard {cluster.dashboard_link}")
-    setup = {
-        "scheduler": cluster.scheduler_address,
-        "ca": security.tls_ca_file,
-        "cert": security.tls_worker_cert,
-        "key": security.tls_worker_key,
-        "config": config.to_dict(),
-        "run_id": run_id,
-        "links": Path(config.links_file).read_text() if config.links_file else None,
-    }
-    sessions = {n: fleet.start(n, setup, logs / f"{run_id}-worker-{n}.log") for n in names}
-    deadline = time.monotonic() + JOIN_WAIT_S
-    while time.monotonic() < deadline:
-        joined = {str(w.get("name")) for w in client.scheduler_info()["workers"].values()}
-        if joined >= set(names) or all(p.poll() is not None for p in sessions.values()):
-            break
-        time.sleep(0.5)
-    missing = [n for n in names if n not in joined]
-    for n in missing:
-        say(f"worker left out: {n}: did not join the scheduler (see its log)")
-        sessions.pop(n).kill()
-    if not sessions:
-        raise WorkerLost("no worker joined the scheduler")
-    return cluster, client, sessions
-
-
-def run_remote(config, store, owner, run_id, cells, todo, specs, resumed, scheduler) -> int:  # noqa: ANN001
-    """The sweep's cells measured on Dask workers into this store (``specs``: the
-    ``--workers`` machines; else ``scheduler``, the address of a running cluster)."""
-    from distributed import Client
-
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    done = len(cells) - len(todo)
-    say(
-        f"run {run_id} ({config.name}): {len(cells)} cells, {done} stored, {len(todo)} to "
-        f"measure on " + (f"{len(specs)} workers" if specs else f"the Dask cluster {scheduler}")
-        + f"; results in {Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
-    )  # fmt: skip
-    status, code, problem = "failed", 0, ""
-    remote: Remote | None = None
-    figures: Figures | None = None
-    progress = Progress(len(cells), done, lambda scale: remote.remaining_s(scale) if remote else 0)
-    t0 = time.monotonic()
-    fleet = Fleet(specs, Path(config.out), run_id) if specs else None
-    cluster = client = None
-    sessions: dict[str, Any] = {}
-    try:
-        if todo:
-            if fleet is not None:
-                fleet.trust_host_keys()
-                ready = fleet.provision(say, ycsb=bool(config.ycsb_workloads()))
-                logs = Path(config.out) / "logs"
-                cluster, client, sessions = start_workers(
-                    fleet, list(ready), config, logs, run_id, say
-                )
-            else:
-                client = Client(scheduler, timeout=30)
-            remote = Remote(config, store, run_id, progress, client, fleet=fleet, sessions=sessions)
-            # this machine does not measure: the figures need no gate
-            figures = Figures(config, run_id, store.done_cells(run_id), progress.note)
-            remote.on_cell = figures.cell_stored
-            remote.run(todo)
-            figures.finish()
-        status = "complete"
-    except (KeyboardInterrupt, plan.Stopped):
-        status, code = "interrupted", 130
-        problem = "interrupted: every worker's testbeds are down. "
-    except (TestbedError, OSError) as exc:
-        status, code, problem = "failed", 1, f"error: {exc}\n"
-    finally:
-        if figures is not None:
-            figures.close()
-        progress.close()
-        for proc in sessions.values():  # the end of its input: the worker stops
-            proc.stdin.close()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
-        if fleet is not None:
-            fleet.close()
-        store.set_status(run_id, status)
-    if problem:
-        say(
-            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
-            f"rerun the same command to resume."
-        )
-    if code == 0:
-        wall = time.monotonic() - t0
-        store.update_manifest(run_id, wall_s=round(wall, 1))
-        print(summary_table(store, run_id))
-        per = store.cells_per_worker(run_id)
-        print(
-            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} on "
-            + ", ".join(f"{w}: {n} cells" for w, n in per.items())
-        )
-        print(f"results: {store.path.resolve()} (run {run_id})")
-    store.close()
-    owner.release()
-    return code

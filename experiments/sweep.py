@@ -19,8 +19,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
 from . import estimate
+from .cluster import DaskRun
 from .config import (
     DEFAULTS,
     KNOBS,
@@ -58,7 +59,6 @@ from .launch import (
 from .measure import cpu_busy, cpu_times
 from .plan import Gate, Stopped
 from .progress import Progress
-from .remote import WORKER_TIMEOUT_S, run_remote
 from .scheduler import Sweep, remove_stale_testbeds, static_manifest
 from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
@@ -201,16 +201,6 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
     return load_workers(args.workers)
 
 
-@contextmanager
-def dask_settings(worker_timeout: float | None) -> Iterator[None]:
-    """Our scheduler's settings: a worker silent for ``worker_timeout`` is removed."""
-    import dask
-
-    ttl = f"{worker_timeout or WORKER_TIMEOUT_S:g}s"
-    with dask.config.set({"distributed.scheduler.worker-ttl": ttl}):
-        yield
-
-
 def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
     """Testbeds per worker for the estimate: its edgetb_parallel, else what auto gives on
     this machine (a worker's own auto decides on the worker)."""
@@ -323,47 +313,50 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
         )
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
+    progress = Progress(len(cells), len(done), lambda scale: engine.remaining_s(scale))
+    engine: Any
+    hold: Any
     if specs is not None:
-        with dask_settings(args.worker_timeout):
-            return run_remote(
-                config, store, owner, run_id, cells, todo, specs, resumed, args.scheduler
-            )
-    p, why = choose_parallel(config, todo, parallel)
+        engine = DaskRun(
+            config, store, run_id, progress, specs, args.scheduler, args.worker_timeout
+        )
+        hold, intro, p = nullcontext, engine.intro, 0
+    else:
+        p, why = choose_parallel(config, todo, parallel)
+        engine = sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
+        hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
+        eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
+        intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}); estimated {eta}"
+        store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
     say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
-        f"{len(todo)} to measure on {p} testbed{'s' if p > 1 else ''} at once ({why}); "
-        f"estimated {estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))}; "
-        f"results in {Path(config.out).resolve()}" + (" (resumed)" if resumed else "")
+        f"{len(todo)} to measure {intro}; results in {Path(config.out).resolve()}"
+        + (" (resumed)" if resumed else "")
     )
-    progress = Progress(len(cells), len(done), lambda scale: sweep.remaining_s(scale))
-    sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
-    figures = Figures(
-        config,
-        run_id,
-        done,
-        progress.note,
-        hold=lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures"),
-    )
-    sweep.on_cell = figures.cell_stored
-    store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
+    figures = Figures(config, run_id, done, progress.note, hold=hold)
+    engine.on_cell = figures.cell_stored
     t0 = time.monotonic()
     cpu0 = cpu_times()
     # "failed" unless the loop finishes: an unexpected exception must not leave the run
     # marked complete, or rerunning would not resume it.
     status, code, problem = "failed", 0, ""
     try:
-        remove_stale_testbeds(store, say)
-        sweep.run(todo)
+        if p:
+            remove_stale_testbeds(store, say)
+        if todo:
+            engine.run(todo)
         figures.finish()
         status = "complete"
     except (KeyboardInterrupt, Stopped):
         status, code = "interrupted", 130
-        problem = "interrupted: every testbed is down. "
+        problem = f"interrupted: every {'worker' if p == 0 else 'testbed'}'s testbeds are down. "
     except TestbedError as exc:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
         figures.close()
         progress.close()
+        if p == 0:
+            engine.close()
         try:
             store.set_status(run_id, status)
         except StoreFullError as full:
@@ -376,15 +369,18 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
     if code == 0:
         wall = time.monotonic() - t0
         busy = cpu_busy(cpu0, cpu_times())
-        total_rtt = store.total_rtt_ns(run_id) / 1e9
         store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
         print(summary_table(store, run_id))
-        print(
-            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
-            f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
-            f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
-            f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
-        )
+        if p == 0:
+            print(engine.report(todo, wall))
+        else:
+            total_rtt = store.total_rtt_ns(run_id) / 1e9
+            print(
+                f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
+                f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
+                f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
+                f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
+            )
         print(f"results: {store.path.resolve()} (run {run_id})")
         print(f"export:  python -m experiments.export {config.out} --format csv")
     store.close()

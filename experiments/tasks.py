@@ -43,6 +43,7 @@ class Events:
     def __init__(self, worker: Any):
         self.worker = worker
         self._wrote: dict[str, float] = {}
+        self.collected: dict[int, list[dict[str, Any]]] | None = None  # the staging's
 
     def send(self, kind: str, **data: Any) -> None:
         self.worker.log_event(TOPIC, {"kind": kind, "name": self.worker.name, **data})
@@ -66,7 +67,10 @@ class Events:
             self.send("wrote", shard=shard, n=n)
 
     def cell_done(self, shard: str, cell: Any, estimated_s: float, summary: str) -> None:
-        pass  # the controller shows it when the unit's cells arrive
+        """Kept with the cell (just committed by this thread): the controller shows it."""
+        records = (self.collected or {}).get(threading.get_ident())
+        if records:
+            records[-1]["summary"] = summary
 
     def shard_done(self, shard: str) -> None:
         pass
@@ -138,6 +142,7 @@ class Slots:
         self.run_id = run_id
         self.events = Events(worker)
         self.staging = StagingStore(self.store, self.events)
+        self.events.collected = self.staging.collected
         self.sweep = Sweep(config, self.staging, run_id, self.events, parallel=p)  # type: ignore[arg-type]
         self.sweep.logs.mkdir(parents=True, exist_ok=True)
         self.sweep.gate = plan.Gate(estimate.budget(self.sweep.cores))

@@ -44,7 +44,7 @@ def dask(tmp_path):
     from distributed import Client, LocalCluster
 
     procs = []
-    with dask_config.config.set({"distributed.scheduler.worker-ttl": "3s"}):
+    with dask_config.config.set({"distributed.scheduler.worker-ttl": "10s"}):
         cluster = LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0,
                                dashboard_address=None)  # fmt: skip
         client = Client(cluster)

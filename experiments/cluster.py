@@ -1,0 +1,149 @@
+"""The Dask side of a sweep on other machines, as ``sweep.execute`` runs it (the engine
+beside ``scheduler.Sweep``): with ``--workers``, a scheduler of our own on TLS and a Dask
+worker started on each machine over SSH (``fleet.Fleet.start``); with ``--scheduler``,
+the user's cluster. The units go out through ``remote.Remote``."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import TestbedError
+
+from . import estimate
+from .config import Cell
+from .fleet import Fleet, WorkerLost
+from .remote import Remote
+
+WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed by the scheduler
+JOIN_WAIT_S = 120.0  # for the started workers to reach the scheduler
+
+
+class DaskRun:
+    """The sweep's engine for ``--workers`` (``specs``: the machines) or ``--scheduler``
+    (the address of a running Dask cluster), as ``scheduler.Sweep`` is for this machine:
+    ``run(todo)``, ``remaining_s``, ``on_cell``; ``close`` ends what it started."""
+
+    def __init__(self, config, store, run_id, progress, specs, scheduler, worker_timeout):  # noqa: ANN001
+        self.config, self.store, self.run_id, self.progress = config, store, run_id, progress
+        self.specs, self.scheduler, self.worker_timeout = specs, scheduler, worker_timeout
+        self.fleet = Fleet(specs, Path(config.out), run_id) if specs else None
+        self.remote: Remote | None = None
+        self.cluster: Any = None
+        self.client: Any = None
+        self.sessions: dict[str, subprocess.Popen] = {}
+        self.on_cell: Any = None
+        where = f"{len(specs)} workers" if specs else f"the Dask cluster {scheduler}"
+        self.intro = f"on {where}"
+
+    def run(self, todo: list[Cell]) -> None:
+        import dask
+        from distributed import Client
+
+        ttl = f"{self.worker_timeout or WORKER_TIMEOUT_S:g}s"
+        with dask.config.set({"distributed.scheduler.worker-ttl": ttl}):
+            if self.fleet is not None:
+                self.fleet.trust_host_keys()
+                ready = self.fleet.provision(say, ycsb=bool(self.config.ycsb_workloads()))
+                self.start_workers(list(ready))
+            else:
+                try:
+                    self.client = Client(self.scheduler, timeout=30)
+                except OSError as exc:
+                    raise WorkerLost(f"no Dask scheduler at {self.scheduler}: {exc}") from exc
+            self.remote = Remote(
+                self.config,
+                self.store,
+                self.run_id,
+                self.progress,
+                self.client,
+                fleet=self.fleet,
+                sessions=self.sessions,
+            )
+            self.remote.on_cell = self.on_cell
+            self.remote.run(todo)
+
+    def start_workers(self, names: list[str]) -> None:
+        """A scheduler of our own on TLS (certificates made for this run), and ``serve`` on
+        each worker over SSH; those that do not join in JOIN_WAIT_S are left out."""
+        from distributed import Client, LocalCluster
+        from distributed.security import Security
+
+        fleet, config = self.fleet, self.config
+        assert fleet is not None
+        security = Security.temporary()
+        host = contact_address(fleet.specs[names[0]].host.address)
+        self.cluster = LocalCluster(
+            n_workers=0,
+            protocol="tls://",
+            host=host,
+            scheduler_port=0,
+            dashboard_address=f"{host}:0",
+            security=security,
+        )
+        self.client = Client(self.cluster, security=security)
+        address = self.cluster.scheduler_address
+        say(f"Dask scheduler {address}, dashboard {self.cluster.dashboard_link}")
+        setup = {
+            "scheduler": address,
+            "ca": security.tls_ca_file,
+            "cert": security.tls_worker_cert,
+            "key": security.tls_worker_key,
+            "config": config.to_dict(),
+            "run_id": self.run_id,
+            "links": Path(config.links_file).read_text() if config.links_file else None,
+        }
+        logs = Path(config.out) / "logs"
+        for n in names:
+            self.sessions[n] = fleet.start(n, setup, logs / f"{self.run_id}-worker-{n}.log")
+        deadline = time.monotonic() + JOIN_WAIT_S
+        while time.monotonic() < deadline:
+            joined = {str(w.get("name")) for w in self.client.scheduler_info()["workers"].values()}
+            if joined >= set(names) or all(p.poll() is not None for p in self.sessions.values()):
+                break
+            time.sleep(0.5)
+        for n in [n for n in names if n not in joined]:
+            say(f"worker left out: {n}: did not join the scheduler (see its log)")
+            self.sessions.pop(n).kill()
+        if not self.sessions:
+            raise WorkerLost("no worker joined the scheduler")
+
+    def remaining_s(self, scale: float) -> float:
+        return self.remote.remaining_s(scale) if self.remote is not None else 0.0
+
+    def close(self) -> None:
+        for proc in self.sessions.values():  # the end of its input: the worker stops
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for part in (self.client, self.cluster, self.fleet):
+            if part is not None:
+                part.close()
+
+    def report(self, todo: list[Cell], wall: float) -> str:
+        per = self.store.cells_per_worker(self.run_id)
+        return f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} on " + ", ".join(
+            f"{w}: {n} cells" for w, n in per.items()
+        )
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def contact_address(host: str) -> str:
+    """This machine's address as seen from ``host`` (the route the kernel picks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((socket.gethostbyname(host), 9))
+            return str(s.getsockname()[0])
+        except OSError as exc:
+            raise TestbedError(f"no route from this machine to the worker {host}: {exc}") from exc
