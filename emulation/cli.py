@@ -30,7 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     delay_ms = argtypes.number(0, links.MAX_DELAY_MS, "ms")
     s = sub.add_parser("set", help="apply a link profile (nothing is restarted)")
     s.add_argument("--force", action="store_true", help=FORCE_HELP)
-    s.add_argument("--profile", choices=links.PROFILES, default="uniform")
+    s.add_argument(
+        "--profile",
+        choices=links.PROFILES,
+        default="paper",
+        help="the link matrix: paper (edge to edge L and p, edge to endpoint 10 ms: "
+        "the seed paper's and the sweep's default), uniform (every link), file (default paper)",
+    )
     s.add_argument("--latency", type=delay_ms, help="one-way delay L in ms (default 0)")
     s.add_argument(
         "--loss", type=argtypes.number(0, 100, "%"), help="loss p in percent (default 0)"
@@ -43,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TOML link matrix (profile file; --links as in the sweep and the model)",
     )
-    s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto")
+    s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto", help="(default auto)")
     s.add_argument(
         "--run", type=argtypes.run_id, help="run id (default: the one detached testbed that is up)"
     )
