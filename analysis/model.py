@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from emulation import links
-from experiments.config import parse_list
+from experiments.fields import parse_list
 from experiments.store import check_writable_dir
 from model import rtt
 from testbed import argtypes

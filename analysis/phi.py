@@ -34,7 +34,7 @@ import sys
 from fractions import Fraction
 from typing import overload
 
-from experiments.config import parse_list
+from experiments.fields import parse_list
 from model.consistency import check_level, required_acks
 from testbed.command import command, prog
 from testbed.errors import ConfigError

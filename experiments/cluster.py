@@ -15,7 +15,7 @@ from typing import Any
 from testbed.errors import TestbedError
 
 from . import estimate
-from .config import Cell
+from .cells import Cell
 from .fleet import Fleet, WorkerLost
 from .remote import Remote
 

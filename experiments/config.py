@@ -10,8 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,117 +26,29 @@ from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 from testbed.topology import MAX_EDGE_NODES, Topology
 
+from . import cells as grid
+from .cells import WRITES, Cell, fault_label, id_number, workload_label
 from .faults import parse as parse_fault
+from .fields import (
+    Knob,
+    as_tuple,
+    check_knob,
+    grid_knob,
+    knob,
+    node_knob,
+    rf_values,
+    strings,
+)
 from .ycsb import Spec, workload_path
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
 POLICIES = ("round-robin", "token-aware")
 SHAPERS = ("auto", "direct", "host", "gateway")
 JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
 MAX_CELLS = 100_000
 MAX_HEAP_MB = 64 * 1024
-PREVIEW_WRITES = 30  # per cell of --preview
-WRITES = "writes"  # the paper's workload: sequential single-row writes, timed one by one
-
-
-@dataclass(frozen=True)
-class Knob:
-    """What the sweep knows of one of its settings besides its name (the TOML key) and
-    default; the command line, the generic checks and the fingerprint are made from it.
-
-    ``kind`` is the type of the value, or of each value of a list (``many``): int, float,
-    str, bool, or "rf" / "fault" (parsed by their own rules). ``flag`` "" is --NAME with
-    dashes, None no flag (TOML only, or a flag another module defines). ``fingerprint``:
-    "always", "unless-default" (absent while at its default, so that runs stored before
-    the setting existed still resume) or "never" (where or in which order, not what is
-    measured)."""
-
-    help: str
-    kind: type | str
-    many: bool = False
-    grid: bool = False  # a grid dimension: each value makes cells of its own
-    flag: str | None = ""
-    own_flag: bool = True  # False: the flag is another command line's too (added there)
-    metavar: str | None = None
-    shown: str | None = None  # the default as --help shows it (else made from the value)
-    low: float | None = None
-    high: float | None = None
-    decimals: int | None = None  # numbers are rounded to this many (their resolution)
-    choices: tuple[str, ...] | None = None
-    upper: bool = False  # names in upper case (consistency levels)
-    path: bool = False  # a file: made absolute (relative to the config file that names it)
-    group: str = "sweep"  # testbed: how testbeds are built; ycsb: YCSB cells; run: where
-    fingerprint: str = "always"
-
-
-def knob(default: Any, help: str, kind: type | str, **kw: Any) -> Any:
-    return field(default=default, metadata={"knob": Knob(help, kind, **kw)})
-
-
-def _grid(default: Any, help: str, kind: type | str, **kw: Any) -> Any:
-    return knob(default, help, kind, many=True, grid=True, **kw)
-
-
-def _node(key: str, help: str) -> Any:  # testbed.argtypes adds their flags, cgroups reads them
-    return knob(
-        None,
-        help,
-        "node",
-        flag=cgroups.FLAGS[key],
-        own_flag=False,
-        group="testbed",
-        fingerprint="unless-default",
-    )
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One point of the grid. Its id is stable across runs (used for resume). A YCSB
-    cell (``workload`` not ``writes``) also has its client threads, target rate (None:
-    closed loop), read and write levels and the records its keyspace was loaded with."""
-
-    nodes: int
-    rf: int
-    latency_ms: float
-    loss_pct: float
-    repetition: int
-    workload: str = WRITES
-    threads: int = 1
-    target: float | None = None
-    read_cl: str | None = None
-    write_cl: str | None = None
-    records: int | None = None
-    fault: str = "none"  # experiments.faults: what happens to the testbed during the cell
-    trace: str = "none"  # emulation.trace: a link trace replayed during the cell
-
-    @property
-    def ycsb(self) -> bool:
-        return self.workload != WRITES
-
-    @property
-    def cell_id(self) -> str:
-        """The cell's identity, in the store and on resume: one to one with its grid
-        values as SweepConfig makes them canonical (it refuses two values with one id)."""
-        base = (
-            f"n{self.nodes}-rf{self.rf}-l{id_number(self.latency_ms)}-p{id_number(self.loss_pct)}"
-        )
-        if self.ycsb:  # the writes cells keep the ids of runs stored before YCSB
-            rate = f"-o{id_number(self.target)}" if self.target is not None else ""
-            base += (
-                f"-{workload_label(self.workload)}-t{self.threads}{rate}-{self.read_cl}"
-                f"-{self.write_cl}-k{self.records}"
-            )
-        if self.fault != "none":  # cells without one keep the ids of runs stored before
-            base += f"-f{fault_label(self.fault)}"
-        if self.trace != "none":
-            base += f"-t{load_trace(self.trace).label}"
-        return f"{base}-r{self.repetition}"
-
-    @property
-    def network(self) -> tuple[int, int, float, float]:
-        """Cells with the same network share one emulation setting (and one verify)."""
-        return (self.nodes, self.repetition, self.latency_ms, self.loss_pct)
 
 
 @dataclass(frozen=True)
@@ -146,14 +57,14 @@ class SweepConfig:
     checks and the fingerprint need to know of it (``Knob``)."""
 
     # the grid
-    nodes: tuple[int, ...] = _grid((3, 4, 5), "node counts", int, low=1, high=MAX_EDGE_NODES)
-    rf: tuple[int | Literal["k"], ...] | None = _grid(
+    nodes: tuple[int, ...] = grid_knob((3, 4, 5), "node counts", int, low=1, high=MAX_EDGE_NODES)
+    rf: tuple[int | Literal["k"], ...] | None = grid_knob(
         None,
         "replication factors, k = the node count (RFs above a node count are skipped for it)",
         "rf",
         shown="1..k",
     )
-    latency_ms: tuple[float, ...] = _grid(
+    latency_ms: tuple[float, ...] = grid_knob(
         DEFAULT_LATENCIES,
         "one-way edge latencies in ms",
         float,
@@ -163,7 +74,7 @@ class SweepConfig:
         high=MAX_DELAY_MS,
         decimals=3,
     )
-    loss_pct: tuple[float, ...] = _grid(
+    loss_pct: tuple[float, ...] = grid_knob(
         (0.5, 2.5, 7.5), "packet loss in %", float, flag="--loss", low=0, high=99.999, decimals=3
     )
     profile: str = knob("paper", "link profile", str, choices=PROFILES)
@@ -243,14 +154,16 @@ class SweepConfig:
         fingerprint="never",
     )
     # device-sized nodes (netns: cgroups): a value, or per host "e0=1,e1=0.5"
-    node_profile: str | None = _node("profile", "a device profile (testbed.cgroups.PROFILES)")
-    node_cpu: float | str | None = _node("cpu", "cores of CPU time per edge node")
-    node_cpuset: str | None = _node("cpuset", "the machine's CPUs an edge node may run on")
-    node_memory_mb: int | str | None = _node(
+    node_profile: str | None = node_knob("profile", "a device profile (testbed.cgroups.PROFILES)")
+    node_cpu: float | str | None = node_knob("cpu", "cores of CPU time per edge node")
+    node_cpuset: str | None = node_knob("cpuset", "the machine's CPUs an edge node may run on")
+    node_memory_mb: int | str | None = node_knob(
         "memory_mb", "memory per edge node (the heap must fit)"
     )
-    node_read_mbps: float | str | None = _node("read_mbps", "disk read bandwidth per edge node")
-    node_write_mbps: float | str | None = _node("write_mbps", "disk write bandwidth per edge node")
+    node_read_mbps: float | str | None = node_knob("read_mbps", "disk read bandwidth per edge node")
+    node_write_mbps: float | str | None = node_knob(
+        "write_mbps", "disk write bandwidth per edge node"
+    )
     first_pass: tuple[float, ...] | None = knob(
         None,
         "measure these latencies (every RF and loss) before the others, and write the "
@@ -267,22 +180,24 @@ class SweepConfig:
     # client threads, target rates (open loop; none: closed loop), read and write levels
     # (write none: cl; "read": the cell's read level, so ONE/ONE, QUORUM/QUORUM, ...),
     # the records each keyspace is loaded with, and the operations of a run phase
-    workload: tuple[str, ...] = _grid(
+    workload: tuple[str, ...] = grid_knob(
         (WRITES,),
         "writes (the paper's), ycsb-a..ycsb-f or YCSB properties files, e.g. writes,ycsb-a",
         str,
     )
-    threads: tuple[int, ...] = _grid(
+    threads: tuple[int, ...] = grid_knob(
         (1,), "YCSB client threads", int, low=1, high=1024, group="ycsb"
     )
-    target: tuple[float, ...] | None = _grid(
+    target: tuple[float, ...] | None = grid_knob(
         None, "YCSB target ops/s (open loop)", int, low=1, high=10**7, group="ycsb"
     )
-    read_cl: tuple[str, ...] = _grid(("ONE",), "YCSB read levels", str, upper=True, group="ycsb")
-    write_cl: tuple[str, ...] | None = _grid(
+    read_cl: tuple[str, ...] = grid_knob(
+        ("ONE",), "YCSB read levels", str, upper=True, group="ycsb"
+    )
+    write_cl: tuple[str, ...] | None = grid_knob(
         None, "YCSB write levels", str, upper=True, shown="--cl", group="ycsb"
     )
-    records: tuple[int, ...] = _grid(
+    records: tuple[int, ...] = grid_knob(
         (1000,), "records YCSB loads per keyspace", int, low=1, high=10**9, group="ycsb"
     )
     operations: int = knob(1000, "YCSB operations per cell", int, low=1, group="ycsb")
@@ -294,14 +209,14 @@ class SweepConfig:
     )
     # faults during a cell (experiments.faults) and link traces replayed during it
     # (emulation.trace): grid dimensions
-    fault: tuple[str, ...] = _grid(
+    fault: tuple[str, ...] = grid_knob(
         ("none",),
         "faults during cells: none, kill:e1@30%, pause:e1@30%-60%, restart:e1@30%, "
         "partition:e0,e1|e2@20%-60%, links:e0-e1:delay=200,loss=10@20%-60%",
         "fault",
         fingerprint="unless-default",
     )
-    trace: tuple[str, ...] = _grid(
+    trace: tuple[str, ...] = grid_knob(
         ("none",),
         "link traces replayed during cells: none, a shipped sample (lte-handover, ...) or a "
         "CSV file",
@@ -317,9 +232,9 @@ class SweepConfig:
     def _validate(self) -> None:
         set_ = object.__setattr__
         for name, knob_ in KNOBS.items():
-            set_(self, name, _check_knob(name, knob_, getattr(self, name)))
+            set_(self, name, check_knob(name, knob_, getattr(self, name), DEFAULTS[name]))
         if self.rf is not None:
-            set_(self, "rf", _rf_values(self.rf))
+            set_(self, "rf", rf_values(self.rf))
             if not any(self.rfs(n) for n in self.nodes):
                 raise ConfigError(
                     f"the grid is empty: no replication factor of "
@@ -407,7 +322,7 @@ class SweepConfig:
         anything starts; faults need the netns backend (nodes killed and started by the
         sweep) and act on the paper's writes."""
 
-        object.__setattr__(self, "fault", _strings("fault", self.fault, none=True))
+        object.__setattr__(self, "fault", strings("fault", self.fault, none=True))
         faults = [parse_fault(f) for f in self.fault]
         if not any(faults):
             return
@@ -431,7 +346,7 @@ class SweepConfig:
         """Every trace read and checked against every node count's hosts; traces act on
         the paper's writes, over a profile's matrix (not a fixed links file)."""
 
-        object.__setattr__(self, "trace", _strings("trace", self.trace, none=True))
+        object.__setattr__(self, "trace", strings("trace", self.trace, none=True))
         named = [t for t in self.trace if t != "none"]
         if not named:
             return
@@ -457,7 +372,7 @@ class SweepConfig:
         combination checked by experiments.ycsb before anything starts."""
 
         object.__setattr__(
-            self, "workload", _strings("workload", tuple(map(canonical_workload, self.workload)))
+            self, "workload", strings("workload", tuple(map(canonical_workload, self.workload)))
         )
         for w in self.workload:
             if w != WRITES and not w.startswith("ycsb-") and not Path(w).is_file():
@@ -506,87 +421,22 @@ class SweepConfig:
             node_resources=spec or None,
         )
 
-    # -- the grid --------------------------------------------------------------------------
+    # -- the grid: experiments.cells ------------------------------------------------------
 
     def rfs(self, nodes: int) -> tuple[int, ...]:
-        """Replication factors measured on ``nodes`` nodes, ascending ("k" is ``nodes``;
-        larger ones are skipped)."""
-        if self.rf is None:
-            return tuple(range(1, nodes + 1))
-        wanted = {nodes if r == "k" else r for r in self.rf}
-        return tuple(sorted(r for r in wanted if r <= nodes))
+        return grid.rfs(self, nodes)
 
     def skipped(self) -> list[tuple[int, int]]:
-        """(nodes, rf) pairs of an explicit rf list that a node count cannot hold."""
-        if self.rf is None:
-            return []
-        return [(n, r) for n in self.nodes for r in self.rf if r != "k" and r > n]
+        return grid.skipped(self)
 
     def cells(self) -> list[Cell]:
-        """Every cell in execution order: node count (one cluster each), repetition,
-        network setting (one emulation change each), then RF (one keyspace each)."""
-        return [
-            cell
-            for n in self.nodes
-            for rep in range(1, self.repetitions + 1)
-            for lat in self.latency_ms
-            for loss in self.loss_pct
-            for r in self.rfs(n)
-            for f in self.fault
-            for tr in self.trace
-            for cell in self.workload_cells(Cell(n, r, lat, loss, rep, fault=f, trace=tr))
-        ]
-
-    def workload_cells(self, cell: Cell) -> list[Cell]:
-        """The cells of every workload at one (nodes, RF, network, repetition): the
-        writes cell, then per records count (one keyspace load each) the YCSB cells."""
-        out = [cell] if WRITES in self.workload else []
-        for k in self.records:
-            for w in self.ycsb_workloads():
-                for threads in self.threads:
-                    for target in self.target or (None,):
-                        for read in self.read_cl:
-                            for write in self.write_cls(read):
-                                out.append(
-                                    replace(
-                                        cell,
-                                        workload=w,
-                                        threads=threads,
-                                        target=target,
-                                        read_cl=read,
-                                        write_cl=write,
-                                        records=k,
-                                    )
-                                )
-        return out
+        return grid.cells(self)
 
     def preview(self) -> SweepConfig:
-        """The short run ``--preview`` measures first: every node count, RF and loss at the
-        first-pass latencies (else 0, 50 and 100 ms where the grid has them) with few
-        writes and short checks, into ``OUT/preview``: the shape of the figures in minutes
-        (each cell's median from 30 writes), not numbers to report."""
-        latencies = (
-            self.first_pass
-            or tuple(x for x in (0.0, 50.0, 100.0) if x in self.latency_ms)
-            or self.latency_ms[:: max(1, len(self.latency_ms) // 3)]
-        )
-        return replace(
-            self,
-            latency_ms=tuple(latencies),
-            writes=min(self.writes, PREVIEW_WRITES),
-            warmup=min(self.warmup, 10),
-            verify_probes=min(self.verify_probes, 20),
-            cluster_warmup=min(self.cluster_warmup, 100),
-            baseline_writes=min(self.baseline_writes, 100),
-            repetitions=1,
-            first_pass=None,
-            name=f"{self.name}-preview",
-            out=str(Path(self.out) / "preview"),
-        )
+        return grid.preview(self)
 
     def phase(self, cell: Cell) -> int:
-        """0 for a cell of the first pass (or when there is none), else 1."""
-        return 0 if self.first_pass is None or cell.latency_ms in self.first_pass else 1
+        return grid.phase(self, cell)
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the measurements (not where they are stored):
@@ -631,7 +481,7 @@ class SweepConfig:
         values = dict(data)
         for key in LIST_FIELDS:
             if key in values and values[key] is not None:
-                values[key] = _as_tuple(key, values[key])
+                values[key] = as_tuple(key, values[key])
         return cls(**values)
 
 
@@ -694,55 +544,6 @@ def settings_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_knob(name: str, knob: Knob, value: Any) -> Any:
-    """The checks a setting's Knob declares (type, range, choices, case); the value in its
-    canonical form. Checks between settings are SweepConfig's own."""
-    if value is None and DEFAULTS[name] is None:
-        return None
-    if knob.many and knob.kind in (int, float, str):
-        if knob.kind is int:
-            top = int(knob.high) if knob.high is not None else sys.maxsize
-            return _ints(name, value, int(knob.low or 0), top)
-        if knob.kind is float:
-            return _floats(name, value, knob.low or 0.0, knob.high or math.inf, knob.decimals)
-        return _strings(name, value, upper=knob.upper, none=name in ("fault", "trace"))
-    if knob.many or knob.kind not in (bool, str, int, float):  # rf, fault, node: own rules
-        return value
-    if knob.kind is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
-    elif knob.kind is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string, got {value!r}")
-        if knob.choices is not None and value not in knob.choices:
-            raise ConfigError(f"unknown {name} {value!r} (choose from {', '.join(knob.choices)})")
-    elif knob.kind is int:
-        _int(name, value, int(knob.low or 0))
-        if knob.high is not None and value > knob.high:
-            raise ConfigError(f"{name} must be at most {knob.high:g}, got {value}")
-    elif knob.kind is float:
-        low, high = knob.low or 0.0, knob.high or math.inf
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not low <= value <= high
-        ):
-            raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
-    return value
-
-
-def id_number(value: float) -> str:
-    """A number in cell ids (%g, as in every run stored so far); SweepConfig refuses two
-    values of a dimension that would share one."""
-    return f"{value:g}"
-
-
-def fault_label(text: str) -> str:
-    fault = parse_fault(text)
-    assert fault is not None
-    return fault.label
-
-
 def _one_id_each(name: str, values: tuple, key: Any) -> None:
     """ConfigError where two values of a grid dimension are one (the same ``key``: one
     cell id, or one meaning under two spellings, which would measure a cell twice)."""
@@ -771,13 +572,7 @@ def canonical_workload(name: str) -> str:
     return name.lower()
 
 
-def workload_label(workload: str) -> str:
-    """``ycsb-a`` for the shipped ones; for a properties file its stem and a digest of its
-    content, so two files (or a file named like a shipped workload) never share cell ids."""
-    if workload.startswith("ycsb-"):
-        return workload
-    digest = hashlib.sha256(Path(workload).read_bytes()).hexdigest()[:6]
-    return f"ycsb-{Path(workload).stem}-{digest}"
+# -- parsing helpers -------------------------------------------------------------------------
 
 
 def load_toml(path: str | Path, *, quick: bool = False) -> dict[str, Any]:
@@ -830,168 +625,3 @@ def preset(name: str) -> dict[str, Any]:
         shipped = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
         raise ConfigError(f"no preset {name!r} (shipped: {', '.join(shipped)})")
     return load_toml(path)
-
-
-# -- parsing helpers -------------------------------------------------------------------------
-
-
-MAX_LIST_VALUES = 1000  # values one list flag may expand to (a grid larger is a typo)
-LIST_SYNTAX = "use e.g. 0,20,40 or an ascending range 0..100..10"
-
-
-def parse_list(name: str, text: str, kind: type) -> tuple:
-    """'0,20,40' -> (0, 20, 40); 'a..b' (step 1) or 'a..b..step' ascending ranges.
-
-    Raises ConfigError naming ``name`` and the part for anything else: a part that is not
-    a finite ``kind``, a range that is empty or descending, a step that is not positive,
-    or more than MAX_LIST_VALUES values in all.
-    """
-    items: list = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        bounds = [_number(name, part, x, kind) for x in part.split("..")]
-        if len(bounds) == 1:
-            items.append(bounds[0])
-        elif len(bounds) in (2, 3):
-            items.extend(_expand(name, part, kind, *bounds))
-        else:
-            raise ConfigError(f"{name}: cannot read {part!r} ({LIST_SYNTAX})")
-        if len(items) > MAX_LIST_VALUES:
-            raise ConfigError(
-                f"{name}: {text!r} expands to more than {MAX_LIST_VALUES} values ({LIST_SYNTAX})"
-            )
-    return tuple(items)
-
-
-def _number(name: str, part: str, text: str, kind: type) -> int | float:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise ConfigError(
-            f"{name}: cannot read {part!r} as {'integers' if kind is int else 'numbers'} "
-            f"({LIST_SYNTAX})"
-        ) from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{name}: {part!r} is not a finite number ({LIST_SYNTAX})")
-    return value
-
-
-def _expand(name: str, part: str, kind: type, low, high, step=1) -> list:
-    """The values of the range low..high..step (both ends included)."""
-    if step <= 0:
-        raise ConfigError(f"{name}: the step of {part!r} must be positive ({LIST_SYNTAX})")
-    if high < low:
-        raise ConfigError(
-            f"{name}: {part!r} is a descending range; write it ascending, e.g. "
-            f"{high:g}..{low:g}{'' if step == 1 else f'..{step:g}'}"
-        )
-    steps = (high - low) / step  # inf when the bounds are too far apart for a float
-    if not steps < MAX_LIST_VALUES:
-        shown = f"{math.floor(steps + 1e-9) + 1}" if math.isfinite(steps) else "too many"
-        raise ConfigError(
-            f"{name}: {part!r} expands to {shown} values, more than {MAX_LIST_VALUES} "
-            f"({LIST_SYNTAX})"
-        )
-    count = math.floor(steps + 1e-9) + 1
-    # Multiplied, not accumulated: 0..1..0.1 gives 0.3, not 0.30000000000000004.
-    return [kind(round(low + i * step, 9)) for i in range(count)]
-
-
-def parse_rf(name: str, text: str) -> tuple[int | Literal["k"], ...]:
-    """Replication factors: integers, ranges of them (parse_list) and "k" (the node count)."""
-    values: list[int | Literal["k"]] = []
-    for part in str(text).split(","):
-        if part.strip().lower() == "k":
-            values.append("k")
-        else:
-            values.extend(parse_list(name, part, int))
-    return tuple(values)
-
-
-def _rf_values(values: Any) -> tuple[int | Literal["k"], ...]:
-    """RFs: integers 1..MAX, or "k" for "the node count" (RF = every node)."""
-    values = _as_tuple("rf", values)
-    if not values:
-        raise ConfigError("rf is empty: the grid needs at least one value")
-    out: list[int | Literal["k"]] = []
-    for v in values:
-        if isinstance(v, str) and v.strip().lower() == "k":
-            out.append("k")
-        elif isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_EDGE_NODES:
-            out.append(v)
-        else:
-            raise ConfigError(
-                f"rf values must be integers from 1 to {MAX_EDGE_NODES} or "
-                f"'k' (the node count), got {v!r}"
-            )
-    if len(set(out)) != len(out):
-        raise ConfigError(f"rf lists a value twice: {list(values)}")
-    return tuple(out)
-
-
-def _as_tuple(name: str, value: Any) -> tuple:
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        return (value,)
-    raise ConfigError(f"{name} must be a list, got {value!r}")
-
-
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
-    values = _as_tuple(name, values)
-    if not values:
-        raise ConfigError(f"{name} is empty: the grid needs at least one value")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            raise ConfigError(f"{name} values must be integers from {low} to {high}, got {v!r}")
-    if len(set(values)) != len(values):
-        raise ConfigError(f"{name} lists a value twice: {list(values)}")
-    return tuple(values)
-
-
-def _strings(name: str, values: Any, upper: bool = False, none: bool = False) -> tuple[str, ...]:
-    """Names, stripped (``upper``: in upper case; ``none``: ``none`` in any case is
-    ``none``, the dimension's "nothing" value), each once."""
-    values = _as_tuple(name, values)
-    if not values:
-        raise ConfigError(f"{name} is empty: the grid needs at least one value")
-    out = []
-    for v in values:
-        if not isinstance(v, str) or not v.strip():
-            raise ConfigError(f"{name} values must be names, got {v!r}")
-        v = v.strip().upper() if upper else v.strip()
-        out.append("none" if none and v.lower() == "none" else v)
-    if len(set(out)) != len(out):
-        raise ConfigError(f"{name} lists a value twice: {out}")
-    return tuple(out)
-
-
-def _floats(
-    name: str, values: Any, low: float, high: float, decimals: int | None = None
-) -> tuple[float, ...]:
-    """Numbers in low..high, each once; ``decimals``: rounded to that many first, so two
-    values that differ below the resolution are one value (refused as listed twice)."""
-    values = _as_tuple(name, values)
-    if not values:
-        raise ConfigError(f"{name} is empty: the grid needs at least one value")
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-            raise ConfigError(f"{name} values must be numbers, got {v!r}")
-        if not low <= v <= high:
-            raise ConfigError(f"{name} values must be between {low:g} and {high:g}, got {v:g}")
-        out.append(float(v) if decimals is None else round(float(v), decimals))
-    if len(set(out)) != len(out):
-        dup = next(x for x in out if out.count(x) > 1)
-        same = [v for v, x in zip(values, out, strict=True) if x == dup]
-        unit = "" if decimals is None else f" to {10.0**-decimals:g}"
-        raise ConfigError(f"{name} lists a value twice{unit}: {', '.join(map(repr, same))}")
-    return tuple(out)

@@ -32,7 +32,8 @@ from testbed.errors import ConfigError
 from testbed.topology import Topology
 
 from . import plan
-from .config import Cell, SweepConfig
+from .cells import Cell
+from .config import SweepConfig
 
 CELL_OVERHEAD_S = 0.2
 PROBE_INTERVAL_S = 0.005

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from .config import Cell, SweepConfig
+from .cells import Cell
+from .config import SweepConfig
 
 REFRESH_EVERY_S = 900.0
 

@@ -24,7 +24,8 @@ from emulation.trace import load as load_trace
 from testbed import Testbed
 
 from . import estimate, faults, plan, ycsb
-from .config import Cell, SweepConfig
+from .cells import Cell
+from .config import SweepConfig
 from .summary import stats_ms
 from .watch import ComponentLost, check_components
 

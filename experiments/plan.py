@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .config import Cell
+from .cells import Cell
 
 EXCLUSIVE = float("inf")  # a demand that runs alone
 

@@ -33,7 +33,7 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from .config import Cell
+from .cells import Cell
 from .estimate import fmt_duration
 
 REFRESH_PER_S = 4

@@ -33,7 +33,8 @@ from typing import Any
 from testbed.command import STOP_SIGNALS, leave_terminal
 
 from . import estimate, plan, tasks
-from .config import Cell, SweepConfig
+from .cells import Cell
+from .config import SweepConfig
 from .fleet import Fleet, WorkerLost
 from .progress import Progress
 from .store import Store

@@ -32,7 +32,8 @@ from testbed.clean import clean
 from testbed.command import STOP_SIGNALS, leave_terminal
 
 from . import estimate, faults, plan
-from .config import Cell, SweepConfig
+from .cells import Cell
+from .config import SweepConfig
 from .measure import keyspace, measure
 from .progress import Progress
 from .store import Store, StoreFullError

@@ -37,12 +37,11 @@ from .config import (
     SweepConfig,
     flag_of,
     load_toml,
-    parse_list,
-    parse_rf,
     preset,
     shown_default,
 )
 from .faults import split_list
+from .fields import parse_list, parse_rf
 from .figures import Figures
 from .fleet import load_workers
 from .launch import (

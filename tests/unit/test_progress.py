@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from experiments import progress as progress_mod
-from experiments.config import Cell
+from experiments.cells import Cell
 from experiments.progress import Progress, describe
 
 CELL = Cell(nodes=3, rf=2, latency_ms=50, loss_pct=7.5, repetition=0)

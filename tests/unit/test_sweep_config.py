@@ -3,7 +3,8 @@
 import pytest
 
 from experiments import estimate
-from experiments.config import SweepConfig, load_toml, parse_list, preset
+from experiments.config import SweepConfig, load_toml, preset
+from experiments.fields import parse_list
 from experiments.sweep import config_from_args, parser
 from model.consistency import remote_round_trip_probability, required_acks
 from testbed.errors import ConfigError

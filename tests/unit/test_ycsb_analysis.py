@@ -9,7 +9,7 @@ import pytest
 
 from analysis import plots, ycsb
 from analysis.results import load
-from experiments.config import Cell
+from experiments.cells import Cell
 from experiments.export import YCSB_EXPORT_COLUMNS, export
 from experiments.measure import ycsb_rows
 from experiments.store import Store
