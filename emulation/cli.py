@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=links.PROFILES,
         default="paper",
         help="the link matrix: paper (edge to edge L and p, edge to endpoint 10 ms: "
-        "the seed paper's and the sweep's default), uniform (every link), file (default paper)",
+        "the seed paper's), uniform (every link), file (--links); default paper, as the sweep's",
     )
     s.add_argument("--latency", type=delay_ms, help="one-way delay L in ms (default 0)")
     s.add_argument(

@@ -82,7 +82,7 @@ class DaskRun:
             protocol="tls://",
             host=host,
             scheduler_port=0,
-            dashboard_address=f"{host}:0",
+            dashboard_address="127.0.0.1:0",  # no one else needs it: not on the network
             security=security,
         )
         self.client = Client(self.cluster, security=security)

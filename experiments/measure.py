@@ -132,12 +132,12 @@ class Conditions:
 
     def __init__(self, shard: Shard, cell: Cell):
         self.shard, self.cell = shard, cell
+        self.cpu0 = cpu_times()  # the cell's CPU window opens before its fault is prepared
         self.fault = shard.fault = fault_runner(shard, cell)
         self.replay = trace_replay(shard.tb, cell)
         self.trace_log: dict[str, Any] | None = None
         self.fault_log: dict[str, Any] | None = None
         self.cpu: float | None = None
-        self.cpu0 = cpu_times()
 
     def measuring(self) -> None:
         if self.replay is not None:

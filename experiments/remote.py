@@ -49,6 +49,7 @@ class Slot:
     nodes: int | None = None  # the node count of the cluster it keeps up
     unit: plan.Unit | None = None  # in flight
     future: Any = None
+    idle: bool = False  # the planner had nothing for it (no longer counted as serving)
 
 
 class Remote:
@@ -83,6 +84,7 @@ class Remote:
         self.reports = Reports(store, run_id, progress, self.cells)
         self.cleaners: list[threading.Thread] = []
         self.aborting = False
+        self.wake = False  # a re-queue: idle slots ask the planner again
         self.on_cell: Any = None  # called with each cell id once it is stored
 
     # -- the loop --------------------------------------------------------------------------
@@ -107,14 +109,17 @@ class Remote:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 previous[sig] = signal.signal(sig, on_signal)
+        ended, deadline = False, None
         try:
             while True:
                 if signals[0] and not self.aborting:
                     self.abort("interrupted: the workers tear their testbeds down")
+                if self.aborting and deadline is None:
+                    deadline = time.monotonic() + ABORT_WAIT_S
                 self.check_workers()
                 self.fill()
                 flying = [s.future for s in self.slots if s.future is not None]
-                if not flying:
+                if not flying or (deadline is not None and time.monotonic() > deadline):
                     break
                 try:
                     wait(flying, timeout=1.0, return_when="FIRST_COMPLETED")
@@ -124,12 +129,15 @@ class Remote:
                     if s.future is not None and s.future.done():
                         self.finished(s)
                 self.reports.drain()
+            ended = True
         finally:
-            self.close_workers("interrupted" if signals[0] else "complete")
-            for sig, handler in previous.items():
-                if handler is not None:
-                    signal.signal(sig, handler)
-            self.record()
+            try:
+                self.close_workers("complete" if ended and not self.aborting else "interrupted")
+            finally:
+                for sig, handler in previous.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
+                self.record()
         if signals[0]:
             raise KeyboardInterrupt
         left = [c.cell_id for u in self.planner.left() for c in u.cells]
@@ -158,19 +166,27 @@ class Remote:
             self.progress.note(f"worker {name}: {p} testbeds at once")
         if not self.slots:
             raise WorkerLost("no Dask worker offers a testbed resource")
-        self.store.update_manifest(self.run_id, workers=entries)
+        parallel = {"workers": {n: e["p"] for n, e in entries.items()}, "why": "dask"}
+        self.store.update_manifest(self.run_id, workers=entries, parallel=parallel)
 
     def fill(self) -> None:
-        """Every free slot of a live worker gets the planner's next unit for it."""
+        """Every free slot of a live worker gets the planner's next unit for it (an idle
+        one only after a re-queue: it serves its node count again, ``rejoin``)."""
         assert self.planner is not None
+        wake, self.wake = self.wake, False
         for s in self.slots:
             if s.future is not None or s.worker in self.gone or self.aborting:
                 continue
-            unit = self.planner.next(s.nodes)
+            if s.idle:
+                if not wake:
+                    continue
+                self.planner.rejoin(s.nodes)
+            unit = self.planner.next(s.nodes)  # None: it no longer counts s as serving
             if unit is None and not any(x.future is not None for x in self.slots):
                 unit = self.planner.take()  # nobody else is left to measure it
+            s.idle = unit is None
             if unit is None:
-                continue  # idle: its cluster stays up in case work is re-queued
+                continue  # its cluster stays up in case work is re-queued
             s.unit, s.nodes = unit, unit.nodes
             s.future = self.client.submit(
                 self.task,
@@ -193,9 +209,12 @@ class Remote:
         s.future, s.unit = None, None
         try:
             result = future.result()
-        except Exception as exc:  # noqa: BLE001 - a worker's failure, counted below
+        except BaseException as exc:  # noqa: BLE001 - a worker's failure (or cancel), counted below
             future.release()
+            self.leave(s)
             s.nodes = None  # the worker took its cluster down
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
             if isinstance(exc, plan.Stopped) or self.aborting or s.worker in self.gone:
                 if not self.aborting:
                     self.requeue(s.worker, list(unit.cells), "its worker stopped")
@@ -212,6 +231,17 @@ class Remote:
         future.release()  # Dask must not recompute it if the worker goes
         for record in result["cells"]:
             self.commit(str(result["worker"]), record)
+        came = {r["cell"]["cell_id"] for r in result["cells"]}
+        missing = [c for c in unit.cells if c.cell_id not in came]
+        if missing and not self.aborting:  # a unit cut short must not pass for measured
+            self.requeue(s.worker, missing, "its unit ended before them")
+
+    def leave(self, s: Slot) -> None:
+        """The slot no longer serves its node count (its cluster is gone, or its worker)."""
+        assert self.planner is not None
+        if not s.idle and s.nodes is not None:
+            self.planner.release(s.nodes)
+        s.idle = True
 
     def commit(self, name: str, record: dict[str, Any]) -> None:
         cell = dict(record["cell"], run_id=self.run_id, worker=name)
@@ -244,16 +274,27 @@ class Remote:
             str(w.get("name")) for w in self.client.scheduler_info(n_workers=-1)["workers"].values()
         }
         for name in list(self.addresses):
-            if name in self.gone:
-                continue
             proc = self.sessions.get(name)
-            if name not in alive or (proc is not None and proc.poll() is not None):
-                code = proc.poll() if proc is not None else None
-                why = "its session ended" + (f" (ssh exit {code})" if code is not None else "")
-                self.lost(name, why if proc is not None else "the scheduler removed it")
+            ended = proc is not None and proc.poll() is not None
+            if name in alive and not ended:
+                continue
+            why = "the scheduler removed it"
+            if ended:
+                why = f"its session ended (ssh exit {proc.poll()})"  # type: ignore[union-attr]
+            if name not in self.gone:
+                self.lost(name, why)
+            elif any(s.worker == name and s.future is not None for s in self.slots):
+                self.take_back(name, why)  # retired after a failure, then gone
 
     def lost(self, name: str, why: str) -> None:
         self.retire(name, "lost", why)
+        if self.fleet is not None:
+            self.clean_after(name)
+        self.take_back(name, why)
+
+    def take_back(self, name: str, why: str) -> None:
+        """The units in flight on a worker that is gone: cancelled (pinned to it, they
+        could never run) and re-queued."""
         for s in self.slots:
             if s.worker == name and s.future is not None:
                 assert s.unit is not None
@@ -262,16 +303,14 @@ class Remote:
                 s.future, s.unit = None, None
 
     def retire(self, name: str, status: str, why: str) -> None:
-        """No more units to ``name``; what it left is removed on its machine."""
-        assert self.planner is not None
+        """No more units to ``name`` (its units in flight finish; its testbeds go down
+        with ``close_run`` at the end, or ``clean_after`` once it is lost)."""
         self.gone.add(name)
         for s in self.slots:
-            if s.worker == name and s.nodes is not None and s.future is None:
-                self.planner.release(s.nodes)
+            if s.worker == name:
+                self.leave(s)
         self.reports.worker_entry(name, status=status, reason=why)
         self.progress.note(f"worker {name} {status}: {why}", shard=name)
-        if self.fleet is not None:
-            self.clean_after(name)
 
     def requeue(self, name: str, cells: list[Cell], why: str) -> None:
         assert self.planner is not None
@@ -280,10 +319,17 @@ class Remote:
         ids = [c.cell_id for c in cells]
         self.requeued.append({"worker": name, "why": why, "cells": ids, "at": time.time()})
         self.progress.note(f"{len(cells)} cells of worker {name} re-queued ({why})")
+        self.wake = True  # idle slots may take them
 
     def abort(self, why: str) -> None:
+        """Every running unit stops at its next check (``tasks.abort_run``)."""
         self.aborting = True
         self.progress.note(why)
+        live = [self.addresses[n] for n in self.addresses if n not in self.gone]
+        try:
+            self.client.run(tasks.abort_run, self.run_id, workers=live, on_error="ignore")
+        except Exception as exc:  # noqa: BLE001 - the close that follows reports what is left
+            self.progress.note(f"telling the workers to stop failed: {exc}")
 
     def clean_after(self, name: str) -> None:
         """Remove what the dead worker left on its machine (in the background)."""
@@ -308,27 +354,33 @@ class Remote:
         ABORT_WAIT_S for the running units to stop."""
         from distributed import wait
 
-        live = [n for n in self.addresses if n not in self.gone]
+        if status != "complete" and not self.aborting:
+            self.abort("stopping: the workers tear their testbeds down")
         flying = [s.future for s in self.slots if s.future is not None]
-        if self.aborting or status != "complete":
-            addresses = [self.addresses[n] for n in live]
-            self.client.run(tasks.abort_run, self.run_id, workers=addresses)
         try:
             wait(flying, timeout=ABORT_WAIT_S)
         except TimeoutError:
             pass
-        closing = [
-            self.client.submit(
+        # every worker still there, retired ones too: their idle clusters are up
+        alive = {str(w.get("name")) for w in self.client.scheduler_info()["workers"].values()}
+        names = [n for n in self.addresses if n in alive]
+        closing = {
+            n: self.client.submit(
                 tasks.close_run, self.run_id, status, workers=[self.addresses[n]], pure=False
             )
-            for n in live
-        ]
+            for n in names
+        }
         try:
-            wait(closing, timeout=ABORT_WAIT_S)
+            wait(list(closing.values()), timeout=tasks.FREE_WAIT_S + 60)
         except TimeoutError:
-            self.progress.note("a worker did not take its testbeds down in time")
-        for n in live:
-            self.reports.worker_entry(n, status="interrupted" if self.aborting else status)
+            pass
+        for n, future in closing.items():
+            if future.status != "finished":
+                self.progress.note(f"worker {n} did not take its testbeds down ({future.status})")
+                if self.fleet is not None:
+                    self.clean_after(n)
+            elif n not in self.gone:
+                self.reports.worker_entry(n, status=status)
         for t in self.cleaners:
             t.join(timeout=300)
 

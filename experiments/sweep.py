@@ -313,6 +313,7 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
     progress = Progress(len(cells), len(done), lambda scale: engine.remaining_s(scale))
+    remote = specs is not None  # the Dask engine; else this machine's
     engine: Any
     hold: Any
     if specs is not None:
@@ -340,7 +341,7 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
     # marked complete, or rerunning would not resume it.
     status, code, problem = "failed", 0, ""
     try:
-        if p:
+        if not remote:
             remove_stale_testbeds(store, say)
         if todo:
             engine.run(todo)
@@ -348,13 +349,13 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
         status = "complete"
     except (KeyboardInterrupt, Stopped):
         status, code = "interrupted", 130
-        problem = f"interrupted: every {'worker' if p == 0 else 'testbed'}'s testbeds are down. "
+        problem = f"interrupted: every {'worker' if remote else 'testbed'}'s testbeds are down. "
     except TestbedError as exc:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
         figures.close()
         progress.close()
-        if p == 0:
+        if remote:
             engine.close()
         try:
             store.set_status(run_id, status)
@@ -370,7 +371,7 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
         busy = cpu_busy(cpu0, cpu_times())
         store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
         print(summary_table(store, run_id))
-        if p == 0:
+        if remote:
             print(engine.report(todo, wall))
         else:
             total_rtt = store.total_rtt_ns(run_id) / 1e9

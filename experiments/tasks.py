@@ -150,6 +150,7 @@ class Slots:
         self.cells = {c.cell_id: c for c in config.cells()}
         self.busy: set[int] = set()
         self.lock = threading.Lock()
+        self.closing = threading.Lock()
         self.closed = False
 
     def measure(self, slot: int, cell_ids: list[str]) -> list[dict[str, Any]]:
@@ -167,6 +168,8 @@ class Slots:
                 shard.down()
                 shard.up(unit.nodes)
             shard.measure_unit(unit)
+            if len(self.staging.collected[me]) < len(unit.cells):
+                raise plan.Stopped()  # cut short (the run is stopping): not a measured unit
             return self.staging.collected.pop(me)
         except BaseException as exc:
             self.sweep.errors.append(exc)  # down() then stops the endpoint's writes at once
@@ -187,7 +190,12 @@ class Slots:
         self.sweep.stop.set()
 
     def close(self, status: str = "complete") -> None:
-        """Every slot's testbed down (after the running units stopped), the store closed."""
+        """Every slot's testbed down (after the running units stopped), the store closed;
+        a second caller waits for the first one's close."""
+        with self.closing:
+            self._close(status)
+
+    def _close(self, status: str) -> None:
         with self.lock:
             if self.closed:
                 return
@@ -252,10 +260,13 @@ def measure_unit(
 def close_run(run_id: str, status: str = "complete") -> bool:
     """The Dask task that ends a run on this worker: its testbeds down."""
     with _SLOTS_LOCK:
-        slots = _SLOTS.pop(run_id, None)
-    if slots is not None:
-        slots.close(status)
-    return slots is not None
+        slots = _SLOTS.get(run_id)
+    if slots is None:
+        return False
+    slots.close(status)
+    with _SLOTS_LOCK:
+        _SLOTS.pop(run_id, None)  # registered until closed: close_all waits for it too
+    return True
 
 
 def abort_run(run_id: str) -> None:

@@ -44,6 +44,7 @@ from .store import Store
 
 def serve(root: Path, name: str, parallel: str) -> int:
     """Run a Dask worker for the controller's run (module docstring); its exit code."""
+    import dask
     from distributed import Worker
     from distributed.security import Security
 
@@ -81,6 +82,10 @@ def serve(root: Path, name: str, parallel: str) -> int:
         stop.set()
 
     threading.Thread(target=read, daemon=True, name="stdin").start()
+
+    # Dask's statistical profiler samples every thread 100 times a second: 1.4 % of a
+    # core more while idle (benchmarks/dask_idle.py), load beside the measured cells
+    dask.config.set({"distributed.worker.profile.enabled": False})
 
     async def run() -> None:
         async with Worker(

@@ -2,7 +2,8 @@
 controller (``tests/unit/test_workers.py``): it measures nothing (a cell is two made-up
 requests) and behaves as ``$FAKE_MODE`` of its worker process says: ``good``; ``die``
 (the process exits in its second unit); ``hang`` (the process stops itself in its
-second unit); ``fail`` (a unit at 20 ms raises)."""
+second unit); ``fail`` (a unit at 20 ms raises); ``short`` (its first unit returns only
+its first cell, as a unit cut short would)."""
 
 import os
 import signal
@@ -39,6 +40,8 @@ def measure_unit(run_id, config_data, links, slot, cell_ids):
                     for i in range(2)]  # fmt: skip
         cells.append({"cell": cell, "requests": requests, "ycsb_ops": [], "ycsb_requests": []})
         time.sleep(0.05)
+    if mode == "short" and _units[0] == 1:
+        cells = cells[:1]
     return {"worker": get_worker().name, "cells": cells}
 
 

@@ -129,6 +129,17 @@ def test_a_dead_or_silent_workers_cells_go_to_the_other(tmp_path, dask, mode):
     assert "worker w1 lost" in log
 
 
+def test_the_cells_a_unit_did_not_return_are_measured_again(tmp_path, dask):
+    """A unit whose result lacks cells (cut short on its worker) does not pass for
+    measured: the missing cells are re-queued, and the run completes with each once."""
+    config, store, log, error = run(tmp_path, dask, {"w1": "short"}, nodes=(3,))
+    assert error is None, log
+    cells = store.cells("run1")
+    assert sorted(c["cell_id"] for c in cells) == sorted(c.cell_id for c in config.cells())
+    (requeued,) = store.run("run1").manifest["requeued"]
+    assert len(requeued["cells"]) == 1 and requeued["why"] == "its unit ended before them"
+
+
 def test_a_unit_that_fails_on_two_workers_stops_the_run(tmp_path, dask):
     """The 20 ms unit fails on the worker measuring it (that worker gets no more units):
     it is re-queued once, fails on the second worker too, and the run stops there."""
