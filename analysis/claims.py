@@ -304,3 +304,15 @@ def format_text(rows: list[dict[str, Any]]) -> str:
             numbers = f" — {v['numbers']}" if v["numbers"] else ""
             lines.append(f"    {name:<8} {v['verdict']}{numbers}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from testbed.command import not_a_command
+
+    sys.exit(
+        not_a_command(
+            "analysis.claims", "its verdicts are in `edgetb report DIR` and `edgetb model DIR`"
+        )
+    )

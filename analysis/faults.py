@@ -206,3 +206,16 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
         name = f"fault_{c['cell_id']}"  # ids have dots (p0.5): no with_suffix here
         made.append({"name": name, "paths": save_figure(fig, out, name), "series": 2})
     return made
+
+
+if __name__ == "__main__":
+    import sys
+
+    from testbed.command import not_a_command
+
+    sys.exit(
+        not_a_command(
+            "analysis.faults",
+            "its tables and figures are in `edgetb plots DIR` and `edgetb report DIR`",
+        )
+    )

@@ -258,3 +258,16 @@ def percentiles_table(ycsb_cells: Sequence[Mapping[str, Any]]) -> str:
                     )
                 )
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from testbed.command import not_a_command
+
+    sys.exit(
+        not_a_command(
+            "analysis.ycsb",
+            "its tables and figures are in `edgetb plots DIR` and `edgetb report DIR`",
+        )
+    )

@@ -104,3 +104,9 @@ def run_as(name: str, main: Callable[..., int], argv: Sequence[str]) -> int:
         return main(list(argv))
     finally:
         _PROG.reset(token)
+
+
+def not_a_command(module: str, instead: str) -> int:
+    """For ``python -m`` of a library module: one line saying which command to run."""
+    print(f"{module} is a library module, not a command: {instead}", file=sys.stderr)
+    return EXIT_BAD_INPUT

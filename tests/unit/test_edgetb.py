@@ -135,3 +135,17 @@ def test_a_hang_up_with_the_terminal_gone_still_tears_down(tmp_path):
     proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=30) == 130
     assert marker.read_text() == "torn down"
+
+
+@pytest.mark.parametrize("module", ["analysis.claims", "analysis.ycsb", "analysis.faults"])
+def test_a_library_module_run_as_a_command_says_which_command_to_run(module):
+    """`python -m analysis.claims --help` printed nothing and exited 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"{module} is a library module, not a command: ") and "edgetb " in line
