@@ -9,37 +9,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from emulation import links
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from emulation.trace import load as load_trace
-from model.consistency import check_level, required_acks
 from testbed import cgroups
-from testbed.backends import backend_class, backend_options
+from testbed.backends import backend_options
 from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
-from testbed.subnets import pool_from
-from testbed.topology import MAX_EDGE_NODES, Topology
+from testbed.topology import MAX_EDGE_NODES
 
 from . import cells as grid
-from .cells import WRITES, Cell, fault_label, id_number, workload_label
-from .faults import parse as parse_fault
+from . import checks
+from .cells import WRITES, Cell
 from .fields import (
     Knob,
     as_tuple,
-    check_knob,
     grid_knob,
     knob,
     node_knob,
-    rf_values,
-    strings,
 )
-from .ycsb import Spec, workload_path
+from .ycsb import workload_path
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -47,7 +40,6 @@ POLICIES = ("round-robin", "token-aware")
 SHAPERS = ("auto", "direct", "host", "gateway")
 JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
-MAX_CELLS = 100_000
 MAX_HEAP_MB = 64 * 1024
 
 
@@ -225,174 +217,7 @@ class SweepConfig:
     )
 
     def __post_init__(self) -> None:
-        self._validate()
-
-    # -- validation ------------------------------------------------------------------------
-
-    def _validate(self) -> None:
-        set_ = object.__setattr__
-        for name, knob_ in KNOBS.items():
-            set_(self, name, check_knob(name, knob_, getattr(self, name), DEFAULTS[name]))
-        if self.rf is not None:
-            set_(self, "rf", rf_values(self.rf))
-            if not any(self.rfs(n) for n in self.nodes):
-                raise ConfigError(
-                    f"the grid is empty: no replication factor of "
-                    f"{', '.join(map(str, self.rf))} fits any node count "
-                    f"({', '.join(map(str, self.nodes))})"
-                )
-            too_big = [r for r in self.rf if r != "k" and r > max(self.nodes)]
-            if too_big:
-                raise ConfigError(
-                    f"rf {', '.join(map(str, too_big))} exceeds every node count "
-                    f"({', '.join(map(str, self.nodes))}): a keyspace cannot have more "
-                    f"replicas than nodes"
-                )
-        if self.first_pass is not None:
-            extra = [x for x in self.first_pass if x not in self.latency_ms]
-            if extra:
-                raise ConfigError(
-                    f"first_pass latency {extra[0]:g} ms is not in the grid's latencies "
-                    f"({', '.join(f'{x:g}' for x in self.latency_ms)})"
-                )
-        if self.profile == "file":
-            if not self.links_file:
-                raise ConfigError("profile 'file' needs links_file (--links FILE)")
-            for n in self.nodes:  # the whole file, for every topology, before anything starts
-                links.from_toml(Topology(edge_nodes=n), self.links_file)
-            if len(self.latency_ms) != 1 or len(self.loss_pct) != 1:
-                raise ConfigError(
-                    "profile 'file' takes its delays and losses from the links "
-                    "file: give a single --latency and --loss (labels only)"
-                )
-        elif self.links_file:
-            raise ConfigError(f"links_file is only used with profile 'file', not {self.profile!r}")
-        set_(self, "cl", check_level(self.cl))
-        for name in ("latency_ms", "loss_pct", "target"):  # %g in cell ids: one id each
-            _one_id_each(name, getattr(self, name) or (), id_number)
-        backend_class(self.backend)  # ConfigError naming the backends
-        options = self.backend_options()
-        if options.get("resources"):  # every node count's nodes, with the sweep's heap
-            for n in self.nodes:
-                for host, res in cgroups.resolve_spec(
-                    options["resources"], Topology(edge_nodes=n)
-                ).items():
-                    if host != "ep":
-                        res.check_heap(self.heap_mb, host)
-        if self.backend == "hosts" and not self.inventory:
-            raise ConfigError("the hosts backend needs inventory (--inventory FILE)")
-        if self.subnet_pool is not None:
-            pool_from(self.subnet_pool)
-        if backend_class(self.backend).remote and self.shaper in ("gateway", "host"):
-            raise ConfigError(
-                f"the {self.backend} backend shapes inside its hosts: use shaper direct or auto"
-            )
-        if 0 < self.verify_probes < 20:
-            raise ConfigError(
-                f"verify_probes must be 0 (no check) or at least 20, got {self.verify_probes}"
-            )
-        if not str(self.out).strip():
-            raise ConfigError("out must name a results directory")
-        pairs = [(n, r) for n in self.nodes for r in self.rfs(n)]
-        self._validate_ycsb(pairs)
-        self._validate_faults()
-        self._validate_traces()
-        per_point = (WRITES in self.workload) + len(self.ycsb_workloads()) * math.prod(
-            len(v or (None,))
-            for v in (self.records, self.threads, self.target, self.read_cl, self.write_cl)
-        )
-        count = (
-            len(pairs) * self.repetitions * len(self.latency_ms) * len(self.loss_pct) * per_point
-        )
-        if count > MAX_CELLS:
-            raise ConfigError(
-                f"the grid has {count} cells, more than {MAX_CELLS} (at 1000 writes of ~10 ms, "
-                f"{MAX_CELLS} cells take about 12 days); check --repetitions and the lists"
-            )
-        short = sorted({r for _, r in pairs if required_acks(self.cl, r) > r})
-        if short:
-            raise ConfigError(
-                f"consistency level {self.cl} needs {required_acks(self.cl, short[0])} "
-                f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
-                f"every write would fail; drop those RFs or choose another level"
-            )
-
-    def _validate_faults(self) -> None:
-        """Every fault read and checked against every node count's hosts, before
-        anything starts; faults need the netns backend (nodes killed and started by the
-        sweep) and act on the paper's writes."""
-
-        object.__setattr__(self, "fault", strings("fault", self.fault, none=True))
-        faults = [parse_fault(f) for f in self.fault]
-        if not any(faults):
-            return
-        _one_id_each("fault", self.fault, lambda f: f if f == "none" else fault_label(f))
-        _one_id_each("fault", self.fault, _fault_meaning)
-        if self.backend != "netns":
-            raise ConfigError("faults (--fault) run on the netns backend so far")
-        if self.ycsb_workloads():
-            raise ConfigError("faults act on the paper's writes so far: not with YCSB workloads")
-        for f in faults:
-            if f is None:
-                continue
-            for n in self.nodes:
-                f.check(Topology(edge_nodes=n))
-            if f.kind in ("partition", "links") and self.profile == "file":
-                raise ConfigError(
-                    f"fault {f.text!r}: not with profile 'file' (its matrix is fixed)"
-                )
-
-    def _validate_traces(self) -> None:
-        """Every trace read and checked against every node count's hosts; traces act on
-        the paper's writes, over a profile's matrix (not a fixed links file)."""
-
-        object.__setattr__(self, "trace", strings("trace", self.trace, none=True))
-        named = [t for t in self.trace if t != "none"]
-        if not named:
-            return
-        _one_id_each("trace", self.trace, lambda t: t if t == "none" else load_trace(t).label)
-
-        changing = [
-            f for f in self.fault if (p := parse_fault(f)) and p.kind in ("partition", "links")
-        ]
-        if changing:  # both would drive the shaper at once, each undoing the other's
-            raise ConfigError(
-                f"fault {changing[0]!r} changes links, and so does a trace: not in one grid "
-                f"(run them as two sweeps)"
-            )
-        if self.ycsb_workloads():
-            raise ConfigError("link traces act on the paper's writes so far: not with YCSB")
-        for t in named:
-            trace = load_trace(t)
-            for n in self.nodes:
-                trace.check(Topology(edge_nodes=n))
-
-    def _validate_ycsb(self, pairs: list[tuple[int, int]]) -> None:
-        """The YCSB dimensions: names, ranges, and every workload x level x records
-        combination checked by experiments.ycsb before anything starts."""
-
-        object.__setattr__(
-            self, "workload", strings("workload", tuple(map(canonical_workload, self.workload)))
-        )
-        for w in self.workload:
-            if w != WRITES and not w.startswith("ycsb-") and not Path(w).is_file():
-                raise ConfigError(
-                    f"unknown workload {w!r}: writes (the paper's), ycsb-a..ycsb-f, or a "
-                    f"YCSB properties file"
-                )
-        _one_id_each("workload", self.ycsb_workloads(), workload_label)
-        for w in self.ycsb_workloads():
-            for n, r in pairs:
-                for read in self.read_cl:
-                    for write in self.write_cls(read):
-                        for k in self.records:
-                            Spec(
-                                w,
-                                records=k,
-                                operations=self.operations,
-                                read_cl=read,
-                                write_cl=write,
-                            ).check(nodes=n, rf=r, heap_mb=self.heap_mb)
+        checks.validate(self, KNOBS, DEFAULTS)
 
     def write_cls(self, read: str) -> tuple[str, ...]:
         """The write levels paired with the read level ``read``."""
@@ -542,37 +367,6 @@ def settings_reference() -> str:
             default = "" if knob_.kind is bool else f"`{shown_default(name)}`"
             lines.append(f"| `{name}` | {flag} | {default} | {what} |")
     return "\n".join(lines) + "\n"
-
-
-def _one_id_each(name: str, values: tuple, key: Any) -> None:
-    """ConfigError where two values of a grid dimension are one (the same ``key``: one
-    cell id, or one meaning under two spellings, which would measure a cell twice)."""
-    seen: dict[str, Any] = {}
-    for v in values:
-        k = key(v)
-        if k in seen:
-            raise ConfigError(f"{name}: {seen[k]!r} and {v!r} are the same value: list it once")
-        seen[k] = v
-
-
-def _fault_meaning(text: str) -> str:
-    """A fault as parsed, whatever its spelling (kill:e1@30% is kill:e1@30.0%)."""
-    fault = parse_fault(text)
-    return "none" if fault is None else repr(replace(fault, text=""))
-
-
-def canonical_workload(name: str) -> str:
-    """writes in any case is the paper's; a file that exists is as given (two spellings of
-    one file share its label: refused); any other name a shipped YCSB workload's, in
-    lower case."""
-    if name.lower() == WRITES:
-        return WRITES
-    if Path(name).is_file():
-        return name
-    return name.lower()
-
-
-# -- parsing helpers -------------------------------------------------------------------------
 
 
 def load_toml(path: str | Path, *, quick: bool = False) -> dict[str, Any]:
