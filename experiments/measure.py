@@ -13,6 +13,7 @@ display are shared.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -72,8 +73,11 @@ class Shard(Protocol):
     worker: Any  # workloads.WriteWorker, the endpoint's write process
     loaded: set[str]  # YCSB keyspaces loaded on this cluster
     fault: Any  # the running cell's faults.Runner
+    restarts: Counter[str]  # nodes started again after they died, on this testbed
 
     def note(self, message: str) -> None: ...
+
+    def start_worker(self) -> Any: ...
 
 
 class Workload(Protocol):

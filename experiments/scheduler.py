@@ -25,24 +25,21 @@ from typing import Any
 
 from emulation import api as emulation
 from emulation import links, shapers
-from emulation.verify import measure_pair
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, Topology
 from testbed.clean import clean
 from testbed.command import STOP_SIGNALS, leave_terminal
 
-from . import estimate, faults, plan
+from . import estimate, plan, units
 from .cells import Cell
 from .config import SweepConfig
-from .measure import keyspace, measure
+from .measure import keyspace
 from .progress import Progress
 from .store import Store, StoreFullError
 from .summary import stats_ms
-from .watch import ComponentLost, NodeLost, component_watch
+from .watch import component_watch
 from .workloads import WriteWorker
 
-MAX_RECOVERIES_PER_CELL = 1
-MAX_NODE_RESTARTS = 3  # per node and testbed: a node that keeps dying stops the sweep
 ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
 
 
@@ -102,7 +99,7 @@ class Sweep:
         self.errors: list[BaseException] = []
         self.failed_shards: list[str] = []  # shards that failed (not merely stopped)
         self.cores = cores or os.cpu_count() or 1
-        self.planner: Any = None  # plan.Planner, or a worker's remote one
+        self.planner: plan.Planner | None = None
         self.gate: plan.Gate | None = None
         self.shards: list[Shard] = []
         self._eta: tuple[float, float] | None = None  # (when, the replay's wall seconds)
@@ -134,18 +131,13 @@ class Sweep:
         self._eta = (now, wall)
         return scale * wall
 
-    def run(self, todo: list[Cell], planner: Any = None) -> None:
-        """Measure ``todo``, or what ``planner`` hands out (a ``--workers`` worker's
-        shards ask the controller); raises the first shard's failure, KeyboardInterrupt
-        after Ctrl-C (every shard's testbed down by then)."""
+    def run(self, todo: list[Cell]) -> None:
+        """Measure ``todo``; raises the first shard's failure, KeyboardInterrupt after
+        Ctrl-C (every shard's testbed down by then)."""
         self.logs.mkdir(parents=True, exist_ok=True)
-        if planner is None:
-            work = estimate.units(self.config, todo)
-            planner = plan.Planner(work, estimate.bringup_s)
-            shards = min(self.parallel, len(work))
-        else:
-            shards = self.parallel
-        self.planner = planner
+        work = estimate.units(self.config, todo)
+        self.planner = plan.Planner(work, estimate.bringup_s)
+        shards = min(self.parallel, len(work))
         self.shards = [Shard(self, f"s{i}") for i in range(shards)]
         # the idle testbeds beside a measurement: as many as there are shards
         self.gate = plan.Gate(estimate.budget(self.cores))
@@ -252,7 +244,7 @@ class Shard:
                 if unit.nodes != self.nodes:
                     self.down()
                     self.up(unit.nodes)
-                self.measure_unit(unit)
+                units.measure_unit(self, unit)
                 self.unit = None
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             sweep.failed(self, exc)
@@ -439,130 +431,6 @@ class Shard:
             f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.cl}): median "
             f"{s['median']:.2f} ms, mean {s['mean']:.2f} ms over {s['n']} writes"
         )
-
-    # -- units and cells -------------------------------------------------------------------
-
-    def measure_unit(self, unit: plan.Unit) -> None:
-        sweep = self.sweep
-        assert sweep.gate is not None and self.tb is not None
-        alone = unit.demand > sweep.gate.capacity
-        sweep.progress.shard_status(
-            self.name, f"{unit.label}: waiting for the machine" + (" (alone)" if alone else "")
-        )
-        with sweep.gate.hold("measure", unit.demand, stop=sweep.stop, owner=self.name):
-            shaping: dict[str, Any] | None = None
-            for cell in unit.cells:
-                if sweep.stop.is_set():
-                    return
-                for attempt in range(1 + MAX_RECOVERIES_PER_CELL):
-                    try:
-                        if shaping is None:
-                            shaping = self.set_network(cell)
-                        measure(self, cell, shaping)
-                        break
-                    except ComponentLost as exc:
-                        if not exc.recoverable or attempt == MAX_RECOVERIES_PER_CELL:
-                            raise
-                        if self.worker is not None:
-                            self.worker.abort()
-                            self.worker = None
-                        self.recover(cell, exc)
-                        self.worker = self.start_worker()
-                        shaping = None  # the restarted shaper gets the cell's setting again
-
-    def recover(self, cell: Cell, exc: ComponentLost) -> None:
-        """After the emulation broke (the shaper died, shaping vanished or was changed
-        by another process): the shaper removed and built again (a new gateway, re-wired
-        cleanly), the cell's network setting applied, the cluster whole again (the driver
-        sees every node up). After a node died: the node started again (its data and
-        command line), every node UN from every node, no hints pending. The fault and the
-        recovery time go into the run's manifest."""
-        sweep, tb = self.sweep, self.tb
-        assert tb is not None
-        t0 = time.monotonic()
-        extra: dict[str, Any] = {}
-        if isinstance(exc, NodeLost):
-            self.restarts[exc.node] += 1
-            if self.restarts[exc.node] > MAX_NODE_RESTARTS:
-                raise ComponentLost(
-                    f"{exc.node} died {self.restarts[exc.node]} times in this sweep; not "
-                    f"started again (its log: {tb.nodes[exc.node].system_log}); rerun the "
-                    "same command to resume"
-                ) from exc
-            self.note(f"{exc}; starting {exc.node} again, then measuring {cell.cell_id} again")
-            extra = {"node": exc.node, **faults.whole_again(tb, [exc.node], tb.restart_node)}
-            extra.pop("nodetool", None)
-        else:
-            self.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")
-            emulation.clear(tb, remove=True)
-            self.set_network(cell)
-            tb.driver_probe(timeout_s=180)
-        took = round(time.monotonic() - t0, 1)
-        with sweep.lock:
-            sweep.faults.append(
-                {
-                    "cell_id": cell.cell_id,
-                    "shard": self.name,
-                    "problem": str(exc),
-                    "at": time.time(),
-                    "recovery_s": took,
-                    **extra,
-                }
-            )
-            sweep.store.update_manifest(sweep.run_id, faults=list(sweep.faults))
-        self.note(f"recovered in {took:.1f} s")
-
-    def set_network(self, cell: Cell) -> dict[str, Any]:
-        """Apply the cell's link matrix; measure one edge pair against it."""
-        cfg, tb = self.config, self.tb
-        assert tb is not None
-        self.sweep.progress.shard_status(
-            self.name, f"network {cell.latency_ms:g} ms / {cell.loss_pct:g} %"
-        )
-        matrix = links.build(
-            cfg.profile,
-            tb.topology,
-            delay_ms=cell.latency_ms,
-            loss_pct=cell.loss_pct,
-            path=cfg.links_file,
-        )
-        applied = emulation.set_links(tb, matrix, cfg.shaper)
-        names = [h.name for h in tb.topology.edges]
-        a, b = (names[0], names[1]) if len(names) > 1 else (tb.topology.endpoint.name, names[0])
-        shaping: dict[str, Any] = {
-            "shaper": applied["shaper"],
-            "change_s": applied["change_s"],
-            "matrix": matrix.to_dict(),
-            "configured": {
-                "pair": [a, b],
-                "rtt_ms": matrix.rtt_ms(a, b),
-                "loss_pct": matrix.round_trip_loss_pct(a, b),
-            },
-            "measured": None,
-        }
-        if cfg.verify_probes:
-            t0 = time.monotonic()
-            pair = measure_pair(
-                tb, matrix, a, b, rtt_probes=cfg.verify_probes, loss_probes=cfg.verify_probes
-            )
-            shaping["measured"] = {
-                "median_rtt_ms": pair.median_rtt_ms,
-                "p99_rtt_ms": pair.p99_rtt_ms,
-                "rtt_error_ms": pair.rtt_error_ms,
-                "loss_pct": pair.measured_loss_pct,
-                "loss_interval_pct": list(pair.loss_interval_pct),
-                "loss_ok": pair.loss_ok,
-                "probes": pair.probes,
-                "took_s": round(time.monotonic() - t0, 2),
-            }
-            rtt = f"{pair.median_rtt_ms:.2f}" if pair.median_rtt_ms is not None else "n/a"
-            self.note(
-                f"network {cell.latency_ms:g} ms / {cell.loss_pct:g} % ({cfg.profile}) on "
-                f"{cell.nodes} nodes: {a}<->{b} RTT {rtt} ms (configured "
-                f"{pair.configured_rtt_ms:g}), loss {pair.measured_loss_pct:.1f} % "
-                f"(configured {pair.configured_loss_pct:.2f}, {pair.probes} probes)"
-            )
-        return shaping
 
     def faulted(self) -> frozenset[str]:
         """The nodes the running cell's fault took down on purpose (killed, restarting)."""

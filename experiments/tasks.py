@@ -25,7 +25,7 @@ from typing import Any
 from testbed.errors import RunInUseError
 from testbed.state import OwnerLock, describe_holder, home
 
-from . import estimate, plan
+from . import estimate, plan, units
 from .config import SweepConfig
 from .launch import CORES, LOCK_NAME, calibrate_from
 from .scheduler import Shard, Sweep, remove_stale_testbeds, static_manifest
@@ -167,7 +167,7 @@ class Slots:
             if unit.nodes != shard.nodes:
                 shard.down()
                 shard.up(unit.nodes)
-            shard.measure_unit(unit)
+            units.measure_unit(shard, unit)
             if len(self.staging.collected[me]) < len(unit.cells):
                 raise plan.Stopped()  # cut short (the run is stopping): not a measured unit
             return self.staging.collected.pop(me)

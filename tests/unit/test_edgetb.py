@@ -81,8 +81,8 @@ STOPPABLE = textwrap.dedent(
 
     @command("stoppable")
     def main(argv=None):
-        print("started", flush=True)
-        try:
+        try:  # "started" inside: a signal right after it must find the teardown armed
+            print("started", flush=True)
             time.sleep(60)
         finally:
             for i in range(2000):  # a teardown that keeps talking
