@@ -21,7 +21,6 @@ ADDRESS``), committed by the controller into its one store (docs/design/workers.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import threading
 import time
@@ -38,8 +37,7 @@ from .config import SweepConfig
 from .fleet import Fleet, WorkerLost
 from .progress import Progress
 from .store import Store
-
-ABORT_WAIT_S = 120.0  # after Ctrl-C: how long the workers get to tear their testbeds down
+from .workers import ABORT_WAIT_S, Reports, Workers
 
 
 @dataclass
@@ -69,20 +67,18 @@ class Remote:
     ):
         self.config, self.store, self.run_id = config, store, run_id
         self.progress, self.client, self.fleet = progress, client, fleet
-        self.sessions = sessions or {}  # name -> the ssh Popen of a worker we started
         self.task = task
         self.links = Path(config.links_file).read_text() if config.links_file else None
         self.cells = {c.cell_id: c for c in config.cells()}
         self.planner: plan.Planner | None = None
         self.slots: list[Slot] = []
-        self.addresses: dict[str, str] = {}  # name -> Dask address, while alive
-        self.gone: set[str] = set()
         self.failures: Counter[tuple] = Counter()  # unit network -> failures
         self.errors: list[str] = []
         self.requeued: list[dict[str, Any]] = []
         self.duplicates = 0
         self.reports = Reports(store, run_id, progress, self.cells)
-        self.cleaners: list[threading.Thread] = []
+        self.workers = Workers(client, run_id, progress, self.reports, fleet, sessions or {})
+        self.gone = self.workers.gone  # retired or lost: no more units
         self.aborting = False
         self.wake = False  # a re-queue: idle slots ask the planner again
         self.on_cell: Any = None  # called with each cell id once it is stored
@@ -97,7 +93,7 @@ class Remote:
 
         self.planner = plan.Planner(estimate.units(self.config, todo), estimate.bringup_s)
         self.client.subscribe_topic(tasks.TOPIC, lambda event: self.reports.events.put(event[1]))
-        self.join()
+        self.slots = [Slot(n, i) for n, p in self.workers.join(store_=self.store) for i in range(p)]
         signals = [0]
 
         def on_signal(signum: int, _frame: Any) -> None:
@@ -132,7 +128,11 @@ class Remote:
             ended = True
         finally:
             try:
-                self.close_workers("complete" if ended and not self.aborting else "interrupted")
+                status = "complete" if ended and not self.aborting else "interrupted"
+                if status != "complete" and not self.aborting:
+                    self.abort("stopping: the workers tear their testbeds down")
+                flying = [s.future for s in self.slots if s.future is not None]
+                self.workers.close(status, flying)
             finally:
                 for sig, handler in previous.items():
                     if handler is not None:
@@ -146,28 +146,6 @@ class Remote:
                 "; ".join(self.errors or ["every worker is gone"])
                 + (f"; {len(left)} cells not measured" if left else "")
             )
-
-    def join(self) -> None:
-        """The workers that joined the scheduler: their slots, and their facts in the
-        manifest."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
-        facts = self.client.run(tasks.facts)
-        entries = {}
-        for address, w in sorted(info.items(), key=lambda kv: str(kv[1].get("name"))):
-            p = int(w.get("resources", {}).get("testbed", 0))
-            if p < 1:
-                continue  # a worker without testbeds: not ours to use
-            name = str(w.get("name") or address)
-            self.addresses[name] = address
-            self.slots += [Slot(name, i) for i in range(p)]
-            fact = dict(facts.get(address, {}))
-            fact["clock_offset_s"] = round(fact.get("clock_offset_s", time.time()) - time.time(), 3)
-            entries[name] = fact | {"status": "running", "p": p}
-            self.progress.note(f"worker {name}: {p} testbeds at once")
-        if not self.slots:
-            raise WorkerLost("no Dask worker offers a testbed resource")
-        parallel = {"workers": {n: e["p"] for n, e in entries.items()}, "why": "dask"}
-        self.store.update_manifest(self.run_id, workers=entries, parallel=parallel)
 
     def fill(self) -> None:
         """Every free slot of a live worker gets the planner's next unit for it (an idle
@@ -195,7 +173,7 @@ class Remote:
                 self.links,
                 s.index,
                 [c.cell_id for c in unit.cells],
-                workers=[self.addresses[s.worker]],
+                workers=[self.workers.addresses[s.worker]],
                 allow_other_workers=False,  # its slot's cluster is there; re-queued if gone
                 resources={"testbed": 1},
                 pure=False,
@@ -270,17 +248,7 @@ class Remote:
 
     def check_workers(self) -> None:
         """A worker whose session ended, or that the scheduler removed, is lost."""
-        alive = {
-            str(w.get("name")) for w in self.client.scheduler_info(n_workers=-1)["workers"].values()
-        }
-        for name in list(self.addresses):
-            proc = self.sessions.get(name)
-            ended = proc is not None and proc.poll() is not None
-            if name in alive and not ended:
-                continue
-            why = "the scheduler removed it"
-            if ended:
-                why = f"its session ended (ssh exit {proc.poll()})"  # type: ignore[union-attr]
+        for name, why in self.workers.dead():
             if name not in self.gone:
                 self.lost(name, why)
             elif any(s.worker == name and s.future is not None for s in self.slots):
@@ -288,8 +256,7 @@ class Remote:
 
     def lost(self, name: str, why: str) -> None:
         self.retire(name, "lost", why)
-        if self.fleet is not None:
-            self.clean_after(name)
+        self.workers.clean_after(name)
         self.take_back(name, why)
 
     def take_back(self, name: str, why: str) -> None:
@@ -325,64 +292,7 @@ class Remote:
         """Every running unit stops at its next check (``tasks.abort_run``)."""
         self.aborting = True
         self.progress.note(why)
-        live = [self.addresses[n] for n in self.addresses if n not in self.gone]
-        try:
-            self.client.run(tasks.abort_run, self.run_id, workers=live, on_error="ignore")
-        except Exception as exc:  # noqa: BLE001 - the close that follows reports what is left
-            self.progress.note(f"telling the workers to stop failed: {exc}")
-
-    def clean_after(self, name: str) -> None:
-        """Remove what the dead worker left on its machine (in the background)."""
-        fleet = self.fleet
-        assert fleet is not None
-
-        def clean() -> None:
-            proc = self.sessions.get(name)
-            if proc is not None and proc.poll() is None:
-                proc.kill()  # our ssh client: the worker sees the end of its input
-            spec = fleet.specs[name]
-            argv = [spec.py, "-m", "experiments.worker", "clean", "--root", spec.dir]
-            ok, text = fleet.command(name, argv)
-            self.reports.events.put({"kind": "cleaned", "name": name, "ok": ok, "out": text[-500:]})
-
-        t = threading.Thread(target=clean, daemon=True, name=f"clean-{name}")
-        t.start()
-        self.cleaners.append(t)
-
-    def close_workers(self, status: str) -> None:
-        """Every live worker's testbeds down (``tasks.close_run``); Ctrl-C waits at most
-        ABORT_WAIT_S for the running units to stop."""
-        from distributed import wait
-
-        if status != "complete" and not self.aborting:
-            self.abort("stopping: the workers tear their testbeds down")
-        flying = [s.future for s in self.slots if s.future is not None]
-        try:
-            wait(flying, timeout=ABORT_WAIT_S)
-        except TimeoutError:
-            pass
-        # every worker still there, retired ones too: their idle clusters are up
-        alive = {str(w.get("name")) for w in self.client.scheduler_info()["workers"].values()}
-        names = [n for n in self.addresses if n in alive]
-        closing = {
-            n: self.client.submit(
-                tasks.close_run, self.run_id, status, workers=[self.addresses[n]], pure=False
-            )
-            for n in names
-        }
-        try:
-            wait(list(closing.values()), timeout=tasks.FREE_WAIT_S + 60)
-        except TimeoutError:
-            pass
-        for n, future in closing.items():
-            if future.status != "finished":
-                self.progress.note(f"worker {n} did not take its testbeds down ({future.status})")
-                if self.fleet is not None:
-                    self.clean_after(n)
-            elif n not in self.gone:
-                self.reports.worker_entry(n, status=status)
-        for t in self.cleaners:
-            t.join(timeout=300)
+        self.workers.abort()
 
     def record(self) -> None:
         self.reports.drain()
@@ -401,53 +311,3 @@ class Remote:
         return scale * estimate.wall_s(
             self.config, cells, max(1, sum(sizes)), os.cpu_count() or 1, machines=sizes or [1]
         )
-
-
-class Reports:
-    """What the workers tell (Dask events, and the cleaners' outcomes): progress shown,
-    manifest entries kept under the controller's run."""
-
-    def __init__(self, store: Store, run_id: str, progress: Progress, cells: dict[str, Cell]):
-        self.store, self.run_id, self.progress, self.cells = store, run_id, progress, cells
-        self.events: queue.Queue = queue.Queue()
-
-    def drain(self) -> None:
-        """The workers' events: progress shown, manifest entries kept."""
-        while True:
-            try:
-                m = self.events.get_nowait()
-            except queue.Empty:
-                return
-            name, kind = str(m.get("name")), m.get("kind")  # Dask sets "worker": its address
-            label = f"{name}/{m.get('shard')}"
-            if kind == "note":
-                self.progress.note(str(m.get("message")), shard=label if m.get("shard") else name)
-            elif kind == "status":
-                self.progress.shard_status(label, str(m.get("text")))
-            elif kind == "cell_started" and m.get("cell_id") in self.cells:
-                self.progress.cell_started(label, self.cells[m["cell_id"]], int(m["writes"]))
-            elif kind == "wrote":
-                self.progress.wrote(label, int(m.get("n", 0)))
-            elif kind == "manifest":
-                self.manifest(name, m.get("entries") or {})
-            elif kind == "cleaned":
-                self.worker_entry(name, cleaned={"ok": m["ok"], "output": m["out"]})
-
-    def manifest(self, name: str, entries: dict[str, Any]) -> None:
-        current = self.store.run(self.run_id).manifest
-        out: dict[str, Any] = {}
-        for key, value in entries.items():
-            if key == "clusters":
-                out["clusters"] = {tb: dict(v, worker=name) for tb, v in value.items()}
-            elif key == "baseline":  # the first testbed of a node count, fleet-wide
-                new = {n: v for n, v in value.items() if n not in current.get("baseline", {})}
-                if new:
-                    out["baseline"] = new
-            elif key == "faults":
-                self.worker_entry(name, faults=value)
-        if out:
-            self.store.update_manifest(self.run_id, **out)
-
-    def worker_entry(self, name: str, **values: Any) -> None:
-        entry = dict(self.store.run(self.run_id).manifest.get("workers", {}).get(name, {}))
-        self.store.update_manifest(self.run_id, workers={name: entry | values})
