@@ -266,27 +266,7 @@ class PaperWrites:
         # that lost its namespace, shaping that is gone. Never stored as complete.
         check_components(tb, thorough=True)
         finished = time.time()
-        names = {h.address: h.name for h in tb.topology.hosts}
-        requests = []
-        for r in rows:
-            coordinator = names.get(r["coordinator"], r["coordinator"])
-            replicas = [names.get(a, a) for a in r["replicas"]]
-            requests.append(
-                {
-                    "run_id": sweep.run_id,
-                    "cell_id": cell.cell_id,
-                    "seq": r["seq"],
-                    "key": r["key"],
-                    "coordinator": coordinator,
-                    "replicas": ",".join(replicas),
-                    "coordinator_is_replica": None
-                    if coordinator is None
-                    else int(coordinator in replicas),
-                    "rtt_ns": r["rtt_ns"],
-                    "error": r["error"],
-                    "t_start_ns": r["t_start_ns"],
-                }
-            )
+        requests = request_rows(sweep.run_id, cell, tb, rows)
         fault_log, trace_log = conditions.fault_log, conditions.trace_log
         row = cell_row(
             shard,
@@ -310,6 +290,32 @@ class PaperWrites:
             f"{errors} errors, CPU {100 * (conditions.cpu or 0):.0f} %"
         )
         return Measured(row, requests, summary)
+
+
+def request_rows(run_id: str, cell: Cell, tb: Testbed, rows: list[dict]) -> list[dict]:
+    """The store's rows of the paper's writes: coordinator and replicas by host name."""
+    names = {h.address: h.name for h in tb.topology.hosts}
+    requests = []
+    for r in rows:
+        coordinator = names.get(r["coordinator"], r["coordinator"])
+        replicas = [names.get(a, a) for a in r["replicas"]]
+        requests.append(
+            {
+                "run_id": run_id,
+                "cell_id": cell.cell_id,
+                "seq": r["seq"],
+                "key": r["key"],
+                "coordinator": coordinator,
+                "replicas": ",".join(replicas),
+                "coordinator_is_replica": None
+                if coordinator is None
+                else int(coordinator in replicas),
+                "rtt_ns": r["rtt_ns"],
+                "error": r["error"],
+                "t_start_ns": r["t_start_ns"],
+            }
+        )
+    return requests
 
 
 class YcsbRun:

@@ -89,8 +89,6 @@ class Remote:
         """Measure ``todo``; KeyboardInterrupt after Ctrl-C (once every worker's testbeds
         are down, or ABORT_WAIT_S passed), WorkerLost when cells are left that no worker
         can measure or a unit failed on two workers."""
-        from distributed import wait
-
         self.planner = plan.Planner(estimate.units(self.config, todo), estimate.bringup_s)
         self.client.subscribe_topic(tasks.TOPIC, lambda event: self.reports.events.put(event[1]))
         self.slots = [Slot(n, i) for n, p in self.workers.join(store_=self.store) for i in range(p)]
@@ -105,26 +103,9 @@ class Remote:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 previous[sig] = signal.signal(sig, on_signal)
-        ended, deadline = False, None
+        ended = False
         try:
-            while True:
-                if signals[0] and not self.aborting:
-                    self.abort("interrupted: the workers tear their testbeds down")
-                if self.aborting and deadline is None:
-                    deadline = time.monotonic() + ABORT_WAIT_S
-                self.check_workers()
-                self.fill()
-                flying = [s.future for s in self.slots if s.future is not None]
-                if not flying or (deadline is not None and time.monotonic() > deadline):
-                    break
-                try:
-                    wait(flying, timeout=1.0, return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    pass
-                for s in self.slots:
-                    if s.future is not None and s.future.done():
-                        self.finished(s)
-                self.reports.drain()
+            self.loop(signals)
             ended = True
         finally:
             try:
@@ -146,6 +127,31 @@ class Remote:
                 "; ".join(self.errors or ["every worker is gone"])
                 + (f"; {len(left)} cells not measured" if left else "")
             )
+
+    def loop(self, signals: list[int]) -> None:
+        """Units out to free slots and results in, until none is in flight and none can
+        be handed out; after a stop, until the running ones stopped or ABORT_WAIT_S."""
+        from distributed import wait
+
+        deadline = None
+        while True:
+            if signals[0] and not self.aborting:
+                self.abort("interrupted: the workers tear their testbeds down")
+            if self.aborting and deadline is None:
+                deadline = time.monotonic() + ABORT_WAIT_S
+            self.check_workers()
+            self.fill()
+            flying = [s.future for s in self.slots if s.future is not None]
+            if not flying or (deadline is not None and time.monotonic() > deadline):
+                return
+            try:
+                wait(flying, timeout=1.0, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            for s in self.slots:
+                if s.future is not None and s.future.done():
+                    self.finished(s)
+            self.reports.drain()
 
     def fill(self) -> None:
         """Every free slot of a live worker gets the planner's next unit for it (an idle
