@@ -42,6 +42,26 @@ from .scheduler import remove_stale_testbeds
 from .store import Store
 
 
+def stop_event() -> threading.Event:
+    """Set by SIGTERM, SIGHUP, SIGINT, or the end of stdin (the controller is gone)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            leave_terminal()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, on_signal)
+
+    def read() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=read, daemon=True, name="stdin").start()
+    return stop
+
+
 def serve(root: Path, name: str, parallel: str) -> int:
     """Run a Dask worker for the controller's run (module docstring); its exit code."""
     import dask
@@ -67,21 +87,7 @@ def serve(root: Path, name: str, parallel: str) -> int:
         tls_worker_key=setup["key"],
         require_encryption=True,
     )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        if signum == signal.SIGHUP:
-            leave_terminal()
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, on_signal)
-
-    def read() -> None:  # the end of stdin: the controller is gone
-        sys.stdin.read()
-        stop.set()
-
-    threading.Thread(target=read, daemon=True, name="stdin").start()
+    stop = stop_event()
 
     # Dask's statistical profiler samples every thread 100 times a second: 1.4 % of a
     # core more while idle (benchmarks/dask_idle.py), load beside the measured cells
