@@ -297,33 +297,35 @@ class Shard:
             setup = emulation.set_links(
                 tb, links.LinkMatrix(tb.topology, {}, profile="none"), cfg.shaper
             )
-            gateway = shapers.emulation_state(tb).get("gateway", {})
             self.rfs = list(cfg.rfs(nodes))
             self.worker = self.start_worker()
-            sweep.store.update_manifest(
-                sweep.run_id,
-                clusters={
-                    tb.run_id: {
-                        "nodes": nodes,
-                        "shard": self.name,
-                        "testbed_run": tb.run_id,
-                        "subnet": tb.topology.subnet,
-                        "cassandra": tb.dist.version if tb.dist else None,
-                        "java": tb.java.version if tb.java else None,
-                        "heap_mb": cfg.heap_mb,
-                        "jvm_profile": cfg.jvm_profile,
-                        "driver": self.worker.hello,
-                        "shaper": setup["shaper"],
-                        "gateway_accel": gateway.get("accel"),
-                        "gateway_boot_s": gateway.get("boot_s"),
-                        "bringup_s": round(time.monotonic() - t0, 2),
-                    }
-                },
-            )
+            self.record_cluster(setup["shaper"], round(time.monotonic() - t0, 2))
             self.warm_up()
         sweep.progress.shard_status(self.name, "waiting to measure the baseline alone")
         with sweep.gate.hold("measure", plan.EXCLUSIVE, stop=sweep.stop, owner=self.name):
             self.baseline()
+
+    def record_cluster(self, shaper: str, bringup_s: float) -> None:
+        """The new cluster in the run's manifest: its nodes, versions, shaper, bring-up."""
+        cfg, tb, worker = self.config, self.tb, self.worker
+        assert tb is not None and worker is not None
+        gateway = shapers.emulation_state(tb).get("gateway", {})
+        entry = {
+            "nodes": self.nodes,
+            "shard": self.name,
+            "testbed_run": tb.run_id,
+            "subnet": tb.topology.subnet,
+            "cassandra": tb.dist.version if tb.dist else None,
+            "java": tb.java.version if tb.java else None,
+            "heap_mb": cfg.heap_mb,
+            "jvm_profile": cfg.jvm_profile,
+            "driver": worker.hello,
+            "shaper": shaper,
+            "gateway_accel": gateway.get("accel"),
+            "gateway_boot_s": gateway.get("boot_s"),
+            "bringup_s": bringup_s,
+        }
+        self.sweep.store.update_manifest(self.sweep.run_id, clusters={tb.run_id: entry})
 
     def down(self) -> None:
         """Tear the shard's testbed down (also one whose bring-up failed and was undone);
