@@ -1,5 +1,5 @@
-"""Faults during a measurement: a schedule per cell, applied while its writes run, and
-the testbed made whole again afterwards (timed and stored).
+"""Faults during a measurement, as a sweep names them: what happens to which hosts and
+when (``parse``; applied and healed by ``experiments.nemesis``).
 
 A fault is one of (offsets in % of the cell's writes, or in seconds since its measured
 writes began; ``@A-B``: made at A, healed at B; without B it lasts to the cell's end):
@@ -14,31 +14,24 @@ writes began; ``@A-B``: made at A, healed at B; without B it lasts to the cell's
     links:e0-e1,e1-e2:delay=200,loss=10@20%-60%   those links (both directions) set
                               so for the period (the shaper; jitter= and rate= too)
 
-The runner records when each step was applied (wall clock, ns) and how long it took,
+The nemesis records when each step was applied (wall clock, ns) and how long it took,
 so every request of the cell — which records its start, coordinator and replicas — can
-be placed before, during or after it. After the cell: partitions healed, paused nodes
-continued, killed nodes started again, then every node UN seen from every node and no
-hints left (``nodetool``), with the time that took.
+be placed before, during or after it; after the cell it makes the testbed whole again
+and times that.
 """
 
 from __future__ import annotations
 
 import re
-import signal
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from emulation import api as emulation_api
 from emulation.links import Link, LinkMatrix
 from testbed.errors import ConfigError, TestbedError
 
 KINDS = ("kill", "pause", "restart", "partition", "links")
 NONE = "none"
 _WHEN = re.compile(r"^(\d+(?:\.\d+)?)(%|s)$")
-RECOVERY_TIMEOUT_S = 300.0
 T = TypeVar("T")
 
 
@@ -207,266 +200,3 @@ def faulted_matrix(base: LinkMatrix, fault: Fault) -> LinkMatrix:
     return LinkMatrix(
         base.topology, {k: v for k, v in links.items() if v.shaped}, profile=base.profile
     )
-
-
-@dataclass
-class Runner:
-    """Applies one cell's fault while its writes run: ``progress(done)`` from the writes'
-    progress (and a timer thread for offsets in seconds) fires each step when it is due;
-    ``finish()`` after the writes undoes what is still in effect; ``recover()`` makes the
-    cluster whole (killed nodes started, all UN, hints delivered) and times it."""
-
-    tb: Any
-    fault: Fault
-    writes: int
-    base: LinkMatrix | None = None
-    shaper: str = "auto"
-    say: Callable[[str], None] = lambda _m: None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    _t0: float | None = None
-    _done: int = 0
-    _steps: list[tuple[Offset, str]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    killed: set[str] = field(default_factory=set)
-    starts: list[tuple[threading.Thread, dict[str, Any]]] = field(default_factory=list)
-    paused: set[str] = field(default_factory=set)
-    shaped: bool = False
-    error: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        self.fault.check(self.tb.topology)
-        if self.fault.kind in ("partition", "links") and self.base is None:
-            raise FaultError(f"fault {self.fault.text!r} needs the cell's link matrix")
-        self._steps = [(self.fault.start, "make")]
-        if self.fault.end is not None:
-            self._steps.append((self.fault.end, "heal"))
-
-    def prepare(self) -> None:
-        """Before the cell: the nodes it will kill or restart flush their memtables. The
-        fast JVM profile (like ccm's tests) runs with ``cassandra.unsafesystem``: the
-        system keyspaces skip the commit log, so a node killed -9 would come back
-        without the schema created since its last flush ("keyspace ... does not exist"
-        on every write it coordinates, seen here), which no production node would."""
-        if self.fault.kind in ("kill", "restart"):
-            for n in self.fault.nodes:
-                self.tb.nodetool(n, "flush", timeout=120)
-
-    def begin(self) -> None:
-        """The measured writes start now."""
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._tick, name="fault", daemon=True)
-        self._thread.start()
-        self._fire()
-
-    def progress(self, done: int) -> None:
-        self._done = done
-        self._fire()
-
-    def _tick(self) -> None:
-        while not self._stop.wait(0.02):
-            try:
-                self._fire()
-            except Exception as exc:  # noqa: BLE001 - kept, raised by finish()
-                self.error = self.error or exc
-                return
-
-    def _fire(self) -> None:
-        if self._t0 is None:
-            return
-        with self._lock:
-            elapsed = time.monotonic() - self._t0
-            while self._steps and self._steps[0][0].due(self._done, self.writes, elapsed):
-                offset, step = self._steps.pop(0)
-                self._apply(step, offset)
-
-    def _apply(self, step: str, offset: Offset) -> None:
-        f, tb = self.fault, self.tb
-        at_ns = time.time_ns()
-        t = time.monotonic()
-        what = f.kind if step == "make" else f"heal {f.kind}"
-        try:
-            if f.kind == "kill":
-                for n in f.nodes:
-                    if step == "make":
-                        self.killed.add(n)  # first: the sweep's watch expects it dead
-                        tb.nodes[n].signal(signal.SIGKILL)
-                        tb.nodes[n].wait_exit(10)
-                    else:
-                        self._start_later(n)
-            elif f.kind == "pause":
-                for n in f.nodes:
-                    tb.nodes[n].signal(signal.SIGSTOP if step == "make" else signal.SIGCONT)
-                    (self.paused.add if step == "make" else self.paused.discard)(n)
-            elif f.kind == "restart":
-                for n in f.nodes:
-                    self.killed.add(n)
-                    self._start_later(n, stop_first=True)
-            else:
-                assert self.base is not None
-                matrix = faulted_matrix(self.base, f) if step == "make" else self.base
-                emulation_api.set_links(tb, matrix, self.shaper)
-                self.shaped = step == "make"
-        except TestbedError as exc:
-            raise FaultError(f"fault {f.text!r}: {what} failed: {exc}") from exc
-        took = time.monotonic() - t
-        self.events.append(
-            {
-                "step": step,
-                "what": what,
-                "planned": str(offset),
-                "at_ns": at_ns,
-                "took_ms": round(took * 1000, 2),
-                "writes_done": self._done,
-                "elapsed_s": round(time.monotonic() - (self._t0 or t), 3),
-            }
-        )
-        self.say(f"fault {f.text}: {what} at {self._done} writes ({took * 1000:.0f} ms)")
-
-    def _start(self, name: str) -> None:
-        self.tb.restart_node(name)
-        self.killed.discard(name)
-
-    def _start_later(self, name: str, *, stop_first: bool = False) -> None:
-        """Start a node in a thread of its own: its start takes seconds, and the writes'
-        progress (which calls this) must keep being read meanwhile. Its event gets the
-        time the node served CQL again."""
-        event: dict[str, Any] = {"what": f"start {name}", "at_ns": time.time_ns()}
-
-        def start() -> None:
-            t = time.monotonic()
-            try:
-                if stop_first:  # SIGTERM: Cassandra's own shutdown, then SIGKILL after 30 s
-                    node = self.tb.nodes[name]
-                    node.signal(signal.SIGTERM)
-                    if not node.wait_exit(30):
-                        node.signal(signal.SIGKILL)
-                        node.wait_exit(10)
-                    event["stopped_s"] = round(time.monotonic() - t, 3)
-                self._start(name)
-                event["ready_s"] = round(time.monotonic() - t, 3)
-            except Exception as exc:  # noqa: BLE001 - recover() tries again, loudly
-                event["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
-
-        thread = threading.Thread(target=start, name=f"start-{name}", daemon=True)
-        self.starts.append((thread, event))
-        thread.start()
-
-    def finish(self) -> None:
-        """After the writes: the timer stopped; a partition healed and paused nodes
-        continued at once (the rest is ``recover``'s)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        for thread, event in self.starts:  # node starts under way: done, or failed
-            thread.join(timeout=RECOVERY_TIMEOUT_S)
-            self.events.append({"step": "started", **event})
-        self.starts.clear()
-        with self._lock:
-            self._steps.clear()
-            for n in sorted(self.paused):
-                self.tb.nodes[n].signal(signal.SIGCONT)
-            self.paused.clear()
-            if self.shaped and self.base is not None:
-                emulation_api.set_links(self.tb, self.base, self.shaper)
-                self.shaped = False
-        if self.error is not None:
-            raise FaultError(f"fault {self.fault.text!r}: {self.error}") from self.error
-
-    def recover(self, timeout_s: float = RECOVERY_TIMEOUT_S) -> dict[str, Any]:
-        """Killed nodes started again, then every node UN as seen from every node and no
-        hints pending anywhere; returns the timings and what nodetool said last."""
-        restarted = sorted(self.killed)
-        for n in restarted:
-            if self.tb.nodes[n].alive():  # a start thread got it up after all
-                self.killed.discard(n)
-        out = whole_again(self.tb, sorted(self.killed), self._start, timeout_s)
-        return {**out, "restarted": restarted}
-
-
-def whole_again(
-    tb: Any,
-    dead: list[str],
-    start: Callable[[str], Any],
-    timeout_s: float = RECOVERY_TIMEOUT_S,
-) -> dict[str, Any]:
-    """The cluster whole again: the ``dead`` nodes started (``start``), then every node
-    UN as seen from every node, one schema version (a killed node may come back without
-    the schema changes it had not flushed, ``unsafesystem``, and refuses a keyspace
-    until it has pulled them), and no hints pending anywhere (a node that was away is
-    sent the writes it missed; a measurement during that would share the links with
-    them). Returns the timings and what nodetool said last (FaultError on timeout)."""
-    t0 = time.monotonic()
-    out: dict[str, Any] = {"restarted": list(dead)}
-    for n in dead:
-        start(n)
-    out["restart_s"] = round(time.monotonic() - t0, 3)
-    deadline = time.monotonic() + timeout_s
-    nodes = [h.name for h in tb.topology.edges]
-    views = _until(
-        lambda: {n: tb.status_from(n) for n in nodes},
-        lambda views: all(
-            all(v == "UN" for v in view.values()) and len(view) == len(nodes)
-            for view in views.values()
-        ),
-        deadline,
-        lambda views: f"the cluster is not whole {timeout_s:g} s after the cell: {views}",
-    )
-    out["all_up_s"] = round(time.monotonic() - t0, 3)
-    _until(
-        lambda: schema_versions(tb.nodetool(nodes[0], "describecluster", timeout=60)),
-        lambda versions: len(versions) == 1,
-        deadline,
-        lambda versions: (
-            f"the nodes disagree on the schema {timeout_s:g} s after the cell: {versions}"
-        ),
-    )
-    out["schema_agreed_s"] = round(time.monotonic() - t0, 3)
-    hints = _until(
-        lambda: {n: tb.nodetool(n, "listpendinghints", timeout=60).strip() for n in nodes},
-        lambda hints: all(_no_hints(text) for text in hints.values()),
-        deadline,
-        lambda hints: f"hints still pending {timeout_s:g} s after the cell: {hints}",
-    )
-    out["hints_delivered_s"] = round(time.monotonic() - t0, 3)
-    out["nodetool"] = {"status": views, "listpendinghints": hints}
-    return out
-
-
-def _until(
-    look: Callable[[], T],
-    done: Callable[[T], bool],
-    deadline: float,
-    failure: Callable[[T], str],
-) -> T:
-    """``look`` once a second until ``done`` with what it saw (returned); FaultError with
-    ``failure`` of the last look once past ``deadline`` (monotonic)."""
-    while True:
-        seen = look()
-        if done(seen):
-            return seen
-        if time.monotonic() > deadline:
-            raise FaultError(failure(seen))
-        time.sleep(1)
-
-
-def schema_versions(describecluster: str) -> list[str]:
-    """The schema versions ``nodetool describecluster`` lists (one line each, under
-    "Schema versions:", ``<uuid>: [addresses]``); UNREACHABLE counts as one."""
-    out, inside = [], False
-    for line in describecluster.splitlines():
-        if line.strip().startswith("Schema versions:"):
-            inside = True
-        elif inside and ": [" in line:
-            out.append(line.split(":", 1)[0].strip())
-        elif inside and line.strip() and not line.startswith((" ", "\t")):
-            break  # the next section
-    return out
-
-
-def _no_hints(text: str) -> bool:
-    """``nodetool listpendinghints``: "This node does not have any pending hints" or a
-    table with a header line and one line per target."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return not lines or "does not have any pending hints" in text or len(lines) <= 1

@@ -24,7 +24,7 @@ from emulation.trace import Replay
 from emulation.trace import load as load_trace
 from testbed import Testbed
 
-from . import estimate, faults, plan, ycsb
+from . import estimate, faults, nemesis, plan, ycsb
 from .cells import Cell
 from .config import SweepConfig
 from .summary import stats_ms
@@ -72,7 +72,7 @@ class Shard(Protocol):
     tb: Testbed | None
     worker: Any  # workloads.WriteWorker, the endpoint's write process
     loaded: set[str]  # YCSB keyspaces loaded on this cluster
-    fault: Any  # the running cell's faults.Runner
+    fault: Any  # the running cell's nemesis.Runner
     restarts: Counter[str]  # nodes started again after they died, on this testbed
 
     def note(self, message: str) -> None: ...
@@ -227,7 +227,7 @@ def fault_runner(shard: Shard, cell: Cell) -> Any:
         return None
     tb = shard.tb
     assert tb is not None
-    runner = faults.Runner(
+    runner = nemesis.Runner(
         tb,
         fault,
         shard.config.writes,

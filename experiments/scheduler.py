@@ -221,7 +221,7 @@ class Shard:
         self.testbed_run: str | None = None  # the testbed's run id, once in the store
         self.idle = 0.0  # the gate's share for this testbed's idle load, while it is up
         self.worker: WriteWorker | None = None
-        self.fault: Any = None  # the running cell's experiments.faults.Runner
+        self.fault: Any = None  # the running cell's experiments.nemesis.Runner
         self.nodes: int | None = None
         self.rfs: list[int] = []
         self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster

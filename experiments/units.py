@@ -12,7 +12,7 @@ from emulation import api as emulation
 from emulation import links
 from emulation.verify import measure_pair
 
-from . import faults, plan
+from . import nemesis, plan
 from .cells import Cell
 from .measure import Shard, measure
 from .watch import ComponentLost, NodeLost
@@ -73,7 +73,7 @@ def recover(shard: Shard, cell: Cell, exc: ComponentLost) -> None:
                 "same command to resume"
             ) from exc
         shard.note(f"{exc}; starting {exc.node} again, then measuring {cell.cell_id} again")
-        extra = {"node": exc.node, **faults.whole_again(tb, [exc.node], tb.restart_node)}
+        extra = {"node": exc.node, **nemesis.whole_again(tb, [exc.node], tb.restart_node)}
         extra.pop("nodetool", None)
     else:
         shard.note(f"{exc}; restarting the shaper, then measuring {cell.cell_id} again")

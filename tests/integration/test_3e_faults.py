@@ -13,7 +13,7 @@ import pytest
 
 from emulation import api as emulation_api
 from emulation import links, shapers
-from experiments import faults
+from experiments import faults, nemesis
 from experiments.store import Store
 from testbed import Testbed, Topology
 
@@ -129,7 +129,7 @@ def test_a_partition_made_and_healed_through_the_shaper():
         emulation_api.set_links(tb, base)
         fault = faults.parse("partition:e0|e1,e2@0%-50%")
         assert fault is not None
-        runner = faults.Runner(tb, fault, 100, base=base)
+        runner = nemesis.Runner(tb, fault, 100, base=base)
         runner.begin()  # 0 %: cut
         assert _ping_loss(tb, "e0", "e1") == 100
         assert _ping_loss(tb, "e1", "e2") == 0

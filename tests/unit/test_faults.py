@@ -5,7 +5,7 @@ partition or a slow link, and when a step is due."""
 import pytest
 
 from emulation import links
-from experiments import faults
+from experiments import faults, nemesis
 from experiments.config import SweepConfig
 from testbed import Topology
 from testbed.errors import ConfigError
@@ -227,9 +227,9 @@ Stats for all nodes:
 
 
 def test_schema_versions_of_describecluster():
-    assert faults.schema_versions(DESCRIBECLUSTER) == [
+    assert nemesis.schema_versions(DESCRIBECLUSTER) == [
         "2207c2a9-f598-3971-986b-2926e09e239d",
         "UNREACHABLE",
     ]
     agreed = DESCRIBECLUSTER.replace("\n\t\tUNREACHABLE: [10.0.0.4:7000]\n", "")
-    assert faults.schema_versions(agreed) == ["2207c2a9-f598-3971-986b-2926e09e239d"]
+    assert nemesis.schema_versions(agreed) == ["2207c2a9-f598-3971-986b-2926e09e239d"]
