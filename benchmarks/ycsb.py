@@ -25,7 +25,7 @@ from pathlib import Path
 from analysis.stats import t95
 from emulation import api, links
 from experiments import ycsb
-from experiments.measure import cpu_busy, cpu_times
+from experiments.launch import cpu_busy, cpu_times
 from testbed import Testbed, Topology
 
 KEYSPACE = "ycsb_bench"

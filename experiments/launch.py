@@ -158,3 +158,17 @@ def sharing_warning(others: list[dict]) -> str | None:
         f"fidelity benchmark accepted, which shifts RTTs (~1 ms a cell at 3 testbeds on 2 "
         f"cores). Run sweeps one after the other for numbers to compare."
     )
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The machine's busy fraction (0..1, all cores) between two ``cpu_times``."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 4) if total > 0 else None

@@ -27,6 +27,7 @@ from testbed import Testbed
 from . import estimate, faults, nemesis, plan, ycsb
 from .cells import Cell
 from .config import SweepConfig
+from .launch import cpu_busy, cpu_times
 from .summary import stats_ms
 from .watch import ComponentLost, check_components
 
@@ -36,20 +37,6 @@ LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed
 def keyspace(rf: int) -> str:
     """The paper's writes' keyspace of an RF (one per cluster, made at bring-up)."""
     return f"edgetb_rf{rf}"
-
-
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
-    """The machine's busy fraction (0..1, all cores) between two ``cpu_times``."""
-    total = after[1] - before[1]
-    return round((after[0] - before[0]) / total, 4) if total > 0 else None
 
 
 @dataclass

@@ -48,6 +48,8 @@ from .launch import (
     CORES,
     calibrate_from,
     choose_parallel,
+    cpu_busy,
+    cpu_times,
     enter_sweep,
     leave_sweep,
     lock_results,
@@ -55,7 +57,6 @@ from .launch import (
     preflight,
     sharing_warning,
 )
-from .measure import cpu_busy, cpu_times
 from .plan import Gate, Stopped
 from .progress import Progress
 from .scheduler import Sweep, remove_stale_testbeds, static_manifest
