@@ -65,6 +65,9 @@ def make_policy(name: str):
     raise SystemExit(f"unknown policy {name!r}")
 
 
+REFRESH_ATTEMPTS = 3  # schema refreshes before the workload's schema step fails
+
+
 class Writer:
     def __init__(self, points: list[str], policy: str, timeout_s: float, expect: int):
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
@@ -118,7 +121,7 @@ class Writer:
         )
         # Without a refresh the token map may not know the new keyspace: get_replicas
         # would then return [] and every coordinator-is-replica flag would be wrong.
-        self.cluster.refresh_schema_metadata(max_schema_agreement_wait=30)
+        self.refresh_schema()
         probe = uuid.UUID(int=0, version=4)
         replicas = self.cluster.metadata.get_replicas(keyspace, probe.bytes)
         if len(replicas) != rf:
@@ -126,6 +129,22 @@ class Writer:
                 f"token map of {keyspace} gives {len(replicas)} replicas for a key, expected {rf}"
             )
         return {"keyspace": keyspace, "rf": rf, "took_s": time.monotonic() - t0}
+
+    def refresh_schema(self, attempts: int = REFRESH_ATTEMPTS) -> None:
+        """The driver's schema metadata refreshed, trying again after a failed refresh:
+        right after a sweep restarted the shaper it failed once in CI ("Schema metadata
+        was not refreshed"; the driver's reason was not logged), which ended the sweep."""
+        from cassandra import DriverException
+
+        for attempt in range(1, attempts + 1):
+            try:
+                self.cluster.refresh_schema_metadata(max_schema_agreement_wait=30)
+                return
+            except DriverException as exc:
+                if attempt == attempts:
+                    raise
+                print(f"schema refresh failed ({exc}); again in 2 s", file=sys.stderr, flush=True)
+                time.sleep(2)
 
     def statement(self, keyspace: str, cl: str):
         from cassandra import ConsistencyLevel
