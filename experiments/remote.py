@@ -66,8 +66,9 @@ class Remote:
         task: Any = tasks.measure_unit,
     ):
         self.config, self.store, self.run_id = config, store, run_id
-        self.progress, self.client, self.fleet = progress, client, fleet
+        self.progress, self.client = progress, client
         self.task = task
+        self.config_data = config.to_dict()  # what each unit's task rebuilds the config from
         self.links = Path(config.links_file).read_text() if config.links_file else None
         self.cells = {c.cell_id: c for c in config.cells()}
         self.planner: plan.Planner | None = None
@@ -175,7 +176,7 @@ class Remote:
             s.future = self.client.submit(
                 self.task,
                 self.run_id,
-                self.config.to_dict(),
+                self.config_data,
                 self.links,
                 s.index,
                 [c.cell_id for c in unit.cells],

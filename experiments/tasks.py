@@ -285,7 +285,7 @@ def facts() -> dict[str, Any]:
         "mem_mb": round(_memory_mb()),
         "python": platform.python_version(),
         "versions": static_manifest(SweepConfig(), [])["packages"],
-        "clock_offset_s": time.time(),  # the controller subtracts its own clock
+        "clock": time.time(),  # the controller records its offset from its own
         "root": os.geteuid() == 0,
     }
 

@@ -97,7 +97,7 @@ class Workers:
             self.addresses[name] = address
             out.append((name, p))
             fact = dict(facts.get(address, {}))
-            fact["clock_offset_s"] = round(fact.get("clock_offset_s", time.time()) - time.time(), 3)
+            fact["clock_offset_s"] = round(fact.pop("clock", time.time()) - time.time(), 3)
             entries[name] = fact | {"status": "running", "p": p}
             self.progress.note(f"worker {name}: {p} testbeds at once")
         if not out:
