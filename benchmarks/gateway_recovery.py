@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from emulation.shapers import GatewayRecord
 from experiments.store import Store
 from testbed.state import RunState, home
 
@@ -42,7 +43,9 @@ def one_run(out: Path) -> dict:
                     break
             time.sleep(0.1)
         state = RunState.load(home() / "runs" / up[0])
-        gateway = state.extra["emulation"]["gateway"]["pid"]
+        rec = state.get(GatewayRecord)
+        assert rec is not None and rec.pid is not None
+        gateway = rec.pid
         os.kill(gateway, signal.SIGKILL)  # a process of the sweep this script started
         killed = time.monotonic()
         sweep.wait(timeout=900)

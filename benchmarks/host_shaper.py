@@ -45,8 +45,10 @@ def echoes(tb: Testbed, count: int, interval: float = 0.005) -> tuple[list[float
 
 
 def shaper_pid(tb: Testbed) -> int:
-    state = shapers.emulation_state(tb)
-    return state["host"]["pid"] if "host" in state else state["gateway"]["pid"]
+    assert tb.state is not None
+    rec = tb.state.get(shapers.HostShaperRecord) or tb.state.get(shapers.GatewayRecord)
+    assert rec is not None and rec.pid is not None
+    return rec.pid
 
 
 def accuracy(tb: Testbed, reps: int, probes: int) -> None:
@@ -143,7 +145,7 @@ def rate(tb: Testbed, reps: int) -> None:
 
 
 def cost(tb: Testbed, shaper: str, echo_count: int, idle_s: float) -> None:
-    if shaper == "gateway" or shapers.emulation_state(tb).get("shaper") != shaper:
+    if shaper == "gateway" or shapers.emulation(tb).shaper != shaper:
         api.clear(tb, remove=True)
     api.set_links(tb, links.uniform(tb.topology, 5, 0), shaper)
     pid = shaper_pid(tb)

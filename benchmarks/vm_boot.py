@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from testbed.backends.libvirt import LibvirtRecord
 from testbed.state import RunState, home
 
 
@@ -30,7 +31,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--nodes", type=int, default=1)
     args = p.parse_args()
-    boots, lasts, provs, ups, downs = [], [], [], [], []
+    boots: list[float] = []
+    lasts: list[float] = []
+    provs: list[float] = []
+    ups: list[float] = []
+    downs: list[float] = []
     accel = "?"
     for i in range(args.repeats):
         t0 = time.monotonic()
@@ -55,17 +60,18 @@ def main() -> int:
             print("`up` did not report its run:", up.stdout, file=sys.stderr)
             return 1
         run_id = found.group(1)
-        rec = RunState.load(home() / "runs" / run_id).extra["libvirt"]
-        accel = rec["accel"]
-        boots += rec["boot_to_ssh_s"].values()
-        lasts.append(max(rec["boot_to_ssh_s"].values()))
-        provs.append(rec["provision_s"])
+        rec = RunState.load(home() / "runs" / run_id).get(LibvirtRecord)
+        assert rec is not None
+        accel = rec.accel
+        boots += rec.boot_to_ssh_s.values()
+        lasts.append(max(rec.boot_to_ssh_s.values()))
+        provs.append(rec.provision_s or 0.0)
         t1 = time.monotonic()
         cli("down", "--run", run_id)
         downs.append(time.monotonic() - t1)
         print(
-            f"repeat {i + 1}: boot to SSH {rec['boot_to_ssh_s']}, provisioning "
-            f"{rec['provision_s']:.1f} s, up {ups[-1]:.1f} s, down {downs[-1]:.1f} s"
+            f"repeat {i + 1}: boot to SSH {rec.boot_to_ssh_s}, provisioning "
+            f"{provs[-1]:.1f} s, up {ups[-1]:.1f} s, down {downs[-1]:.1f} s"
         )
     med = statistics.median
     print(

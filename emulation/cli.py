@@ -146,12 +146,13 @@ def cmd_set(args: argparse.Namespace) -> int:
         path=args.file,
     )
     result = api.set_links(tb, matrix, args.shaper)
-    gateway = shapers.emulation_state(tb).get("gateway") or {}
+    assert tb.state is not None  # set_links checked it
+    gateway = tb.state.get(shapers.GatewayRecord)
     setup = ""
     if result["setup_s"]:
         setup = f", set-up {result['setup_s']:.1f} s"
         if gateway:
-            setup += f" incl. gateway VM boot {gateway['boot_s']:.1f} s ({gateway['accel']})"
+            setup += f" incl. gateway VM boot {gateway.boot_s:.1f} s ({gateway.accel})"
     given = "" if args.profile == "file" else f" L={args.latency or 0:g} ms, p={args.loss or 0:g} %"
     print(
         f"{matrix.profile}:{given} on "
@@ -189,7 +190,6 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     tb = Testbed.attach(args.run)
-    state = shapers.emulation_state(tb)
     result = verify(
         tb,
         api.configured(tb),
@@ -197,8 +197,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         rtt_probes=args.probes,
         loss_probes=args.loss_probes,
         level=args.level,
-        shaper=state.get("shaper"),
-        loss_location=state.get("loss_location"),
+        shaper=shapers.emulation(tb).shaper,
+        loss_location=shapers.emulation(tb).loss_location or None,
     )
     if args.json:
         print(json.dumps(result))

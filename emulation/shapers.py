@@ -22,6 +22,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from testbed.cassandra.dist import cache_root
 from testbed.cassandra.node import pid_alive, terminate
 from testbed.errors import CommandError, ConfigError, StateError
 from testbed.runner import run
-from testbed.state import namespace_name
+from testbed.state import Record, namespace_name
 from testbed.testbed import Testbed
 
 from . import hostshaper as hs
@@ -171,14 +172,71 @@ class Shaper(Protocol):
         """The qdiscs as tc shows them."""
 
 
-def emulation_state(tb: Testbed) -> dict[str, Any]:
-    """The emulation part of the run's state (created empty on first use)."""
-    assert tb.state is not None
-    return tb.state.extra.setdefault("emulation", {})
+@dataclass
+class EmulationRecord(Record):
+    """Which shaper the run uses and the matrix last applied (none before the first set)."""
+
+    KEY = "emulation"
+    shaper: str | None = None
+    loss_location: str = ""
+    matrix: dict[str, Any] | None = None
+
+
+@dataclass
+class GatewayRecord(Record):
+    """The gateway VM of the run: its QEMU pid, how it booted, its qdisc structure."""
+
+    KEY = "shaper.gateway"
+    pid: int | None = None
+    boot_s: float = 0.0
+    accel: str | None = None
+    structure: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DirectRecord(Record):
+    """The qdisc structure tcconfig made on each host (host -> Structure.to_dict())."""
+
+    KEY = "shaper.direct"
+    structures: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class HostShaperRecord(Record):
+    """The host shaper of the run: the delayer's pid and control socket, the iptables back
+    end that took its chains, the queued sources and the offloads before, per host."""
+
+    KEY = "shaper.host"
+    pid: int | None = None
+    socket: str = ""
+    iptables: str = "nft"
+    queued: dict[str, list[str]] = field(default_factory=dict)
+    offloads: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def emulation(tb: Testbed) -> EmulationRecord:
+    """The emulation record of a running testbed (an empty one on first use)."""
+    if tb.state is None:
+        raise StateError("testbed is not up")
+    return tb.state.get(EmulationRecord) or tb.state.put(EmulationRecord())
 
 
 def _save(tb: Testbed) -> None:
     assert tb.state is not None
+    tb.state.save()
+
+
+def _put(tb: Testbed, rec: Any) -> Any:
+    """``rec`` recorded in the run's state, and saved."""
+    assert tb.state is not None
+    tb.state.put(rec)
+    tb.state.save()
+    return rec
+
+
+def _drop(tb: Testbed, cls: type[Record]) -> None:
+    assert tb.state is not None
+    tb.state.drop(cls)
     tb.state.save()
 
 
@@ -226,12 +284,12 @@ class GatewayShaper:
         self.hosts = [h.name for h in tb.topology.hosts]
         self.ports = ports_for(self.hosts)
         self.switch_ns = switch_namespace(tb.run_id)
-        saved = emulation_state(tb).get("gateway")
-        assert tb.state is not None  # emulation_state checked it
+        assert tb.state is not None
+        saved = tb.state.get(GatewayRecord)
         self.vm = GatewayVM(
-            tb.state.run_dir, self.switch_ns, self.ports, pid=saved["pid"] if saved else None
+            tb.state.run_dir, self.switch_ns, self.ports, pid=saved.pid if saved else None
         )
-        self.structure = Structure.from_dict(saved["structure"]) if saved else None
+        self.structure = Structure.from_dict(saved.structure) if saved else None
 
     def rules(self) -> list[Rule]:
         return gateway_rules(self.tb.topology, self.ports)
@@ -277,13 +335,9 @@ class GatewayShaper:
         self.structure = _structure_cache(key, self._generate)
         try:
             boot_s = self.vm.start(image, self.structure.ifb_devices)
-            emulation_state(self.tb)["gateway"] = {
-                "pid": self.vm.pid,
-                "boot_s": boot_s,
-                "accel": self.vm.accel,
-                "structure": self.structure.to_dict(),
-            }
-            _save(self.tb)
+            _put(self.tb, GatewayRecord(
+                self.vm.pid, boot_s, self.vm.accel, self.structure.to_dict()
+            ))  # fmt: skip
             # A gateway that died leaves its per-host bridges behind: back to the shared
             # bridge first, or re-wiring fails with "RTNETLINK answers: File exists".
             run_all(unwire_commands(self.switch_ns, self.ports, BRIDGE), ignore_missing=True)
@@ -334,8 +388,7 @@ class GatewayShaper:
     def stop(self) -> None:
         self.vm.stop()
         run_all(unwire_commands(self.switch_ns, self.ports, BRIDGE), ignore_missing=True)
-        emulation_state(self.tb).pop("gateway", None)
-        _save(self.tb)
+        _drop(self.tb, GatewayRecord)
         self.structure = None
 
 
@@ -359,21 +412,24 @@ class DirectShaper:
 
     def __init__(self, tb: Testbed):
         self.tb = tb
-        saved = emulation_state(tb).get("direct")
-        self.structures = {h: Structure.from_dict(s) for h, s in saved.items()} if saved else None
+        assert tb.state is not None
+        saved = tb.state.get(DirectRecord)
+        self.structures = (
+            {h: Structure.from_dict(s) for h, s in saved.structures.items()} if saved else None
+        )
 
     def record(self) -> dict[str, dict[str, str]]:
         """Each host's qdiscs on eth0 as they are now, checked to be restorable, saved."""
-        state = emulation_state(self.tb)
-        if "qdisc_before" in state:  # a crash after recording, before shaping ended
-            return state["qdisc_before"]
+        assert self.tb.state is not None
+        rec = self.tb.state.get(qdisc.QdiscRecord)
+        if rec is not None:  # a crash after recording, before shaping ended
+            return rec.before
         before = {}
         for host in self.tb.topology.hosts:
             text = self.tb.exec(host.name, qdisc.show_argv(DIRECT_DEVICE)).stdout
             qdisc.check_restorable(host.name, DIRECT_DEVICE, text)
             before[host.name] = {DIRECT_DEVICE: text}
-        state["qdisc_before"] = before
-        _save(self.tb)
+        _put(self.tb, qdisc.QdiscRecord(before))
         return before
 
     def start(self) -> float:
@@ -391,8 +447,7 @@ class DirectShaper:
                 ),
             )
         self.structures = structures
-        emulation_state(self.tb)["direct"] = {h: s.to_dict() for h, s in structures.items()}
-        _save(self.tb)
+        _put(self.tb, DirectRecord({h: s.to_dict() for h, s in structures.items()}))
         try:
             for name, structure in structures.items():
                 self._batch(name, structure.tc_lines)
@@ -450,8 +505,9 @@ class DirectShaper:
         Every host is tried; QdiscRestoreError lists those that failed, and the record
         stays in the run state so that a second ``clear --remove`` can finish the job.
         """
-        state = emulation_state(self.tb)
-        before = state.get("qdisc_before") or {}
+        assert self.tb.state is not None
+        rec = self.tb.state.get(qdisc.QdiscRecord)
+        before = rec.before if rec else {}
         problems = []
         for host in self.tb.topology.hosts:
             recorded = before.get(host.name, {}).get(DIRECT_DEVICE)
@@ -473,9 +529,8 @@ class DirectShaper:
                 problems.append(f"{host.name}: {' '.join(str(exc).split())[:400]}")
         if problems:
             raise qdisc.QdiscRestoreError("\n".join(problems))
-        state.pop("direct", None)
-        state.pop("qdisc_before", None)
-        _save(self.tb)
+        self.tb.state.drop(DirectRecord)
+        _drop(self.tb, qdisc.QdiscRecord)
         self.structures = None
 
 
@@ -500,7 +555,7 @@ class HostShaper:
     def __init__(self, tb: Testbed):
         self.tb = tb
         assert tb.state is not None
-        self.saved: dict[str, Any] | None = emulation_state(tb).get("host")
+        self.saved = tb.state.get(HostShaperRecord)
         self.control = hs.Control(hs.socket_path(tb.state.run_dir, tb.run_id))
 
     @property
@@ -514,7 +569,11 @@ class HostShaper:
         return ["ip", "netns", "exec", self._ns(host), *argv]
 
     def alive(self) -> bool:
-        return self.saved is not None and pid_alive(self.saved["pid"], f"--tag={self.tag}")
+        return (
+            self.saved is not None
+            and self.saved.pid is not None
+            and pid_alive(self.saved.pid, f"--tag={self.tag}")
+        )
 
     def start(self) -> float:
         """Start the delayer and queue nothing yet (unshaped links are not queued)."""
@@ -528,23 +587,21 @@ class HostShaper:
         binary = hs.build()
         hosts = self.tb.topology.hosts
         members = [hs.Member(h.name, h.address, f"/run/netns/{self._ns(h.name)}") for h in hosts]
-        state = emulation_state(self.tb)
         # Recorded before anything is made, so a crash midway leaves what `stop` undoes.
-        self.saved = state["host"] = {"pid": None, "socket": self.control.path, "queued": {}}
-        _save(self.tb)
+        self.saved = _put(self.tb, HostShaperRecord(socket=self.control.path))
         try:
             offloads = {}
             for h in hosts:
                 shown = run(self._in(h.name, ["ethtool", "-k", hs.DEVICE])).stdout
                 offloads[h.name] = hs.parse_offloads(shown)
-            self.saved["offloads"] = offloads
+            self.saved.offloads = offloads
             _save(self.tb)
             for h in hosts:
                 wanted = {f: "off" for f in offloads[h.name]}
                 if wanted:
                     run(self._in(h.name, hs.offload_argv(wanted)))
-            self.saved["iptables"] = self._chains([h.name for h in hosts])
-            self.saved["pid"] = self._spawn(binary, members)
+            self.saved.iptables = self._chains([h.name for h in hosts])
+            self.saved.pid = self._spawn(binary, members)
             _save(self.tb)
         except BaseException:
             self.stop()
@@ -603,8 +660,8 @@ class HostShaper:
     def _queue(self, wanted: dict[str, list[str]]) -> None:
         """Queue rules changed only in the namespaces whose shaped sources changed."""
         assert self.saved is not None
-        queued = self.saved.setdefault("queued", {})
-        variant = self.saved.get("iptables", "nft")
+        queued = self.saved.queued
+        variant = self.saved.iptables
         changed = {h: s for h, s in wanted.items() if queued.get(h) != s}
         if not changed:
             return
@@ -639,7 +696,7 @@ class HostShaper:
         if self.saved is None:
             return []
         if not self.alive():
-            return [f"the host shaper (pid {self.saved.get('pid')}) is not running"]
+            return [f"the host shaper (pid {self.saved.pid}) is not running"]
         if not thorough:
             return []
         found = []
@@ -647,8 +704,8 @@ class HostShaper:
             self.control.ping()
         except hs.ShaperError as exc:
             found.append(str(exc))
-        variant = self.saved.get("iptables", "nft")
-        for host, sources in (self.saved.get("queued") or {}).items():
+        variant = self.saved.iptables
+        for host, sources in self.saved.queued.items():
             proc = run(self._in(host, hs.list_argv(variant)), check=False)
             present = hs.queued_sources(proc.stdout) if proc.returncode == 0 else None
             if present != set(sources):
@@ -681,21 +738,21 @@ class HostShaper:
         """Queue rules out first (traffic flows unshaped), then the delayer ended (it lets
         what it holds go), offloads back as they were. Namespaces that are gone are
         skipped: their rules went with them."""
-        saved = self.saved or emulation_state(self.tb).get("host") or {}
+        assert self.tb.state is not None
+        saved = self.saved or self.tb.state.get(HostShaperRecord) or HostShaperRecord()
         present = set(list_prefixed_namespaces(self.tb.run_id))
         for host in self.tb.topology.hosts:
             if self._ns(host.name) not in present:
                 continue
-            for argv in hs.chain_remove_argvs(saved.get("iptables", "nft")):
+            for argv in hs.chain_remove_argvs(saved.iptables):
                 run(self._in(host.name, argv), check=False)
-            before = (saved.get("offloads") or {}).get(host.name)
+            before = saved.offloads.get(host.name)
             if before:
                 run(self._in(host.name, hs.offload_argv(before)), check=False)
-        if saved.get("pid") is not None:
-            terminate(saved["pid"], f"--tag={self.tag}")
-        Path(saved.get("socket") or self.control.path).unlink(missing_ok=True)
-        emulation_state(self.tb).pop("host", None)
-        _save(self.tb)
+        if saved.pid is not None:
+            terminate(saved.pid, f"--tag={self.tag}")
+        Path(saved.socket or self.control.path).unlink(missing_ok=True)
+        _drop(self.tb, HostShaperRecord)
         self.saved = None
 
 
@@ -710,7 +767,7 @@ def for_testbed(tb: Testbed, name: str = "auto") -> Shaper:
     """The shaper of a running testbed: the one it already uses, else ``name`` resolved."""
     if tb.state is None:
         raise StateError("testbed is not up")
-    current = emulation_state(tb).get("shaper")
+    current = emulation(tb).shaper
     chosen = resolve(name, tb.backend_name) if current is None or name != "auto" else current
     if current is not None and chosen != current:
         raise ConfigError(

@@ -195,7 +195,7 @@ def replay_shaper(tb: Testbed | None) -> str:
     """The shaper the testbed's links were set with (a trace or a fault changes them the
     same way)."""
     assert tb is not None
-    return shapers.emulation_state(tb).get("shaper") or "auto"
+    return shapers.emulation(tb).shaper or "auto"
 
 
 def trace_replay(tb: Testbed | None, cell: Cell) -> Any:

@@ -309,7 +309,8 @@ class Shard:
         """The new cluster in the run's manifest: its nodes, versions, shaper, bring-up."""
         cfg, tb, worker = self.config, self.tb, self.worker
         assert tb is not None and worker is not None
-        gateway = shapers.emulation_state(tb).get("gateway", {})
+        assert tb.state is not None
+        gateway = tb.state.get(shapers.GatewayRecord)
         entry = {
             "nodes": self.nodes,
             "shard": self.name,
@@ -321,8 +322,8 @@ class Shard:
             "jvm_profile": cfg.jvm_profile,
             "driver": worker.hello,
             "shaper": shaper,
-            "gateway_accel": gateway.get("accel"),
-            "gateway_boot_s": gateway.get("boot_s"),
+            "gateway_accel": gateway.accel if gateway else None,
+            "gateway_boot_s": gateway.boot_s if gateway else None,
             "bringup_s": bringup_s,
         }
         self.sweep.store.update_manifest(self.sweep.run_id, clusters={tb.run_id: entry})

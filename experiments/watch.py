@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from emulation import api as emulation
+from emulation import shapers
 from testbed import Testbed, TestbedError
 from testbed.state import RunState
 
@@ -53,9 +54,9 @@ def check_components(
     if thorough and tb.state is not None:
         # Another process (`emulation set --force`) may have reshaped the testbed: what
         # is on disk must still be what this sweep applied.
-        applied = tb.state.extra.get("emulation", {}).get("matrix")
-        on_disk = RunState.load(tb.state.run_dir).extra.get("emulation", {}).get("matrix")
-        if on_disk != applied:
+        applied = shapers.emulation(tb).matrix
+        on_disk = RunState.load(tb.state.run_dir).get(shapers.EmulationRecord)
+        if (on_disk.matrix if on_disk else None) != applied:
             lost.append("another process changed the link settings during the cell")
     if lost:
         raise ComponentLost(

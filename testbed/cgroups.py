@@ -28,11 +28,12 @@ import re
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, StateError
+from .state import Record
 
 ROOT = Path(os.environ.get("EDGETB_CGROUP_ROOT", "/sys/fs/cgroup"))
 PARENT = "edgetb"  # shared by every run: never removed (another run may be making a child)
@@ -264,6 +265,14 @@ def require_layout() -> Layout:
             "/sys/fs/cgroup, or v1 hierarchies); this machine has neither mounted"
         )
     return found
+
+
+@dataclass
+class CgroupRecord(Record):
+    """The run's host cgroups: host -> controller -> directory (hosts with limits only)."""
+
+    KEY = "cgroups"
+    dirs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def cgroup_name(run_id: str, host: str) -> str:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from . import argtypes
-from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
+from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB, LibvirtRecord
 from .cassandra import dist as dist_mod
 from .cassandra.config import (
     DEFAULT_HEAP_MB,
@@ -210,12 +210,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     tb.up()
     tb.detach()  # this process ends; the testbed stays up, owned by nobody
-    vms = tb.state.extra.get("libvirt") if tb.state else None
-    if vms:
-        boots = ", ".join(f"{h} {s:.1f} s" for h, s in vms["boot_to_ssh_s"].items())
+    vms = tb.state.get(LibvirtRecord) if tb.state else None
+    if vms and vms.provision_s is not None:
+        boots = ", ".join(f"{h} {s:.1f} s" for h, s in vms.boot_to_ssh_s.items())
         print(
-            f"VMs: {vms['accel'].upper()} (libvirt domain type {vms['domain_type']}); "
-            f"boot to SSH: {boots}; provisioned in {vms['provision_s']:.1f} s"
+            f"VMs: {vms.accel.upper()} (libvirt domain type {vms.domain_type}); "
+            f"boot to SSH: {boots}; provisioned in {vms.provision_s:.1f} s"
         )
     _print_hosts(tb.status())  # measured (nodetool), not assumed from readiness
     print(f"run {tb.run_id} is up; `python -m testbed status`, `python -m testbed down`")

@@ -14,7 +14,9 @@ What can be restored from ``tc qdisc show`` alone:
   is refused *before* shaping, with an error naming the host.
 
 The ingress side (``ingress``/``clsact``) is never touched by egress shaping and is
-compared like the rest. Everything but ``restore`` is pure.
+compared like the rest. The record lives in the run's state (``QdiscRecord``), so that
+the shaper's ``stop`` and a backend's ``down`` both find it. Everything but ``restore`` is
+pure.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ConfigError, TestbedError
+from .state import Record
 
 # Qdiscs without classes: their `tc qdisc show` parameters are also valid `tc qdisc add`
 # parameters (refcnt aside), so one line restores them.
@@ -132,6 +135,15 @@ def restore_commands(dev: str, recorded: str) -> list[list[str]]:
         f"{dev} has qdiscs the testbed could not restore after shaping ({described}): "
         f"only the kernel's default or one classless root qdisc can be put back"
     )
+
+
+@dataclass
+class QdiscRecord(Record):
+    """Each shaped host's qdiscs as ``tc qdisc show`` gave them before the first shaping:
+    host -> device -> text. Present while shaping may be on; gone once restored."""
+
+    KEY = "qdiscs"
+    before: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def check_restorable(host: str, dev: str, recorded: str) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from .errors import RunSelectionError, StateError, StateFileError
 
@@ -62,6 +62,24 @@ TEARDOWN_FAILED = "teardown-failed"  # `down` failed on machines that outlive th
 
 
 @dataclass
+class Record:
+    """One part's own record in a run's state — a backend's objects, the shaper's process,
+    the cgroups, the qdiscs found before shaping — declared as a dataclass by the module
+    that owns the part and saved under its ``KEY``. Every field has a default, so a record
+    written by an older version loads (fields it does not know are dropped)."""
+
+    KEY: ClassVar[str] = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass
 class RunState:
     """Everything a later process needs to find, use and remove one run's objects."""
 
@@ -75,8 +93,33 @@ class RunState:
     java: str | None = None
     namespaces: list[str] = field(default_factory=list)
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the backend's, as given to `up`
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase of `up`
+    # Each part's Record by its KEY; a part not used by this process stays the saved dict.
+    parts: dict[str, Any] = field(default_factory=dict)
     run_dir: Path = field(default=Path("."), repr=False)
+
+    def get(self, cls: type[R]) -> R | None:
+        """The record of the part ``cls`` declares, None when the run has none."""
+        rec = self.parts.get(cls.KEY)
+        if rec is None or isinstance(rec, cls):
+            return rec
+        if not isinstance(rec, dict):
+            raise StateFileError(f"corrupt run state {self.path}: {cls.KEY} is {rec!r}")
+        try:
+            typed = cls.from_dict(rec)
+        except TypeError as exc:  # a field of the wrong shape
+            raise StateFileError(f"corrupt run state {self.path}: {cls.KEY}: {exc}") from exc
+        self.parts[cls.KEY] = typed
+        return typed
+
+    def put(self, rec: R) -> R:
+        """``rec`` becomes its part's record (saved with the next ``save``)."""
+        self.parts[rec.KEY] = rec
+        return rec
+
+    def drop(self, cls: type[Record]) -> None:
+        self.parts.pop(cls.KEY, None)
 
     @property
     def path(self) -> Path:
@@ -122,7 +165,9 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "java": (str, type(None)),
     "namespaces": (list,),
     "processes": (dict,),
-    "extra": (dict,),
+    "options": (dict,),
+    "timings": (dict,),
+    "parts": (dict,),
 }
 
 

@@ -176,8 +176,8 @@ class Testbed:
                 topology=self.topology.to_dict(),
                 cassandra=self.settings.to_dict() if self.settings else None,
                 java=self.java.path if self.java else None,
+                options=self.backend_options,
             )
-            state.extra["backend"] = self.backend_options
             self._owner = st.create_run(state, self.base)  # held until down() or detach()
         self.state = state
         with self._undo_on_failure():
@@ -207,7 +207,7 @@ class Testbed:
     def _mark_up(self) -> None:
         assert self.state is not None
         self.state.status = "up"
-        self.state.extra["timings"] = self.timings
+        self.state.timings = self.timings
         self.state.save()
 
     @contextlib.contextmanager
@@ -579,9 +579,9 @@ class Testbed:
         tb.on_registered = None
         tb.state = state
         tb._owner = None
-        tb.backend_options = dict(state.extra.get("backend", {}))
+        tb.backend_options = dict(state.options)
         tb.backend = make_backend(state.backend, topology, state)
-        tb.timings = dict(state.extra.get("timings", {}))
+        tb.timings = dict(state.timings)
         tb.java = Java(state.java, 17, "") if state.java else None
         tb.dist = None
         if settings is not None:

@@ -24,14 +24,14 @@ import contextlib
 import io
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import qdisc, subnets
 from ..errors import CommandError, ConfigError, TeardownError, TestbedError
 from ..files import read_text
 from ..runner import run
-from ..state import RunState, home
+from ..state import Record, RunState, home
 from ..topology import Topology
 from . import hostkeys, provision, remote
 from .ssh import SSH, RemoteHost
@@ -233,12 +233,24 @@ def load(topology: Topology, options: dict) -> Inventory:
     return Inventory(path, found, key, inventory_known_hosts(inv, names), inv)
 
 
-def _not_restored(host: str, dev: str, recorded: str | None, exc: Exception) -> str:
+def _not_restored(host: str, dev: str, recorded: str, exc: Exception) -> str:
     detail = exc.stderr if isinstance(exc, CommandError) and exc.stderr else str(exc)
     line = f"{host}: qdiscs of {dev} not restored ({' '.join(detail.split())[:300]})"
     if recorded:
         line += f"; before the run they were: {qdisc.normalize(recorded)!r}"
     return line
+
+
+@dataclass
+class HostsRecord(Record):
+    """What the run did to the machines: the inventory, the host keys it trusted, and
+    whether it provisioned them (then ``down`` has something to undo there)."""
+
+    KEY = "hosts"
+    inventory: str = ""
+    host_keys: dict[str, dict] = field(default_factory=dict)
+    touched: bool = False
+    provision_s: float | None = None
 
 
 class HostsBackend(remote.RemoteBackend):
@@ -249,7 +261,7 @@ class HostsBackend(remote.RemoteBackend):
     def __init__(self, topology: Topology, state: RunState):
         self.topology = topology
         self.state = state
-        self.inv = load(topology, state.extra.get("backend", {}))
+        self.inv = load(topology, state.options)
         self.inventory_path = self.inv.path
         self.hosts = self.inv.hosts
         self.ssh = SSH(state.run_id, state.run_dir / "ssh", self.inv.key, strict=True)
@@ -303,8 +315,8 @@ class HostsBackend(remote.RemoteBackend):
 
     def create(self) -> None:
         self.ssh.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        rec = self.state.extra.setdefault("hosts", {"inventory": str(self.inventory_path)})
-        rec["host_keys"] = self.trust_host_keys()
+        rec = self.state.put(HostsRecord(str(self.inventory_path)))
+        rec.host_keys = self.trust_host_keys()
         self.state.save()
         for host in self.hosts.values():
             self.ssh.wait(host, SSH_TIMEOUT_S)
@@ -312,7 +324,7 @@ class HostsBackend(remote.RemoteBackend):
 
         archive = provision.project_archive(self.ansible_dir / "project.tar.gz")
         cassandra = self._cassandra_archive()
-        rec["touched"] = True  # from here on `down` has something to undo on the hosts
+        rec.touched = True  # from here on `down` has something to undo on the hosts
         self.state.save()
         secs = provision.playbook(
             "provision",
@@ -321,7 +333,7 @@ class HostsBackend(remote.RemoteBackend):
             ssh=self.ssh,
             extravars=provision_extravars(self.state.run_id, archive, str(cassandra)),
         )
-        rec["provision_s"] = round(secs, 1)
+        rec.provision_s = round(secs, 1)
         self.state.save()
 
     def _cassandra_archive(self) -> Path:
@@ -343,22 +355,19 @@ class HostsBackend(remote.RemoteBackend):
     def restore_qdiscs(self) -> list[str]:
         """Put back the qdiscs recorded before the run shaped its hosts (when shaping is
         still on); one line per host where that failed."""
-        emulation = self.state.extra.get("emulation", {})
-        if "direct" not in emulation:
+        rec = self.state.get(qdisc.QdiscRecord)
+        if rec is None:
             return []
-        before = emulation.get("qdisc_before") or {}
+        before = rec.before
         problems = []
         for name in self.hosts:
 
             def on_host(argv, check, host=name):
                 return run(self.exec_argv(host, argv), check=check, timeout=60)
 
-            for dev, recorded in (before.get(name) or {"eth0": None}).items():
+            for dev, recorded in before.get(name, {}).items():
                 try:
-                    if recorded is None:  # shaped before qdiscs were recorded
-                        on_host(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
-                    else:
-                        qdisc.restore(on_host, name, dev, recorded)
+                    qdisc.restore(on_host, name, dev, recorded)
                 except (TestbedError, OSError) as exc:
                     problems.append(_not_restored(name, dev, recorded, exc))
         return problems
@@ -368,7 +377,8 @@ class HostsBackend(remote.RemoteBackend):
         (the run's state is then kept: `clean --run RUN` retries this)."""
         problems: list[str] = []
         try:
-            if self.state.extra.get("hosts", {}).get("touched"):
+            rec = self.state.get(HostsRecord)
+            if rec is not None and rec.touched:
                 problems += self.restore_qdiscs()
                 try:
                     provision.playbook(

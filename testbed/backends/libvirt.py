@@ -18,14 +18,14 @@ import os
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import images, subnets
 from ..accel import known_accel, record_accel
 from ..errors import ConfigError, TestbedError
 from ..runner import run
-from ..state import PREFIX, RunState, run_of
+from ..state import PREFIX, Record, RunState, run_of
 from ..topology import Topology
 from . import provision, remote
 from .ssh import SSH, RemoteHost
@@ -265,6 +265,22 @@ def choose_domain_type() -> str | None:
     return None if accel is None else ("kvm" if accel == "kvm" else "qemu")
 
 
+@dataclass
+class LibvirtRecord(Record):
+    """The run's libvirt objects (network, pool, domains) and how its VMs came up."""
+
+    KEY = "libvirt"
+    network: str = ""
+    pool: str = ""
+    image: str = ""
+    domains: list[str] = field(default_factory=list)
+    domain_type: str = ""
+    accel: str = ""
+    boot_to_ssh_s: dict[str, float] = field(default_factory=dict)
+    boot_all_s: float | None = None
+    provision_s: float | None = None
+
+
 class LibvirtBackend(remote.RemoteBackend):
     """Hosts as libvirt VMs; exec over SSH with the run's key."""
 
@@ -273,7 +289,7 @@ class LibvirtBackend(remote.RemoteBackend):
     def __init__(self, topology: Topology, state: RunState):
         self.topology = topology
         self.state = state
-        opts = state.extra.setdefault("backend", {})
+        opts = state.options
         self.edge_size = VMSize(**opts.get("edge_size", EDGE_SIZE.__dict__))
         self.endpoint_size = VMSize(**opts.get("endpoint_size", ENDPOINT_SIZE.__dict__))
         self.edge_size.check("edge VM")
@@ -317,7 +333,8 @@ class LibvirtBackend(remote.RemoteBackend):
     @staticmethod
     def problems(state: RunState) -> list[str]:
         """Recorded domains that are not running (ConfigError when libvirt cannot tell)."""
-        domains = state.extra.get("libvirt", {}).get("domains", [])
+        rec = state.get(LibvirtRecord)
+        domains = rec.domains if rec else []
         if not domains:
             return []
         conn = connect()  # ConfigError when libvirtd cannot be asked: health unknown
@@ -344,12 +361,7 @@ class LibvirtBackend(remote.RemoteBackend):
         import libvirt
 
         try:
-            self.state.extra["libvirt"] = {
-                "network": netdef.name,
-                "pool": pool_name(run_id),
-                "domains": [],
-                "image": str(image.root),
-            }
+            rec = self.state.put(LibvirtRecord(netdef.name, pool_name(run_id), str(image.root)))
             self.state.save()
             conn.networkCreateXML(netdef.to_xml())
             pool = conn.storagePoolCreateXML(PoolDef(pool_name(run_id), vm_dir).to_xml(), 0)
@@ -387,12 +399,10 @@ class LibvirtBackend(remote.RemoteBackend):
                     f"the VMs did not reach SSH within {BOOT_TIMEOUT_S:.0f} s "
                     f"(consoles: {vm_dir}/*.console.log)"
                 )
-            self.state.extra["libvirt"].update(
-                domain_type=domain_type,
-                accel="kvm" if domain_type == "kvm" else "tcg",
-                boot_to_ssh_s=boot,
-                boot_all_s=round(time.monotonic() - t0, 1),
-            )
+            rec.domain_type = domain_type or "qemu"
+            rec.accel = "kvm" if domain_type == "kvm" else "tcg"
+            rec.boot_to_ssh_s = boot
+            rec.boot_all_s = round(time.monotonic() - t0, 1)
             self.state.save()
         except libvirt.libvirtError as exc:
             raise TestbedError(f"libvirt: {exc}") from exc
@@ -406,7 +416,8 @@ class LibvirtBackend(remote.RemoteBackend):
         """Start every VM, then wait for SSH on each; seconds to SSH per host, or None."""
         import libvirt
 
-        rec = self.state.extra["libvirt"]
+        rec = self.state.get(LibvirtRecord)
+        assert rec is not None  # create put it
         started = {}
         for h in self.topology.hosts:
             d = DomainDef(
@@ -419,7 +430,7 @@ class LibvirtBackend(remote.RemoteBackend):
                 initrd=image.initrd,
                 cmdline=kernel_cmdline(h.name, h.cidr, public_key),
                 disk=disks[h.name],
-                network=rec["network"],
+                network=rec.network,
                 mac=mac_for(h.address),
                 console_log=self.state.run_dir / "vms" / f"{h.name}.console.log",
             )
@@ -430,7 +441,7 @@ class LibvirtBackend(remote.RemoteBackend):
                 if domain_type == "kvm" and choose_domain_type() is None:
                     return None
                 raise TestbedError(f"libvirt could not start {d.name}: {exc}") from exc
-            rec["domains"].append(d.name)
+            rec.domains.append(d.name)
             started[h.name] = time.monotonic()
             self.state.save()
         boot = {}
@@ -462,7 +473,9 @@ class LibvirtBackend(remote.RemoteBackend):
             ssh=self.ssh,
             extravars=provision_extravars(self.state.run_id, archive),
         )
-        self.state.extra["libvirt"]["provision_s"] = round(secs, 1)
+        rec = self.state.get(LibvirtRecord)
+        assert rec is not None  # create put it
+        rec.provision_s = round(secs, 1)
         self.state.save()
 
     def destroy(self) -> None:
@@ -476,12 +489,14 @@ class LibvirtBackend(remote.RemoteBackend):
     def _destroy_domains(self, conn) -> None:
         import libvirt
 
-        for name in self.state.extra["libvirt"]["domains"]:
+        rec = self.state.get(LibvirtRecord)
+        assert rec is not None  # create put it
+        for name in rec.domains:
             try:
                 conn.lookupByName(name).destroy()
             except libvirt.libvirtError:
                 pass
-        self.state.extra["libvirt"]["domains"] = []
+        rec.domains = []
 
 
 def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "") -> dict:

@@ -155,7 +155,7 @@ class NetnsBackend:
 
     @property
     def resources(self) -> dict[str, cgroups.Resources]:
-        spec = self.state.extra.get("backend", {}).get("resources") or {}
+        spec = self.state.options.get("resources") or {}
         return cgroups.resolve_spec(spec, self.topology) if spec else {}
 
     def create(self) -> None:
@@ -164,13 +164,13 @@ class NetnsBackend:
         limits = self.resources
         lay = cgroups.require_layout() if limits else None
         if lay is not None:
-            self.state.extra["cgroups"] = {
+            self.state.put(cgroups.CgroupRecord({
                 host: {
                     c: str(d)
                     for c, d in lay.dirs(cgroups.cgroup_name(self.state.run_id, host)).items()
                 }
                 for host in limits
-            }
+            }))  # fmt: skip
         self.state.save()
         for cmd in build_commands(self.state.run_id, self.topology):
             run(cmd)
@@ -183,7 +183,8 @@ class NetnsBackend:
     @property
     def cgroup_dirs(self) -> dict[str, dict[str, str]]:
         """host -> controller -> its cgroup directory (hosts with resources only)."""
-        return self.state.extra.get("cgroups") or {}
+        rec = self.state.get(cgroups.CgroupRecord)
+        return rec.dirs if rec else {}
 
     def destroy(self) -> None:
         names = set(self.state.namespaces) | set(list_prefixed_namespaces(self.state.run_id))
@@ -228,7 +229,8 @@ class NetnsBackend:
         """Recorded namespaces and host cgroups that are gone."""
         present = set(list_prefixed_namespaces(state.run_id))
         out = [f"namespace {ns} is missing" for ns in state.namespaces if ns not in present]
-        for host, dirs in (state.extra.get("cgroups") or {}).items():
+        rec = state.get(cgroups.CgroupRecord)
+        for host, dirs in (rec.dirs if rec else {}).items():
             out += [
                 f"cgroup of {host} is missing: {d}" for d in dirs.values() if not os.path.isdir(d)
             ]

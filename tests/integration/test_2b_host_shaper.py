@@ -75,7 +75,10 @@ def test_a_change_takes_effect_at_once_and_unshaped_links_are_not_queued(small):
 def test_a_killed_delayer_is_detected_and_replaced(small):
     matrix = links.uniform(small.topology, 10, 0)
     api.set_links(small, matrix, "host")
-    pid = shapers.emulation_state(Testbed.attach(small.run_id))["host"]["pid"]
+    state = Testbed.attach(small.run_id).state
+    rec = state.get(shapers.HostShaperRecord) if state else None
+    assert rec is not None and rec.pid is not None
+    pid = rec.pid
     os.kill(pid, signal.SIGKILL)  # the delayer this test's testbed started
     deadline = time.monotonic() + 5
     while not api.problems(small) and time.monotonic() < deadline:

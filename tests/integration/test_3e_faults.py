@@ -163,7 +163,7 @@ def test_a_trace_of_three_steps_is_replayed_on_schedule(tmp_path):
     try:
         base = links.uniform(tb.topology, 0, 0)
         emulation_api.set_links(tb, base)
-        shaper = shapers.for_testbed(tb, shapers.emulation_state(tb)["shaper"])
+        shaper = shapers.for_testbed(tb, shapers.emulation(tb).shaper or "auto")
         replay = trace_mod.Replay(trace_mod.load(str(path)), base, shaper.apply, shaper.close)
         replay.start()
         time.sleep(1.8)

@@ -24,6 +24,7 @@ import pytest
 from testbed import images, qdisc
 from testbed.backends import hostkeys
 from testbed.backends import libvirt as lv
+from testbed.backends.hosts import HostsRecord
 from testbed.state import RunState, home
 from testbed.topology import Topology
 
@@ -78,9 +79,9 @@ def vms():
 
 def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     run_id, out = vms
-    rec = RunState.load(home() / "runs" / run_id).extra["libvirt"]
-    assert rec["accel"] in ("kvm", "tcg") and f"VMs: {rec['accel'].upper()}" in out
-    assert set(rec["boot_to_ssh_s"]) == {"e0", "ep"}
+    rec = RunState.load(home() / "runs" / run_id).get(lv.LibvirtRecord)
+    assert rec is not None and rec.accel in ("kvm", "tcg") and f"VMs: {rec.accel.upper()}" in out
+    assert set(rec.boot_to_ssh_s) == {"e0", "ep"}
     found = lv.leftovers(run_id)
     assert found["domains"] == [f"tb-{run_id}-e0", f"tb-{run_id}-ep"]
     assert found["networks"] == [f"tb-{run_id}-net"] and found["pools"] == [f"tb-{run_id}-disks"]
@@ -218,7 +219,9 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
     run_dir = home() / "runs" / hosts_run
     try:
         # host keys: exactly those the libvirt run recorded (its inventory names the file)
-        trusted = RunState.load(run_dir).extra["hosts"]["host_keys"]
+        hosts_rec = RunState.load(run_dir).get(HostsRecord)
+        assert hosts_rec is not None
+        trusted = hosts_rec.host_keys
         libvirt_known_hosts = str(home() / "runs" / run_id / "ssh" / "known_hosts")
         assert {k: v["source"] for k, v in trusted.items()} == {
             "e0": libvirt_known_hosts,
@@ -281,7 +284,9 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             timeout=300,
         )
         assert proc.returncode == 0, proc.stderr
-        recorded = RunState.load(run_dir).extra["emulation"]["qdisc_before"]
+        qdisc_rec = RunState.load(run_dir).get(qdisc.QdiscRecord)
+        assert qdisc_rec is not None
+        recorded = qdisc_rec.before
         for host in ("e0", "ep"):
             assert qdisc.normalize(recorded[host]["eth0"]) == qdisc.normalize(before[host])
         shaped = statistics.median(ping_ms(hosts_run, "ep", address(hosts_run)))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+from emulation.shapers import EmulationRecord, HostShaperRecord
 from experiments.store import Store
 from testbed.state import RunState, home
 
@@ -39,7 +40,8 @@ def _wait_for_shaped_testbed(out, sweep, timeout_s=600) -> str:
                     state = RunState.load(home() / "runs" / up[0])
                 except Exception:  # not written yet
                     state = None
-                matrix = state and state.extra.get("emulation", {}).get("matrix")
+                rec = state and state.get(EmulationRecord)
+                matrix = rec and rec.matrix
                 if matrix and matrix["profile"] == "uniform":
                     return up[0]
         time.sleep(0.5)
@@ -88,8 +90,9 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_a_dead_shap
 
         # the delayer dies while the second cell is measured
         _wait_for_cells(out, sweep, 1)
-        shaper = RunState.load(home() / "runs" / testbed_run).extra["emulation"]["host"]
-        os.kill(shaper["pid"], signal.SIGKILL)  # a process of the sweep this test started
+        shaper = RunState.load(home() / "runs" / testbed_run).get(HostShaperRecord)
+        assert shaper is not None and shaper.pid is not None
+        os.kill(shaper.pid, signal.SIGKILL)  # a process of the sweep this test started
         # a node dies while the third is
         _wait_for_cells(out, sweep, 2, timeout_s=600)
         time.sleep(2)  # into its writes
@@ -108,7 +111,7 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_a_dead_shap
         cells = store.cells(run.run_id)
         assert len(cells) == 3
         lost_shaper, lost_node = run.manifest["faults"]
-        assert f"host shaper (pid {shaper['pid']}) is not running" in lost_shaper["problem"]
+        assert f"host shaper (pid {shaper.pid}) is not running" in lost_shaper["problem"]
         assert lost_shaper["recovery_s"] > 0
         assert lost_node["node"] == "e1" and "e1: Cassandra died" in lost_node["problem"]
         assert lost_node["cell_id"] == sorted(c["cell_id"] for c in cells)[2]

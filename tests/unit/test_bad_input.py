@@ -315,7 +315,7 @@ def good_state() -> dict:
         "java": None,
         "namespaces": [],
         "processes": {},
-        "extra": {},
+        "parts": {},
     }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import Topology
+from testbed import Topology, qdisc
 from testbed.backends import hosts, provision, remote
 from testbed.backends.ssh import SSH
 from testbed.errors import ConfigError
@@ -124,7 +124,7 @@ def backend(tmp_path, key, monkeypatch):
         backend="hosts",
         topology=Topology(edge_nodes=1).to_dict(),
         cassandra=None,
-        extra={"backend": {"inventory": str(path)}},
+        options={"inventory": str(path)},
         run_dir=tmp_path / "run",
     )
     state.run_dir.mkdir()
@@ -160,12 +160,8 @@ def backend(tmp_path, key, monkeypatch):
 
 
 def _shaped(b):
-    b.state.extra["hosts"] = {"touched": True}
-    b.state.extra["emulation"] = {
-        "shaper": "direct",
-        "direct": {},
-        "qdisc_before": {"e0": {"eth0": DEFAULT}, "ep": {"eth0": DEFAULT}},
-    }
+    b.state.put(hosts.HostsRecord(touched=True))
+    b.state.put(qdisc.QdiscRecord({"e0": {"eth0": DEFAULT}, "ep": {"eth0": DEFAULT}}))
 
 
 def test_down_restores_the_recorded_qdisc_on_every_host(backend):
@@ -193,7 +189,7 @@ def test_down_of_a_run_that_never_reached_its_hosts_touches_nothing(backend):
 
 
 def test_a_failed_teardown_playbook_is_reported(backend, monkeypatch):
-    backend.state.extra["hosts"] = {"touched": True}
+    backend.state.put(hosts.HostsRecord(touched=True))
 
     def failing(name, **kw):
         raise provision.ProvisionError(f"playbook {name} did not complete:\nep: unreachable")

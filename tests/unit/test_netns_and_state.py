@@ -100,6 +100,38 @@ def test_state_roundtrip_and_select_run(tmp_path: Path):
         select_run("../x", base=tmp_path)
 
 
+def test_each_part_reads_back_its_own_typed_record(tmp_path: Path):
+    from emulation.shapers import EmulationRecord, HostShaperRecord
+    from testbed.cgroups import CgroupRecord
+
+    lock = _up(tmp_path, "a00002", detached=True)
+    lock.release()
+    state = RunState.load(tmp_path / "runs" / "a00002")
+    assert state.get(HostShaperRecord) is None  # a part the run never used
+    state.put(HostShaperRecord(pid=42, socket="/s", queued={"e0": ["10.0.0.2"]}))
+    state.put(CgroupRecord({"e0": {"cpu": "/sys/fs/cgroup/cpu/tb-a00002-e0"}}))
+    state.save()
+    saved = json.loads(state.path.read_text())["parts"]
+    assert saved["shaper.host"]["pid"] == 42 and saved["cgroups"]["dirs"]["e0"]["cpu"]
+    # a field this version does not know is dropped; one it has is read back typed
+    saved["shaper.host"]["retired_field"] = 1
+    saved["emulation"] = {"shaper": "host", "matrix": None}
+    state.path.write_text(json.dumps({**json.loads(state.path.read_text()), "parts": saved}))
+    loaded = RunState.load(state.path.parent)
+    host = loaded.get(HostShaperRecord)
+    assert host == HostShaperRecord(pid=42, socket="/s", queued={"e0": ["10.0.0.2"]})
+    assert loaded.get(EmulationRecord) == EmulationRecord(shaper="host")
+    loaded.drop(HostShaperRecord)
+    loaded.save()
+    assert "shaper.host" not in json.loads(state.path.read_text())["parts"]
+    # a record that is not an object is named as a corrupt state
+    state.path.write_text(
+        json.dumps({**json.loads(state.path.read_text()), "parts": {"cgroups": 3}})
+    )
+    with pytest.raises(StateFileError, match="corrupt run state .*: cgroups is 3"):
+        RunState.load(state.path.parent).get(CgroupRecord)
+
+
 def test_select_run_never_picks_a_run_in_use(tmp_path: Path):
     owned = _up(tmp_path, "b00001", detached=False)  # e.g. a sweep's testbed
     with pytest.raises(RunSelectionError, match=r"b00001 \(in use by pid \d+"):

@@ -139,14 +139,14 @@ class FakeTestbed:
     one with cast: it has only those parts)."""
 
     def __init__(self, hosts: dict[str, FakeHost]):
-        from types import SimpleNamespace
-
         from testbed import Topology
+        from testbed.state import RunState
 
         self.topology = Topology(edge_nodes=len(hosts) - 1)
         self.hosts = hosts
         self.saved = 0
-        self.state = SimpleNamespace(extra={}, save=self._save)
+        self.state = RunState("abc123", "netns", self.topology.to_dict(), None)
+        self.state.save = self._save  # type: ignore[method-assign]  # counted, not written
 
     def _save(self):
         self.saved += 1
@@ -159,20 +159,20 @@ class FakeTestbed:
 
 
 def test_direct_shaper_records_every_host_before_shaping_and_restores_them():
-    from emulation.shapers import DirectShaper
+    from emulation.shapers import DirectRecord, DirectShaper
 
     tb = FakeTestbed({"e0": FakeHost(MQ, MQ), "ep": FakeHost(FQ_CODEL, USER_FQ)})
     shaper = DirectShaper(cast(Testbed, tb))
     before = shaper.record()
     assert before == {"e0": {"eth0": MQ}, "ep": {"eth0": USER_FQ}}
-    assert tb.state.extra["emulation"]["qdisc_before"] == before and tb.saved == 1
+    assert tb.state.get(qdisc.QdiscRecord) == qdisc.QdiscRecord(before) and tb.saved == 1
     for host in tb.hosts.values():  # what tcconfig's rules put there
         host.current = SHAPED
-    tb.state.extra["emulation"]["direct"] = {}
+    tb.state.put(DirectRecord())
     shaper.stop()
     assert qdisc.normalize(tb.hosts["e0"].current) == qdisc.normalize(MQ)
     assert qdisc.normalize(tb.hosts["ep"].current) == qdisc.normalize(USER_FQ)
-    assert tb.state.extra["emulation"] == {}
+    assert tb.state.parts == {}
 
 
 def test_direct_shaper_refuses_a_host_it_could_not_restore_before_touching_any():
@@ -181,19 +181,20 @@ def test_direct_shaper_refuses_a_host_it_could_not_restore_before_touching_any()
     tb = FakeTestbed({"e0": FakeHost(FQ_CODEL, FQ_CODEL), "ep": FakeHost(FQ_CODEL, SHAPED)})
     with pytest.raises(ConfigError, match="^ep: eth0 has qdiscs the testbed could not restore"):
         DirectShaper(cast(Testbed, tb)).record()
-    assert "qdisc_before" not in tb.state.extra.get("emulation", {})
+    assert tb.state.parts == {}
     assert all(c[2] == "show" for h in tb.hosts.values() for c in h.commands)
 
 
 def test_direct_shaper_stop_tries_every_host_and_keeps_the_record_on_failure():
-    from emulation.shapers import DirectShaper
+    from emulation.shapers import DirectRecord, DirectShaper
 
     tb = FakeTestbed(
         {"e0": FakeHost(FQ_CODEL, SHAPED, broken=True), "ep": FakeHost(FQ_CODEL, SHAPED)}
     )
     record = {"e0": {"eth0": FQ_CODEL}, "ep": {"eth0": FQ_CODEL}}
-    tb.state.extra["emulation"] = {"direct": {}, "qdisc_before": record}
+    tb.state.put(DirectRecord())
+    tb.state.put(qdisc.QdiscRecord(record))
     with pytest.raises(qdisc.QdiscRestoreError, match="^e0: eth0 did not get its qdiscs back"):
         DirectShaper(cast(Testbed, tb)).stop()
     assert qdisc.normalize(tb.hosts["ep"].current) == qdisc.normalize(FQ_CODEL)  # still done
-    assert tb.state.extra["emulation"]["qdisc_before"] == record  # `clear --remove` again
+    assert tb.state.get(qdisc.QdiscRecord) == qdisc.QdiscRecord(record)  # for a second try
