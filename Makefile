@@ -29,7 +29,7 @@ cassandra: python
 
 # YCSB and the Java driver (Maven Central) and the project's CQL binding (javac); cached.
 ycsb: python
-	$(PY) -m experiments.ycsb install
+	$(PY) -m workloads.ycsb install
 
 # The host shaper's delayer (C, libnetfilter_queue; ~1 s; cached on its source): the
 # default shaper where the kernel has no sch_netem.

@@ -1,4 +1,4 @@
-"""YCSB results (experiments.ycsb cells of a sweep): the cost of consistency per network
+"""YCSB results (workloads.ycsb cells of a sweep): the cost of consistency per network
 setting, throughput against client threads, latency against throughput, percentiles per
 operation. Pure functions over ``Results.ycsb`` rows, plus the figures.
 

@@ -73,7 +73,7 @@ def quota(reps: int, seconds: float, threads: int, work: Path) -> None:
 
 
 def memory(limit_mb: int, records: int, work: Path) -> None:
-    from experiments import ycsb
+    from workloads import ycsb
 
     print(f"2. memory: 1 node, --node-memory {limit_mb}, heap 256 MB, {records} YCSB records")
     tb = Testbed(

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from analysis.stats import t95
 from emulation import api, links
-from experiments import ycsb
 from experiments.launch import cpu_busy, cpu_times
 from testbed import Testbed, Topology
+from workloads import ycsb
 
 KEYSPACE = "ycsb_bench"
 RECORDS = 1000

@@ -19,11 +19,11 @@ from testbed.backends import backend_class
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 from testbed.topology import Topology
+from workloads.ycsb import Spec
 
 from .cells import WRITES, fault_label, id_number, workload_label
 from .faults import parse as parse_fault
 from .fields import check_knob, rf_values, strings
-from .ycsb import Spec
 
 MAX_CELLS = 100_000
 
@@ -189,7 +189,7 @@ def traces(config: Any) -> None:
 
 def ycsb(config: Any, pairs: list[tuple[int, int]]) -> None:
     """The YCSB dimensions: names, ranges, and every workload x level x records
-    combination checked by experiments.ycsb before anything starts."""
+    combination checked by workloads.ycsb before anything starts."""
 
     object.__setattr__(
         config, "workload", strings("workload", tuple(map(canonical_workload, config.workload)))

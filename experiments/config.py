@@ -21,6 +21,7 @@ from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JvmProfile
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
+from workloads.ycsb import workload_path
 
 from . import cells as grid
 from . import checks
@@ -32,7 +33,6 @@ from .fields import (
     knob,
     node_knob,
 )
-from .ycsb import workload_path
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -168,7 +168,7 @@ class SweepConfig:
         decimals=3,
         fingerprint="never",
     )
-    # YCSB (experiments.ycsb): workloads besides the paper's writes, and for their cells
+    # YCSB (workloads.ycsb): workloads besides the paper's writes, and for their cells
     # client threads, target rates (open loop; none: closed loop), read and write levels
     # (write none: cl; "read": the cell's read level, so ONE/ONE, QUORUM/QUORUM, ...),
     # the records each keyspace is loaded with, and the operations of a run phase

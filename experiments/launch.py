@@ -15,11 +15,11 @@ from emulation.gateway import image as gateway_image
 from testbed import TestbedError
 from testbed.errors import ConfigError, RunInUseError, StateError
 from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
+from workloads.ycsb import dist as ycsb_dist
 
 from . import estimate, fidelity
 from .config import SweepConfig
 from .store import DB_NAME, Store
-from .ycsb import dist as ycsb_dist
 
 LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
 MAX_PARALLEL = 32

@@ -23,8 +23,9 @@ from emulation import shapers
 from emulation.trace import Replay
 from emulation.trace import load as load_trace
 from testbed import Testbed
+from workloads import ycsb
 
-from . import estimate, faults, nemesis, plan, ycsb
+from . import estimate, faults, nemesis, plan
 from .cells import Cell
 from .config import SweepConfig
 from .launch import cpu_busy, cpu_times

@@ -29,6 +29,7 @@ from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, Topology
 from testbed.clean import clean
 from testbed.command import STOP_SIGNALS, leave_terminal
+from workloads import WriteWorker
 
 from . import estimate, plan, units
 from .cells import Cell
@@ -38,7 +39,6 @@ from .progress import Progress
 from .store import Store, StoreFullError
 from .summary import stats_ms
 from .watch import component_watch
-from .workloads import WriteWorker
 
 ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("testbed", "emulation", "model", "experiments")
+PROJECT_PACKAGES = ("testbed", "emulation", "model", "workloads", "experiments")
 
 
 class ProvisionError(TestbedError):

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from emulation import api, links
-from experiments import ycsb
+from workloads import ycsb
 
 from .conftest import run_cli
 
@@ -90,7 +90,7 @@ def test_quorum_read_waits_one_more_round_trip_and_threads_multiply_throughput(
     ],
 )
 def test_bad_ycsb_input_is_refused_before_anything_runs(cluster, args, message):
-    proc = run_cli("run", *args, "--json", module="experiments.ycsb", run=cluster.run_id)
+    proc = run_cli("run", *args, "--json", module="workloads.ycsb", run=cluster.run_id)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and proc.stdout == ""
     last = proc.stderr.strip().splitlines()[-1]  # after argparse's usage, if any
@@ -102,7 +102,7 @@ def test_cli_runs_a_workload_and_prints_json(cluster, loaded, tmp_path):
         "run", "--workload", "b", "--rf", "3", "--keyspace", KEYSPACE, "--no-load",
         "--records", str(RECORDS), "--operations", "300", "--threads", "2",
         "--out", str(tmp_path), "--json",
-        module="experiments.ycsb", run=cluster.run_id,
+        module="workloads.ycsb", run=cluster.run_id,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)

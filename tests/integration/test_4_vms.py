@@ -325,7 +325,7 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
     proc = run_cli(
         "run", "--run", hosts_run, "--rf", "1", "--workload", "a", "--records", "200",
         "--operations", "300", "--threads", "2", "--out", str(out), "--json",
-        module="experiments.ycsb", timeout=900,
+        module="workloads.ycsb", timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     load, ran = json.loads(proc.stdout)["phases"]
@@ -339,7 +339,7 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
         assert 30 <= d["p50_ms"] <= d["p95_ms"] <= d["p99_ms"] <= d["max_ms"], d
         assert Path(d["hdr"]).is_file() and Path(d["hdr"]).parent.parent == out
     killed = subprocess.Popen(
-        [sys.executable, "-m", "experiments.ycsb", "run", "--run", hosts_run, "--rf", "1",
+        [sys.executable, "-m", "workloads.ycsb", "run", "--run", hosts_run, "--rf", "1",
          "--workload", "c", "--records", "200", "--duration", "600", "--no-load",
          "--out", str(tmp_path / "killed")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

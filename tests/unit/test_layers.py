@@ -1,8 +1,9 @@
 """The import structure of the project, read from the source with ``ast`` (issue 24):
 
 - no import circle between modules;
-- no import from a lower layer to a higher one: testbed < emulation < model < experiments
-  < analysis < edgetb (the one command) (a module may import its own layer and the layers below it);
+- no import from a lower layer to a higher one: testbed < emulation < model < workloads
+  < experiments < analysis < edgetb (the one command) (a module may import its own layer
+  and the layers below it);
 - no import of a command-line module (one that defines ``main``), except by its package's
   ``__main__``; the library modules that still carry a ``main`` of their own are listed
   in ``STILL_MIXED`` (their command lines move behind one command later), and the list
@@ -21,11 +22,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("testbed", "emulation", "model", "experiments", "analysis", "edgetb")
+LAYERS = ("testbed", "emulation", "model", "workloads", "experiments", "analysis", "edgetb")
 STILL_MIXED = {
     "analysis.phi",  # φ's functions and `python -m analysis.phi`
     "analysis.report",  # write_report and `python -m analysis.report`
-    "experiments.workloads.writes",  # the writer's rows and the writer process itself
+    "workloads.writes",  # the writer's rows and the writer process itself
     "testbed.client",  # the endpoint client's helpers and the client process itself
 }
 MAX_INNER_IMPORTS = {"experiments": 5}

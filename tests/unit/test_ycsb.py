@@ -1,4 +1,4 @@
-"""experiments.ycsb's pure parts: workload files, the checks made before anything runs,
+"""workloads.ycsb's pure parts: workload files, the checks made before anything runs,
 and the reading of YCSB's export (rows as YCSB 0.17.0 writes them with hdrhistogram
 measurements and measurement.interval=both)."""
 
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments import ycsb
-from experiments.ycsb import END_CLIENT
 from model.consistency import check_read_level
 from testbed import tags
 from testbed.errors import ConfigError
+from workloads import ycsb
+from workloads.ycsb import END_CLIENT
 
 
 def test_shipped_workloads_a_to_f_and_their_operations():

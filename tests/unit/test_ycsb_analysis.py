@@ -13,7 +13,7 @@ from experiments.cells import Cell
 from experiments.export import YCSB_EXPORT_COLUMNS, export
 from experiments.measure import ycsb_rows
 from experiments.store import Store
-from experiments.ycsb import Result
+from workloads.ycsb import Result
 
 # (read level, throughput, READ p99, UPDATE p99) per repetition
 MEASURED = {

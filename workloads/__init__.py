@@ -25,7 +25,7 @@ class WorkerError(TestbedError):
 
 
 class WriteWorker:
-    """One ``experiments.workloads.writes`` process on the endpoint, for one cluster.
+    """One ``workloads.writes`` process on the endpoint, for one cluster.
 
     ``watch`` is called about once a second while waiting (the sweep checks that every
     node is alive there and raises to stop the cell).
@@ -46,7 +46,7 @@ class WriteWorker:
         argv = [
             tb.python,
             "-m",
-            "experiments.workloads.writes",
+            "workloads.writes",
             "--policy",
             policy,
             "--timeout",

@@ -1,4 +1,4 @@
-"""python -m experiments.ycsb install | run: YCSB on a running testbed (see the package)."""
+"""python -m workloads.ycsb install | run: YCSB on a running testbed (see the package)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def _progress(phase: str):
     return show
 
 
-@command("python -m experiments.ycsb")
+@command("python -m workloads.ycsb")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog("python -m experiments.ycsb"), description=__doc__)
+    p = argparse.ArgumentParser(prog=prog("python -m workloads.ycsb"), description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     inst = sub.add_parser("install", help="fetch YCSB and the driver, build the binding (cached)")
     inst.add_argument("--force", action="store_true")

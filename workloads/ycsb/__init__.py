@@ -12,8 +12,8 @@ the write level. YCSB's status lines drive ``progress``; its JSON export and one
 HdrHistogram log per operation (``<out>/<phase>-hdr/<OP>.hdr``: every percentile
 recoverable exactly) are kept.
 
-    python -m experiments.ycsb install
-    python -m experiments.ycsb run --workload a --threads 8 --read-cl QUORUM --rf 3
+    python -m workloads.ycsb install
+    python -m workloads.ycsb run --workload a --threads 8 --read-cl QUORUM --rf 3
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The paper's write workload, run on the endpoint host as one long-lived process.
 
-The sweep starts it once per cluster (``python -m experiments.workloads.writes`` inside the
+The sweep starts it once per cluster (``python -m workloads.writes`` inside the
 endpoint) and sends it one JSON command per line on stdin; it answers with JSON lines on
 stdout. Keeping one driver session for the whole cluster means no reconnect, re-prepare
 or pool warm-up inside a measurement.
@@ -34,7 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "nobel_laureates.json"
+DATA = Path(__file__).resolve().parent / "data" / "nobel_laureates.json"
 ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")
 FLUSH_EVERY_S = 0.5
 TABLE = "laureates"
@@ -251,7 +251,7 @@ def serve(writer: Writer, inp, out) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.workloads.writes")
+    parser = argparse.ArgumentParser(prog="python -m workloads.writes")
     parser.add_argument("--hosts", default=os.environ.get("EDGETB_EDGE_ADDRESSES", ""))
     parser.add_argument("--policy", default="round-robin")
     parser.add_argument("--timeout", type=float, default=12.0)

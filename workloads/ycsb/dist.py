@@ -68,7 +68,7 @@ class YcsbDist:
             path = self.root / name
             if not path.is_file():
                 raise StateError(
-                    f"YCSB jar missing: {path} (run `python -m experiments.ycsb install`)"
+                    f"YCSB jar missing: {path} (run `python -m workloads.ycsb install`)"
                 )
             if full and _sha256(path) != want:
                 raise StateError(f"checksum mismatch for {path} (reinstall with --force)")
@@ -85,7 +85,7 @@ def load(root: Path | None = None) -> YcsbDist:
     if not manifest.is_file():
         raise StateError(
             f"YCSB {YCSB_VERSION} with this binding is not installed in {directory}: "
-            "run `python -m experiments.ycsb install` (make install does)"
+            "run `python -m workloads.ycsb install` (make install does)"
         )
     dist = YcsbDist(directory, json.loads(manifest.read_text())["jars"])
     dist.verify()
