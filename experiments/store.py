@@ -410,7 +410,167 @@ def _create(path: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-class Store:
+class Reads:
+    """The store's read side: what export, plots and the analysis query (no writes)."""
+
+    db: sqlite3.Connection
+    path: Path
+    _cell_select: str
+
+    def _json(self, text: str | None, what: str) -> Any:
+        """A JSON column's value; StateFileError naming the store and the value where
+        it is not JSON."""
+        try:
+            return json.loads(text) if text is not None else None
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise StateFileError(
+                f"{self.path}: {what} is not JSON ({exc}): damaged, or changed by another tool"
+            ) from None
+
+    YCSB_REQUEST_COLUMNS = ("run_id", "cell_id", "seq", "op", "t_ms", "latency_us")
+
+    def iter_ycsb_requests(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
+        """YCSB's raw rows (YCSB_REQUEST_COLUMNS), for the cells measured with them."""
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        if "ycsb_requests" not in tables:
+            return
+        where, args = _where_runs(run_ids)
+        yield from self.db.execute(
+            f"SELECT {', '.join(self.YCSB_REQUEST_COLUMNS)} FROM ycsb_requests{where} "
+            "ORDER BY run_id, cell_id, seq",
+            args,
+        )
+
+    def ycsb_ops(
+        self, run_ids: str | Sequence[str] | None = None, *, hdr: bool = False
+    ) -> list[dict[str, Any]]:
+        """The YCSB rows (per cell and operation) of the runs, with their cell's columns;
+        ``hdr``: with the HdrHistogram logs too. Empty for a store from before YCSB."""
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        if "ycsb_ops" not in tables:
+            return []
+        where, args = _where_runs(run_ids, "o.run_id")
+        op_cols = [
+            c for c in YCSB_OP_COLUMNS if c not in ("run_id", "cell_id") and (hdr or c != "hdr")
+        ]
+        cell_cols = [c for c in CELL_COLUMNS if c not in ("shaping", "key_seed", "testbed_run")]
+        rows = self.db.execute(
+            f"SELECT {', '.join(['c.' + c for c in cell_cols] + ['o.' + c for c in op_cols])} "
+            "FROM ycsb_ops o JOIN cells c ON o.run_id = c.run_id AND o.cell_id = c.cell_id"
+            f"{where} ORDER BY c.started, o.intended, o.op",
+            args,
+        )
+        out = []
+        for row in rows:
+            d = dict(zip(cell_cols + op_cols, row, strict=True))
+            d["return_codes"] = self._json(d["return_codes"] or "{}", "a YCSB cell's return codes")
+            out.append(d)
+        return out
+
+    def cells_per_worker(self, run_id: str) -> dict[str, int]:
+        """Cells of the run by the worker that measured them ("local": this machine)."""
+        return {
+            w or "local": n
+            for w, n in self.db.execute(
+                "SELECT worker, count(*) FROM cells WHERE run_id=? GROUP BY worker ORDER BY worker",
+                (run_id,),
+            )
+        }
+
+    def cells(self, run_ids: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Cells of one run, of several, or (None) of every run, in the order measured."""
+        where, args = _where_runs(run_ids)
+        out = []
+        for row in self.db.execute(
+            f"SELECT {self._cell_select} FROM cells{where} ORDER BY started", args
+        ):
+            cell = dict(zip(CELL_COLUMNS, row, strict=True))
+            cell["shaping"] = self._json(cell["shaping"], f"the shaping of cell {cell['cell_id']}")
+            for c in ("fault_log", "trace_log"):
+                cell[c] = self._json(cell[c] or None, f"the {c} of cell {cell['cell_id']}")
+            out.append(cell)
+        return out
+
+    def cell_count(self, run_ids: str | Sequence[str] | None = None) -> int:
+        where, args = _where_runs(run_ids)
+        return self.db.execute(f"SELECT COUNT(*) FROM cells{where}", args).fetchone()[0]
+
+    def request_count(self, run_ids: str | Sequence[str] | None = None) -> int:
+        where, args = _where_runs(run_ids)
+        return self.db.execute(f"SELECT COUNT(*) FROM requests{where}", args).fetchone()[0]
+
+    def rtts_ns(self, run_id: str, cell_id: str) -> list[int]:
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT rtt_ns FROM requests WHERE run_id=? AND cell_id=? ORDER BY seq",
+                (run_id, cell_id),
+            )
+        ]
+
+    def errors(self, run_id: str, cell_id: str) -> int:
+        (n,) = self.db.execute(
+            "SELECT COUNT(*) FROM requests WHERE run_id=? AND cell_id=? AND error IS NOT NULL",
+            (run_id, cell_id),
+        ).fetchone()
+        return n
+
+    def coordinator_is_replica_share(self, run_id: str, cell_id: str) -> float | None:
+        """The share of a cell's requests whose coordinator held a replica (None when no
+        request of it reached a coordinator)."""
+        (share,) = self.db.execute(
+            "SELECT AVG(coordinator_is_replica) FROM requests WHERE run_id=? AND cell_id=?",
+            (run_id, cell_id),
+        ).fetchone()
+        return share
+
+    def iter_outcomes(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
+        """(run_id, cell_id, rtt_ns, coordinator_is_replica, error) per request, ordered by
+        run, cell and sequence number: what analysis needs of each request."""
+        where, args = _where_runs(run_ids)
+        yield from self.db.execute(
+            "SELECT run_id, cell_id, rtt_ns, coordinator_is_replica, error FROM requests"
+            f"{where} ORDER BY run_id, cell_id, seq",
+            args,
+        )
+
+    def total_rtt_ns(self, run_id: str) -> int:
+        (total,) = self.db.execute(
+            "SELECT COALESCE(SUM(rtt_ns), 0) FROM requests WHERE run_id=?", (run_id,)
+        ).fetchone()
+        return total
+
+    # -- export ----------------------------------------------------------------------------
+
+    # A request's cell (its grid point, up to the repetition), then the request itself.
+    EXPORT_COLUMNS = (
+        CELL_COLUMNS[: CELL_COLUMNS.index("repetition") + 1]
+        + REQUEST_COLUMNS[REQUEST_COLUMNS.index("seq") :]
+    )
+
+    def requests(self, run_id: str, cell_id: str) -> list[dict[str, Any]]:
+        """Every request of one cell, in order (REQUEST_COLUMNS)."""
+        rows = self.db.execute(
+            f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE run_id=? AND cell_id=? "
+            "ORDER BY seq",
+            (run_id, cell_id),
+        )
+        return [dict(zip(REQUEST_COLUMNS, r, strict=True)) for r in rows]
+
+    def iter_request_rows(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
+        """One tuple per request, joined with its cell (EXPORT_COLUMNS order)."""
+        where, args = _where_runs(run_ids, "r.run_id")
+        yield from self.db.execute(
+            "SELECT r.run_id, r.cell_id, c.nodes, c.rf, c.cl, c.policy, c.profile, "
+            "c.latency_ms, c.loss_pct, c.repetition, r.seq, r.key, r.coordinator, "
+            "r.replicas, r.coordinator_is_replica, r.rtt_ns, r.error, r.t_start_ns "
+            "FROM requests r JOIN cells c ON r.run_id = c.run_id AND r.cell_id = c.cell_id"
+            f"{where} ORDER BY c.started, r.seq",
+            args,
+        )
+
+
+class Store(Reads):
     """A results directory's SQLite store. Safe against kill -9 (SQLite transactions).
 
     Raises ConfigError when ``directory`` holds no store and ``create`` is false, and
@@ -490,16 +650,6 @@ class Store:
                     f"{self.path}: table {table} has no column {', '.join(missing)}: "
                     f"damaged, or changed by another tool"
                 )
-
-    def _json(self, text: str | None, what: str) -> Any:
-        """A JSON column's value; StateFileError naming the store and the value where
-        it is not JSON."""
-        try:
-            return json.loads(text) if text is not None else None
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise StateFileError(
-                f"{self.path}: {what} is not JSON ({exc}): damaged, or changed by another tool"
-            ) from None
 
     def _migrate(self) -> None:
         """Bring an older schema to SCHEMA_VERSION in one transaction: DDL outside one
@@ -704,148 +854,6 @@ class Store:
                 ),
             )
         return True
-
-    YCSB_REQUEST_COLUMNS = ("run_id", "cell_id", "seq", "op", "t_ms", "latency_us")
-
-    def iter_ycsb_requests(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
-        """YCSB's raw rows (YCSB_REQUEST_COLUMNS), for the cells measured with them."""
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
-        if "ycsb_requests" not in tables:
-            return
-        where, args = _where_runs(run_ids)
-        yield from self.db.execute(
-            f"SELECT {', '.join(self.YCSB_REQUEST_COLUMNS)} FROM ycsb_requests{where} "
-            "ORDER BY run_id, cell_id, seq",
-            args,
-        )
-
-    def ycsb_ops(
-        self, run_ids: str | Sequence[str] | None = None, *, hdr: bool = False
-    ) -> list[dict[str, Any]]:
-        """The YCSB rows (per cell and operation) of the runs, with their cell's columns;
-        ``hdr``: with the HdrHistogram logs too. Empty for a store from before YCSB."""
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
-        if "ycsb_ops" not in tables:
-            return []
-        where, args = _where_runs(run_ids, "o.run_id")
-        op_cols = [
-            c for c in YCSB_OP_COLUMNS if c not in ("run_id", "cell_id") and (hdr or c != "hdr")
-        ]
-        cell_cols = [c for c in CELL_COLUMNS if c not in ("shaping", "key_seed", "testbed_run")]
-        rows = self.db.execute(
-            f"SELECT {', '.join(['c.' + c for c in cell_cols] + ['o.' + c for c in op_cols])} "
-            "FROM ycsb_ops o JOIN cells c ON o.run_id = c.run_id AND o.cell_id = c.cell_id"
-            f"{where} ORDER BY c.started, o.intended, o.op",
-            args,
-        )
-        out = []
-        for row in rows:
-            d = dict(zip(cell_cols + op_cols, row, strict=True))
-            d["return_codes"] = self._json(d["return_codes"] or "{}", "a YCSB cell's return codes")
-            out.append(d)
-        return out
-
-    def cells_per_worker(self, run_id: str) -> dict[str, int]:
-        """Cells of the run by the worker that measured them ("local": this machine)."""
-        return {
-            w or "local": n
-            for w, n in self.db.execute(
-                "SELECT worker, count(*) FROM cells WHERE run_id=? GROUP BY worker ORDER BY worker",
-                (run_id,),
-            )
-        }
-
-    def cells(self, run_ids: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Cells of one run, of several, or (None) of every run, in the order measured."""
-        where, args = _where_runs(run_ids)
-        out = []
-        for row in self.db.execute(
-            f"SELECT {self._cell_select} FROM cells{where} ORDER BY started", args
-        ):
-            cell = dict(zip(CELL_COLUMNS, row, strict=True))
-            cell["shaping"] = self._json(cell["shaping"], f"the shaping of cell {cell['cell_id']}")
-            for c in ("fault_log", "trace_log"):
-                cell[c] = self._json(cell[c] or None, f"the {c} of cell {cell['cell_id']}")
-            out.append(cell)
-        return out
-
-    def cell_count(self, run_ids: str | Sequence[str] | None = None) -> int:
-        where, args = _where_runs(run_ids)
-        return self.db.execute(f"SELECT COUNT(*) FROM cells{where}", args).fetchone()[0]
-
-    def request_count(self, run_ids: str | Sequence[str] | None = None) -> int:
-        where, args = _where_runs(run_ids)
-        return self.db.execute(f"SELECT COUNT(*) FROM requests{where}", args).fetchone()[0]
-
-    def rtts_ns(self, run_id: str, cell_id: str) -> list[int]:
-        return [
-            r[0]
-            for r in self.db.execute(
-                "SELECT rtt_ns FROM requests WHERE run_id=? AND cell_id=? ORDER BY seq",
-                (run_id, cell_id),
-            )
-        ]
-
-    def errors(self, run_id: str, cell_id: str) -> int:
-        (n,) = self.db.execute(
-            "SELECT COUNT(*) FROM requests WHERE run_id=? AND cell_id=? AND error IS NOT NULL",
-            (run_id, cell_id),
-        ).fetchone()
-        return n
-
-    def coordinator_is_replica_share(self, run_id: str, cell_id: str) -> float | None:
-        """The share of a cell's requests whose coordinator held a replica (None when no
-        request of it reached a coordinator)."""
-        (share,) = self.db.execute(
-            "SELECT AVG(coordinator_is_replica) FROM requests WHERE run_id=? AND cell_id=?",
-            (run_id, cell_id),
-        ).fetchone()
-        return share
-
-    def iter_outcomes(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
-        """(run_id, cell_id, rtt_ns, coordinator_is_replica, error) per request, ordered by
-        run, cell and sequence number: what analysis needs of each request."""
-        where, args = _where_runs(run_ids)
-        yield from self.db.execute(
-            "SELECT run_id, cell_id, rtt_ns, coordinator_is_replica, error FROM requests"
-            f"{where} ORDER BY run_id, cell_id, seq",
-            args,
-        )
-
-    def total_rtt_ns(self, run_id: str) -> int:
-        (total,) = self.db.execute(
-            "SELECT COALESCE(SUM(rtt_ns), 0) FROM requests WHERE run_id=?", (run_id,)
-        ).fetchone()
-        return total
-
-    # -- export ----------------------------------------------------------------------------
-
-    # A request's cell (its grid point, up to the repetition), then the request itself.
-    EXPORT_COLUMNS = (
-        CELL_COLUMNS[: CELL_COLUMNS.index("repetition") + 1]
-        + REQUEST_COLUMNS[REQUEST_COLUMNS.index("seq") :]
-    )
-
-    def requests(self, run_id: str, cell_id: str) -> list[dict[str, Any]]:
-        """Every request of one cell, in order (REQUEST_COLUMNS)."""
-        rows = self.db.execute(
-            f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE run_id=? AND cell_id=? "
-            "ORDER BY seq",
-            (run_id, cell_id),
-        )
-        return [dict(zip(REQUEST_COLUMNS, r, strict=True)) for r in rows]
-
-    def iter_request_rows(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
-        """One tuple per request, joined with its cell (EXPORT_COLUMNS order)."""
-        where, args = _where_runs(run_ids, "r.run_id")
-        yield from self.db.execute(
-            "SELECT r.run_id, r.cell_id, c.nodes, c.rf, c.cl, c.policy, c.profile, "
-            "c.latency_ms, c.loss_pct, c.repetition, r.seq, r.key, r.coordinator, "
-            "r.replicas, r.coordinator_is_replica, r.rtt_ns, r.error, r.t_start_ns "
-            "FROM requests r JOIN cells c ON r.run_id = c.run_id AND r.cell_id = c.cell_id"
-            f"{where} ORDER BY c.started, r.seq",
-            args,
-        )
 
 
 def _where_runs(run_ids: str | Sequence[str] | None, column: str = "run_id") -> tuple[str, tuple]:
