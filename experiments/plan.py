@@ -285,68 +285,74 @@ def simulate(
     bring-up, measured alone; ``up``: node counts of the clusters already running, on the
     first machine). ``machines``: shards per machine (``--workers``), each machine with a
     gate of its own and the planner shared; default one machine with ``shards``."""
-    sizes = list(machines) or [shards]
-    owner = [m for m, k in enumerate(sizes) for _ in range(k)]
-    planner = Planner(todo, bringup_s)
-    gates = [Gate(budget, setup_slots) for _ in sizes]
+    sim = _Simulation(todo, list(machines) or [shards], budget, setup_slots, idle_cores, bringup_s)
     for n in up:
         if n is not None:
-            planner.serving[n] += 1
-            gates[0].idle += idle_cores(n)
-    now = 0.0
-    seq = itertools.count()
-    # (time, seq, shard, "release", (ticket, then))
-    events: list[tuple[float, int, int, str, tuple[_Ticket, tuple]]] = []
-    waiting: list[deque] = [deque() for _ in sizes]  # per machine: (shard, ticket, duration, then)
-    clusters: dict[int, int | None] = {s: None for s in range(len(owner))}
-    clusters.update(enumerate(up))
+            sim.planner.serving[n] += 1
+            sim.gates[0].idle += idle_cores(n)
+    sim.clusters.update(enumerate(up))
+    for s in range(len(sim.owner)):
+        sim.plan(s)
+    sim.admit()
+    while sim.events:
+        sim.now, _, shard, (ticket, then) = heapq.heappop(sim.events)
+        sim.gates[sim.owner[shard]]._take(ticket, -1)
+        step, unit = then
+        if step == "prepare":  # warm-up and baseline: alone
+            sim.request(
+                shard, _Ticket("measure", EXCLUSIVE), prepare_s(unit.nodes), ("measure", unit)
+            )
+        elif step == "measure":
+            sim.request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))
+        else:
+            sim.plan(shard)
+        sim.admit()
+    return sim.now
 
-    def request(shard: int, ticket: _Ticket, duration: float, then: tuple) -> None:
-        waiting[owner[shard]].append((shard, ticket, duration, then))
 
-    def admit() -> None:
-        for gate, queue in zip(gates, waiting, strict=True):
+class _Simulation:
+    """The state of ``simulate``: one gate per machine, the shared planner, the clock and
+    the events (a ticket released at a time), what waits for each gate."""
+
+    def __init__(self, todo, sizes: list[int], budget, setup_slots, idle_cores, bringup_s):  # noqa: ANN001
+        self.owner = [m for m, k in enumerate(sizes) for _ in range(k)]  # shard -> machine
+        self.planner = Planner(todo, bringup_s)
+        self.gates = [Gate(budget, setup_slots) for _ in sizes]
+        self.idle_cores, self.bringup_s = idle_cores, bringup_s
+        self.now = 0.0
+        self.seq = itertools.count()
+        # (time, seq, shard, (ticket, then))
+        self.events: list[tuple[float, int, int, tuple[_Ticket, tuple]]] = []
+        self.waiting: list[deque] = [deque() for _ in sizes]  # (shard, ticket, duration, then)
+        self.clusters: dict[int, int | None] = {s: None for s in range(len(self.owner))}
+
+    def request(self, shard: int, ticket: _Ticket, duration: float, then: tuple) -> None:
+        self.waiting[self.owner[shard]].append((shard, ticket, duration, then))
+
+    def admit(self) -> None:
+        for gate, queue in zip(self.gates, self.waiting, strict=True):
             while queue and gate.admits(queue[0][1]):
                 shard, ticket, duration, then = queue.popleft()
                 gate._take(ticket, +1)
                 heapq.heappush(
-                    events, (now + duration, next(seq), shard, "release", (ticket, then))
+                    self.events, (self.now + duration, next(self.seq), shard, (ticket, then))
                 )
 
-    def plan(shard: int) -> None:
-        gate = gates[owner[shard]]
-        current = clusters[shard]
-        unit = planner.next(current)
+    def plan(self, shard: int) -> None:
+        gate = self.gates[self.owner[shard]]
+        current = self.clusters[shard]
+        unit = self.planner.next(current)
         if unit is None or unit.nodes != current:  # this cluster goes down
             if current is not None:
-                gate.idle = max(0.0, gate.idle - idle_cores(current))
-            clusters[shard] = None
+                gate.idle = max(0.0, gate.idle - self.idle_cores(current))
+            self.clusters[shard] = None
         if unit is None:
             return
         if unit.nodes != current:
-            clusters[shard] = unit.nodes
-            gate.idle += idle_cores(unit.nodes)
-            request(shard, _Ticket("setup", 0.0), bringup_s(unit.nodes), ("prepare", unit))
-        else:
-            request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))
-
-    for s in range(len(owner)):
-        plan(s)
-    admit()
-    while events:
-        now, _, shard, _, (ticket, then) = heapq.heappop(events)
-        gates[owner[shard]]._take(ticket, -1)
-        step, unit = then
-        if step == "prepare":  # warm-up and baseline: alone
-            request(
-                shard,
-                _Ticket("measure", EXCLUSIVE),
-                prepare_s(unit.nodes),
-                ("measure", unit),
+            self.clusters[shard] = unit.nodes
+            gate.idle += self.idle_cores(unit.nodes)
+            self.request(
+                shard, _Ticket("setup", 0.0), self.bringup_s(unit.nodes), ("prepare", unit)
             )
-        elif step == "measure":
-            request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))
         else:
-            plan(shard)
-        admit()
-    return now
+            self.request(shard, _Ticket("measure", unit.demand), unit.cost_s, ("next", None))

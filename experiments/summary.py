@@ -88,15 +88,8 @@ def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def dry_run(
-    config: SweepConfig,
-    parallel: int = 1,
-    why: str = "",
-    cores: int = 1,
-    machines: dict[str, int] | None = None,
-) -> str:
-    """The cells and the estimated wall time (``machines``: --workers, name -> testbeds)."""
-    cells = config.cells()
+def _cell_lines(config: SweepConfig, cells: list) -> list[str]:
+    """The sweep's settings, then its cells per node count with their estimates."""
     lines = [
         f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
         f"{config.cl}, {config.policy}, {config.writes} writes (+{config.warmup} "
@@ -114,6 +107,19 @@ def dry_run(
             lines.append(f"    {cell.cell_id:<28} ~{estimate.write_ms(config, cell):7.1f} {unit}")
     for n, r in config.skipped():
         lines.append(f"  skipped: RF {r} on {n} nodes (more replicas than nodes)")
+    return lines
+
+
+def dry_run(
+    config: SweepConfig,
+    parallel: int = 1,
+    why: str = "",
+    cores: int = 1,
+    machines: dict[str, int] | None = None,
+) -> str:
+    """The cells and the estimated wall time (``machines``: --workers, name -> testbeds)."""
+    cells = config.cells()
+    lines = _cell_lines(config, cells)
     if machines:
         sizes = list(machines.values())
         wall = estimate.wall_s(config, cells, sum(sizes), cores, machines=sizes)

@@ -74,6 +74,46 @@ GROUPS = {
 }
 
 
+# How and where this command runs (not what is measured: not in the field table).
+RUN_FLAGS: dict[str, dict[str, Any]] = {
+    "--parallel": {
+        "default": "auto",
+        "metavar": "P",
+        "help": "testbeds measuring at once (default auto: what the machine's cores and "
+        "memory allow, printed; 1: one cell at a time)",
+    },
+    "--workers": {
+        "metavar": "INVENTORY",
+        "help": "spread the grid over the machines of this Ansible inventory (each measures "
+        "on testbeds of its own; see README, 'Sweeps across machines')",
+    },
+    "--scheduler": {
+        "metavar": "ADDRESS",
+        "help": "measure on the workers of this running Dask cluster (tcp://HOST:8786 or "
+        "tls://…; workers started with --resources testbed=N; see docs/design/workers.md)",
+    },
+    "--worker-timeout": {
+        "type": float,
+        "metavar": "S",
+        "help": "silence after which our scheduler removes a worker and its cells are "
+        "re-queued (--workers; default 60)",
+    },
+    "--dry-run": {
+        "action": "store_true",
+        "help": "print the cells and an estimated duration, run nothing",
+    },
+    "--preview": {
+        "action": "store_true",
+        "help": "first a short run (every node count, RF and loss at the first-pass "
+        "latencies, 30 writes a cell) into OUT/preview, with its figures, then the grid",
+    },
+    "--new-run": {
+        "action": "store_true",
+        "help": "measure again even if this configuration is stored complete",
+    },
+}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog("python -m experiments.sweep"),
@@ -102,50 +142,8 @@ def parser() -> argparse.ArgumentParser:
         text += "" if knob.kind is bool else f" (default {shown_default(name)})"
         groups[knob.group].add_argument(flag, help=text.replace("%", "%%"), **kw)
     argtypes.add_node_resource_flags(groups["testbed"])
-    run = groups["run"]
-    run.add_argument(
-        "--parallel",
-        default="auto",
-        metavar="P",
-        help="testbeds measuring at once (default auto: what the machine's cores and "
-        "memory allow, printed; 1: one cell at a time)",
-    )
-    run.add_argument(
-        "--workers",
-        metavar="INVENTORY",
-        help="spread the grid over the machines of this Ansible inventory (each measures "
-        "on testbeds of its own; see README, 'Sweeps across machines')",
-    )
-    run.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="measure on the workers of this running Dask cluster (tcp://HOST:8786 or "
-        "tls://…; workers started with --resources testbed=N; see docs/design/workers.md)",
-    )
-    run.add_argument(
-        "--worker-timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="silence after which our scheduler removes a worker and its cells are "
-        "re-queued (--workers; default 60)",
-    )
-    run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the cells and an estimated duration, run nothing",
-    )
-    run.add_argument(
-        "--preview",
-        action="store_true",
-        help="first a short run (every node count, RF and loss at the first-pass "
-        "latencies, 30 writes a cell) into OUT/preview, with its figures, then the grid",
-    )
-    run.add_argument(
-        "--new-run",
-        action="store_true",
-        help="measure again even if this configuration is stored complete",
-    )
+    for flag, kw in RUN_FLAGS.items():
+        groups["run"].add_argument(flag, **kw)
     return p
 
 
@@ -282,7 +280,6 @@ def _run(args, argv, config, parallel, specs, preview, owner) -> int:
 def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, owner=None) -> int:
     """Measure ``config``'s grid into its results directory (resuming its run); ``owner``:
     the directory's lock, when the caller holds it already."""
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     if owner is None:
         try:
             owner = lock_results(Path(config.out))
@@ -290,60 +287,72 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
             print(f"error: {exc}", file=sys.stderr)
             return 2
     store = Store(config.out)
+    try:
+        opened = _open_run(store, config, argv, new_run)
+        return 0 if opened is None else _measure(args, config, store, *opened, parallel, specs)
+    finally:
+        store.close()
+        owner.release()
+
+
+def _open_run(store: Store, config: SweepConfig, argv, new_run: bool) -> tuple[str, bool] | None:
+    """The run to measure into and whether it is resumed: the configuration's unfinished
+    one, else a new one; None (its summary printed) when it is complete and ``new_run``
+    is not set."""
     fingerprint = config.fingerprint()
-    cells = config.cells()
     latest = store.latest_run(fingerprint)
     if latest is not None and latest.status == "complete" and not new_run:
         print(
             f"run {latest.run_id} of this configuration is already complete in "
-            f"{config.out} ({len(cells)} cells); --new-run measures it again"
+            f"{config.out} ({len(config.cells())} cells); --new-run measures it again"
         )
         print(summary_table(store, latest.run_id))
-        store.close()
-        owner.release()
-        return 0
-    resumed = latest if latest is not None and latest.status != "complete" and not new_run else None
-    if resumed:
-        run_id = resumed.run_id
-        store.set_status(run_id, "running")
-    else:
-        run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + fingerprint[:6]
-        store.begin_run(
-            run_id, fingerprint, config.name, config.to_dict(), static_manifest(config, argv)
-        )
+        return None
+    if latest is not None and latest.status != "complete" and not new_run:
+        store.set_status(latest.run_id, "running")
+        return latest.run_id, True
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + fingerprint[:6]
+    store.begin_run(
+        run_id, fingerprint, config.name, config.to_dict(), static_manifest(config, argv)
+    )
+    return run_id, False
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _measure(
+    args, config: SweepConfig, store: Store, run_id: str, resumed: bool, parallel, specs
+) -> int:
+    """The cells of ``run_id`` not stored yet, on this machine's testbeds or on Dask
+    workers (``specs``); the run's status set however it ends; the exit code."""
+    cells = config.cells()
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
     progress = Progress(len(cells), len(done), lambda scale: engine.remaining_s(scale))
-    remote = specs is not None  # the Dask engine; else this machine's
-    engine: Any
-    hold: Any
-    if specs is not None:
-        engine = DaskRun(
+    remote = specs is not None
+    if remote:
+        engine: Any = DaskRun(
             config, store, run_id, progress, specs, args.scheduler, args.worker_timeout
         )
         hold, intro, p = nullcontext, engine.intro, 0
     else:
-        p, why = choose_parallel(config, todo, parallel)
-        engine = sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
-        hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
-        eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
-        intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}); estimated {eta}"
-        store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
-    say(
+        engine, hold, intro, p = _local_engine(config, store, run_id, progress, parallel, todo)
+    _say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
         f"{len(todo)} to measure {intro}; results in {Path(config.out).resolve()}"
         + (" (resumed)" if resumed else "")
     )
     figures = Figures(config, run_id, done, progress.note, hold=hold)
     engine.on_cell = figures.cell_stored
-    t0 = time.monotonic()
-    cpu0 = cpu_times()
+    t0, cpu0 = time.monotonic(), cpu_times()
     # "failed" unless the loop finishes: an unexpected exception must not leave the run
     # marked complete, or rerunning would not resume it.
     status, code, problem = "failed", 0, ""
     try:
         if not remote:
-            remove_stale_testbeds(store, say)
+            remove_stale_testbeds(store, _say)
         if todo:
             engine.run(todo)
         figures.finish()
@@ -363,30 +372,46 @@ def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, 
         except StoreFullError as full:
             status, code, problem = "failed", 1, f"error: {full}\n"
     if problem:
-        say(
+        _say(
             f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
             f"rerun the same command to resume."
         )
     if code == 0:
-        wall = time.monotonic() - t0
-        busy = cpu_busy(cpu0, cpu_times())
-        store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
-        print(summary_table(store, run_id))
-        if remote:
-            print(engine.report(todo, wall))
-        else:
-            total_rtt = store.total_rtt_ns(run_id) / 1e9
-            print(
-                f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
-                f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
-                f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
-                f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
-            )
-        print(f"results: {store.path.resolve()} (run {run_id})")
-        print(f"export:  python -m experiments.export {config.out} --format csv")
-    store.close()
-    owner.release()
+        _report(config, store, run_id, todo, time.monotonic() - t0, cpu0, p, engine, remote)
     return code
+
+
+def _report(config, store, run_id, todo, wall: float, cpu0, p: int, engine, remote: bool) -> None:
+    """What a finished run measured, how long it took, where its results are."""
+    busy = cpu_busy(cpu0, cpu_times())
+    store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
+    print(summary_table(store, run_id))
+    print(
+        engine.report(todo, wall) if remote else _local_report(store, run_id, todo, wall, p, busy)
+    )
+    print(f"results: {store.path.resolve()} (run {run_id})")
+    print(f"export:  python -m experiments.export {config.out} --format csv")
+
+
+def _local_engine(config: SweepConfig, store: Store, run_id: str, progress, parallel, todo):
+    """The engine of this machine's testbeds, how figures wait their turn, its intro, P."""
+    p, why = choose_parallel(config, todo, parallel)
+    sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
+    hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
+    eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
+    intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}); estimated {eta}"
+    store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
+    return sweep, hold, intro, p
+
+
+def _local_report(store: Store, run_id: str, todo, wall: float, p: int, busy) -> str:
+    total_rtt = store.total_rtt_ns(run_id) / 1e9
+    return (
+        f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
+        f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
+        f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
+        f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
+    )
 
 
 if __name__ == "__main__":
