@@ -13,7 +13,6 @@ the sweep's commits and are never blocked by them. Every SQL statement lives her
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sqlite3
@@ -29,28 +28,13 @@ from testbed.files import check_not_kernel_fs
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 5
-# What each older schema lacks: added (nullable) when a writer opens such a store; a
-# reader of one sees NULL in those columns.
-MIGRATIONS = {
-    1: (
-        "ALTER TABLE cells ADD COLUMN shard TEXT",
-        "ALTER TABLE cells ADD COLUMN cpu_util REAL",
-    ),
-    2: ("ALTER TABLE cells ADD COLUMN worker TEXT",),
-    3: (
-        "ALTER TABLE cells ADD COLUMN workload TEXT",
-        "ALTER TABLE cells ADD COLUMN threads INTEGER",
-        "ALTER TABLE cells ADD COLUMN target REAL",
-        "ALTER TABLE cells ADD COLUMN read_cl TEXT",
-        "ALTER TABLE cells ADD COLUMN write_cl TEXT",
-        "ALTER TABLE cells ADD COLUMN records INTEGER",
-    ),
-    4: (
-        "ALTER TABLE cells ADD COLUMN fault TEXT",
-        "ALTER TABLE cells ADD COLUMN fault_log TEXT",
-        "ALTER TABLE cells ADD COLUMN trace TEXT",
-        "ALTER TABLE cells ADD COLUMN trace_log TEXT",
-    ),
+# What each older schema lacks, by version: cell columns added (nullable, with their
+# SCHEMA type) when a writer opens such a store; a reader of one sees NULL in them.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("shard", "cpu_util"),
+    2: ("worker",),
+    3: ("workload", "threads", "target", "read_cl", "write_cl", "records"),
+    4: ("fault", "fault_log", "trace", "trace_log"),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
 # only writers wait for each other (two sweeps on one directory); readers never wait.
@@ -150,132 +134,36 @@ CREATE TABLE IF NOT EXISTS testbeds (
 );
 """
 
-CELL_COLUMNS = (
-    "run_id",
-    "cell_id",
-    "nodes",
-    "rf",
-    "cl",
-    "policy",
-    "profile",
-    "latency_ms",
-    "loss_pct",
-    "repetition",
-    "writes",
-    "warmup",
-    "key_seed",
-    "shaping",
-    "testbed_run",
-    "started",
-    "finished",
-    "shard",
-    "cpu_util",
-    "worker",
-    "workload",
-    "threads",
-    "target",
-    "read_cl",
-    "write_cl",
-    "records",
-    "fault",
-    "fault_log",
-    "trace",
-    "trace_log",
-)
-YCSB_CELL = ("workload", "threads", "target", "read_cl", "write_cl", "records")
-FAULT_CELL = ("fault", "fault_log", "trace", "trace_log")
+
+def _schema() -> dict[str, dict[str, str]]:
+    """Every table's columns and their types as SCHEMA declares them, read from SCHEMA by
+    SQLite itself: the columns are written once, there."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {
+            t: {r[1]: r[2].lower() for r in db.execute(f"PRAGMA table_info({t})")} for t in tables
+        }
+    finally:
+        db.close()
+
+
+TABLES = _schema()
+CELL_COLUMNS = tuple(TABLES["cells"])
+YCSB_OP_COLUMNS = tuple(TABLES["ycsb_ops"])
+REQUEST_COLUMNS = tuple(TABLES["requests"])
+YCSB_REQUEST_COLUMNS = tuple(TABLES["ycsb_requests"])
+YCSB_CELL = MIGRATIONS[3]
+FAULT_CELL = MIGRATIONS[4]
 # cell columns that may be left NULL (a writes cell has no YCSB settings, most no fault)
-OPTIONAL = ("shard", "cpu_util", "worker", *YCSB_CELL, *FAULT_CELL)
-YCSB_OP_COLUMNS = (
-    "run_id",
-    "cell_id",
-    "op",
-    "intended",
-    "count",
-    "errors",
-    "return_codes",
-    "throughput_ops",
-    "mean_ms",
-    "min_ms",
-    "max_ms",
-    "p50_ms",
-    "p95_ms",
-    "p99_ms",
-    "p999_ms",
-    "hdr",
-)
-REQUEST_COLUMNS = (
-    "run_id",
-    "cell_id",
-    "seq",
-    "key",
-    "coordinator",
-    "replicas",
-    "coordinator_is_replica",
-    "rtt_ns",
-    "error",
-    "t_start_ns",
-)
-
-
-# The type of every column of cells and requests (as SCHEMA declares it): exports write
-# these types whatever values a chunk of rows happens to hold (an error column that is
-# NULL in every request of a chunk is still text).
+OPTIONAL = (*MIGRATIONS[1], *MIGRATIONS[2], *YCSB_CELL, *FAULT_CELL)
+# The type of every column of the measured tables: exports write these types whatever
+# values a chunk of rows happens to hold (an error column NULL in a whole chunk is text).
 COLUMN_TYPES = {
-    "run_id": "text",
-    "cell_id": "text",
-    "nodes": "integer",
-    "rf": "integer",
-    "cl": "text",
-    "policy": "text",
-    "profile": "text",
-    "latency_ms": "real",
-    "loss_pct": "real",
-    "repetition": "integer",
-    "writes": "integer",
-    "warmup": "integer",
-    "key_seed": "text",
-    "shaping": "text",
-    "testbed_run": "text",
-    "started": "real",
-    "finished": "real",
-    "shard": "text",
-    "cpu_util": "real",
-    "worker": "text",
-    "workload": "text",
-    "threads": "integer",
-    "target": "real",
-    "read_cl": "text",
-    "write_cl": "text",
-    "records": "integer",
-    "fault": "text",
-    "fault_log": "text",
-    "trace": "text",
-    "trace_log": "text",
-    "op": "text",
-    "intended": "integer",
-    "count": "integer",
-    "errors": "integer",
-    "return_codes": "text",
-    "throughput_ops": "real",
-    "mean_ms": "real",
-    "min_ms": "real",
-    "max_ms": "real",
-    "p50_ms": "real",
-    "p95_ms": "real",
-    "p99_ms": "real",
-    "p999_ms": "real",
-    "hdr": "text",
-    "t_ms": "integer",
-    "latency_us": "integer",
-    "seq": "integer",
-    "key": "text",
-    "coordinator": "text",
-    "replicas": "text",
-    "coordinator_is_replica": "integer",
-    "rtt_ns": "integer",
-    "error": "text",
-    "t_start_ns": "integer",
+    c: t
+    for table in ("cells", "ycsb_ops", "ycsb_requests", "requests")
+    for c, t in TABLES[table].items()
 }
 
 
@@ -326,18 +214,6 @@ def check_writable_dir(directory: str | Path, what: str = "results directory") -
     return path
 
 
-@functools.cache
-def _schema_columns() -> dict[str, tuple[str, ...]]:
-    """Every table's columns as SCHEMA declares them (read from SCHEMA itself)."""
-    db = sqlite3.connect(":memory:")
-    try:
-        db.executescript(SCHEMA)
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: tuple(r[1] for r in db.execute(f"PRAGMA table_info({t})")) for t in tables}
-    finally:
-        db.close()
-
-
 def check_store_file(path: Path) -> None:
     """Raise StateFileError unless ``path`` is a results store of this tool (read-only
     check: a file that is not a store is never changed). An empty file is a store whose
@@ -369,13 +245,6 @@ def check_store_file(path: Path) -> None:
             f"{path} has results schema {row[0] if row else 'none'}, this tool reads "
             f"schema {', '.join(sorted(readable))}"
         )
-
-
-def _added_column(statement: str) -> tuple[str, str]:
-    """(table, column) of an ``ALTER TABLE t ADD COLUMN c ...`` migration statement."""
-    words = statement.split()
-    assert [w.upper() for w in words[:2] + words[3:5]] == ["ALTER", "TABLE", "ADD", "COLUMN"]
-    return words[2], words[5]
 
 
 def _ensure_schema(db: sqlite3.Connection) -> None:
@@ -427,7 +296,7 @@ class Reads:
                 f"{self.path}: {what} is not JSON ({exc}): damaged, or changed by another tool"
             ) from None
 
-    YCSB_REQUEST_COLUMNS = ("run_id", "cell_id", "seq", "op", "t_ms", "latency_us")
+    YCSB_REQUEST_COLUMNS = YCSB_REQUEST_COLUMNS
 
     def iter_ycsb_requests(self, run_ids: str | Sequence[str] | None = None) -> Iterator[tuple]:
         """YCSB's raw rows (YCSB_REQUEST_COLUMNS), for the cells measured with them."""
@@ -641,7 +510,7 @@ class Store(Reads):
     def _check_columns(self) -> None:
         """StateFileError unless every table has every column SCHEMA gives it (a store
         of this version that lost one was changed by something else than this tool)."""
-        for table, columns in _schema_columns().items():
+        for table, columns in TABLES.items():
             present = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
             missing = [c for c in columns if c not in present]
             if missing:
@@ -662,12 +531,12 @@ class Store(Reads):
             version = self._schema_version()
             if version not in MIGRATIONS:
                 return
+            present = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
             for v in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[v]:
-                    table, column = _added_column(statement)
-                    present = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+                for column in MIGRATIONS[v]:
                     if column not in present:
-                        self.db.execute(statement)
+                        kind = COLUMN_TYPES[column].upper()
+                        self.db.execute(f"ALTER TABLE cells ADD COLUMN {column} {kind}")
             self.db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
 
     def _schema_version(self) -> int | None:
