@@ -241,6 +241,3 @@ def canonical_workload(name: str) -> str:
     if Path(name).is_file():
         return name
     return name.lower()
-
-
-# -- parsing helpers -------------------------------------------------------------------------

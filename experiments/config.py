@@ -25,7 +25,7 @@ from workloads.ycsb import workload_path
 
 from . import cells as grid
 from . import checks
-from .cells import WRITES, Cell
+from .cells import WRITES
 from .fields import (
     Knob,
     as_tuple,
@@ -248,20 +248,11 @@ class SweepConfig:
 
     # -- the grid: experiments.cells ------------------------------------------------------
 
-    def rfs(self, nodes: int) -> tuple[int, ...]:
-        return grid.rfs(self, nodes)
-
-    def skipped(self) -> list[tuple[int, int]]:
-        return grid.skipped(self)
-
-    def cells(self) -> list[Cell]:
-        return grid.cells(self)
-
-    def preview(self) -> SweepConfig:
-        return grid.preview(self)
-
-    def phase(self, cell: Cell) -> int:
-        return grid.phase(self, cell)
+    rfs = grid.rfs
+    skipped = grid.skipped
+    cells = grid.cells
+    preview = grid.preview
+    phase = grid.phase
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the measurements (not where they are stored):
@@ -313,7 +304,6 @@ class SweepConfig:
 KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in fields(SweepConfig)}
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SweepConfig)}
 LIST_FIELDS = tuple(n for n, k in KNOBS.items() if k.many)
-GRID_FIELDS = tuple(n for n, k in KNOBS.items() if k.grid)
 YCSB_FIELDS = tuple(n for n, k in KNOBS.items() if k.group == "ycsb")
 NODE_FIELDS = tuple(n for n in KNOBS if n.startswith("node_"))
 

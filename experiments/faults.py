@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from emulation.links import Link, LinkMatrix
 from testbed.errors import ConfigError, TestbedError
@@ -32,7 +32,6 @@ from testbed.errors import ConfigError, TestbedError
 KINDS = ("kill", "pause", "restart", "partition", "links")
 NONE = "none"
 _WHEN = re.compile(r"^(\d+(?:\.\d+)?)(%|s)$")
-T = TypeVar("T")
 
 
 class FaultError(TestbedError):

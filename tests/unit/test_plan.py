@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from experiments import estimate, fidelity, plan
-from experiments.config import Cell, SweepConfig
+from experiments.cells import Cell
+from experiments.config import SweepConfig
 from testbed.errors import ConfigError
 
 
