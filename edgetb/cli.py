@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "up": ("testbed.cli", ("up",), "bring a testbed up and leave it running"),
     "status": ("testbed.cli", ("status",), "hosts, addresses, Cassandra state per node"),
     "exec": ("testbed.cli", ("exec",), "run a command on a host: exec HOST -- CMD..."),
+    "list": ("testbed.cli", ("list",), "every testbed run: id, name, status, owner"),
+    "node": ("testbed.cli", ("node",), "one edge node: node NAME stop|start|logs|nodetool"),
     "down": ("testbed.cli", ("down",), "stop Cassandra and remove the testbed"),
     "clean": ("testbed.cli", ("clean",), "remove what crashed runs left"),
     "inventory": ("testbed.cli", ("inventory",), "a run's hosts as an Ansible inventory"),

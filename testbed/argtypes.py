@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable
 
 from . import cgroups
+from .errors import ConfigError
+from .state import check_name
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -58,13 +60,22 @@ def number(low: float, high: float, unit: str = "") -> Callable[[str], float]:
 
 
 def run_id(text: str) -> str:
-    """A run id: names a directory under the runs directory, so no path separators."""
+    """A run id or a testbed's name: names a directory under the runs directory, or is
+    looked up among the runs' names, so no path separators."""
     if not _RUN_ID_RE.match(text):
         raise argparse.ArgumentTypeError(
-            f"expected a run id (letters, digits, '.', '_', '-'; as `python -m testbed "
-            f"status` shows it), got {text!r}"
+            f"expected a run id or testbed name (letters, digits, '.', '_', '-'; as "
+            f"`edgetb list` shows them), got {text!r}"
         )
     return text
+
+
+def testbed_name(text: str) -> str:
+    """A name for a new testbed (``state.check_name``)."""
+    try:
+        return check_name(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # -- flags shared by command lines ---------------------------------------------------------

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from . import argtypes
+from . import state as st
 from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB, LibvirtRecord
 from .cassandra import dist as dist_mod
 from .cassandra.config import (
@@ -21,7 +22,7 @@ from .cassandra.config import (
 )
 from .cassandra.readiness import Deadlines
 from .command import command, prog
-from .errors import ConfigError, TestbedError
+from .errors import CommandError, ConfigError, TestbedError
 from .subnets import DEFAULT_POOL
 from .testbed import Testbed
 from .topology import MAX_EDGE_NODES, Topology
@@ -48,7 +49,7 @@ def _yaml_override(text: str) -> tuple[str, object]:
         ) from None
 
 
-RUN_HELP = "run id (default: the one detached testbed that is up)"
+RUN_HELP = "run id or testbed name (default: the one detached testbed that is up)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="fast",
         help="fast: quick start, least CPU per write (default); standard: stock JIT and G1 GC",
     )
+    up.add_argument(
+        "--name",
+        type=argtypes.testbed_name,
+        help="a name for the testbed, usable wherever --run takes a run id (e.g. lab1)",
+    )
     up.add_argument("--cluster-name", default="edge-testbed")
     up.add_argument(
         "--yaml",
@@ -129,6 +135,26 @@ def build_parser() -> argparse.ArgumentParser:
     st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
     st_.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
     st_.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    sub.add_parser("list", help="every testbed run: id, name, status, owner, backend, nodes")
+    nd = sub.add_parser(
+        "node", help="one edge node: node [--run RUN] NAME stop|start|logs|nodetool ARGS"
+    )
+    nd.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
+    nd.add_argument("node", help="edge node (e0, e1, ...)")
+    nd.add_argument(
+        "verb",
+        choices=NODE_VERBS,
+        help="stop: end its Cassandra (SIGTERM, then SIGKILL); start: start it again and "
+        "wait for CQL (netns); logs: the tail of its system.log; nodetool ARGS: nodetool "
+        "against it",
+    )
+    nd.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        help="nodetool's arguments (this command's flags go before NODE)",
+    )
+    nd.add_argument("--lines", type=argtypes.integer(1, 100000), default=40, help="for logs")
 
     ex = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD...")
     ex.add_argument("--run", type=argtypes.run_id, help=RUN_HELP)
@@ -207,6 +233,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         progress=print,
         backend_options=options,
         subnet_pool=args.subnet_pool,
+        name=args.name,
     )
     tb.up()
     tb.detach()  # this process ends; the testbed stays up, owned by nobody
@@ -248,8 +275,59 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"run": tb.run_id, "backend": tb.backend_name, "hosts": hosts}))
     else:
-        print(f"run {tb.run_id} ({tb.backend_name})")
+        named = f" {tb.name!r}" if tb.name else ""
+        print(f"run {tb.run_id}{named} ({tb.backend_name})")
         _print_hosts(hosts)
+    return 0
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    states = sorted(st.iter_states(), key=lambda s: s.created)
+    if not states:
+        print("no testbed runs (start one with `edgetb up`)")
+        return 0
+    print(f"{'run':<7} {'name':<14} {'status':<16} {'owner':<26} {'backend':<8} nodes")
+    for s in states:
+        holder = st.RunLock(s.run_dir).holder()
+        owner = (
+            f"pid {holder.get('pid')}"
+            if holder
+            else ("detached" if s.detached else "none (`edgetb clean`)")
+        )
+        row = f"{s.run_id:<7} {s.name or '-':<14} {s.status:<16} {owner:<26} {s.backend:<8}"
+        print(f"{row} {s.topology.get('edge_nodes', '?')}")
+    return 0
+
+
+NODE_VERBS = ("stop", "start", "logs", "nodetool")
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    if args.verb != "nodetool" and args.args:
+        raise ConfigError(f"node {args.verb} takes no arguments (given: {' '.join(args.args)})")
+    tb = Testbed.attach(args.run, claim=args.verb in ("stop", "start"))
+    if args.node not in tb.nodes:
+        edges = ", ".join(tb.nodes) or "none: it runs no Cassandra"
+        raise ConfigError(f"no edge node {args.node!r} in run {tb.run_id} (edge nodes: {edges})")
+    node = tb.nodes[args.node]
+    if args.verb == "stop":
+        assert tb.backend is not None
+        tb.backend.stop_cassandra([node])
+        print(f"{node.name}: Cassandra stopped (`edgetb node {node.name} start` starts it)")
+    elif args.verb == "start":
+        secs = tb.restart_node(node.name)
+        print(f"{node.name}: Cassandra serves CQL again ({secs:.1f} s)")
+    elif args.verb == "logs":
+        log = tb.exec(node.name, ["tail", "-n", str(args.lines), str(node.system_log)], check=False)
+        print(log.stdout, end="")
+        if log.returncode != 0:
+            raise TestbedError(f"{node.name}: no log at {node.system_log}: {log.stderr.strip()}")
+    else:
+        try:
+            print(tb.nodetool(node.name, *args.args), end="")
+        except CommandError as exc:  # its own message, not the JVM's whole command line
+            said = " ".join((exc.stderr or exc.stdout or "").split())[-500:]
+            raise TestbedError(f"{node.name}: nodetool {' '.join(args.args)}: {said}") from None
     return 0
 
 
@@ -276,7 +354,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from .clean import clean
 
-    clean(run_id=args.run, all_detached=args.all)
+    run_id = args.run
+    if run_id is not None and st.NAME_RE.fullmatch(run_id) and not st.RUN_ID_RE.fullmatch(run_id):
+        named = st.named(run_id)
+        if named is None:
+            raise ConfigError(f"no testbed named {run_id!r}")
+        run_id = named.run_id
+    clean(run_id=run_id, all_detached=args.all)
     return 0
 
 
@@ -342,6 +426,8 @@ COMMANDS = {
     "up": cmd_up,
     "status": cmd_status,
     "exec": cmd_exec,
+    "list": cmd_list,
+    "node": cmd_node,
     "down": cmd_down,
     "clean": cmd_clean,
     "dist": cmd_dist,

@@ -22,7 +22,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .errors import RunSelectionError, StateError, StateFileError
+from .errors import ConfigError, RunSelectionError, StateError, StateFileError
 
 _SAVING = threading.RLock()  # RunState.save, across threads
 
@@ -30,6 +30,9 @@ PREFIX = "tb"
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
 RUN_ID_RE = re.compile(r"[0-9a-f]{6}")
+# A testbed's own name (`up --name lab1`, as ccm names clusters): usable wherever a run
+# id is; never six hex digits, so a name and a run id cannot be taken for each other.
+NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,23}")
 # Every object a run creates is named <prefix>-<run id>-<host or role>, nothing else is.
 OBJECT_RE = re.compile(rf"{PREFIX}-([0-9a-f]{{6}})-([a-z][a-z0-9]{{0,11}})")
 
@@ -51,6 +54,16 @@ def runs_dir(base: Path | None = None) -> Path:
 
 def new_run_id() -> str:
     return secrets.token_hex(3)
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a testbed; ConfigError (one line) otherwise."""
+    if not NAME_RE.fullmatch(name) or RUN_ID_RE.fullmatch(name):
+        raise ConfigError(
+            f"testbed name {name!r}: a lower-case letter, then up to 23 letters, digits or "
+            f"'-', and not six hex digits (that is a run id)"
+        )
+    return name
 
 
 def namespace_name(run_id: str, host: str) -> str:
@@ -90,6 +103,7 @@ class RunState:
     status: str = "building"  # building -> up | failed; TEARDOWN_FAILED: down to retry
     detached: bool = False  # left running by `python -m testbed up`, owned by nobody
     created: float = field(default_factory=time.time)
+    name: str | None = None  # given with `up --name`; unique while the run exists
     java: str | None = None
     namespaces: list[str] = field(default_factory=list)
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -162,6 +176,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "detached": (bool,),
     "created": (int, float),
+    "name": (str, type(None)),
     "java": (str, type(None)),
     "namespaces": (list,),
     "processes": (dict,),
@@ -440,15 +455,29 @@ def iter_states(base: Path | None = None) -> Iterator[RunState]:
             continue
 
 
+def named(name: str, base: Path | None = None) -> RunState | None:
+    """The run called ``name`` (whatever its status), None when there is none."""
+    return next((s for s in iter_states(base) if s.name == name), None)
+
+
 def select_run(run_id: str | None = None, base: Path | None = None) -> RunState:
-    """The run named ``run_id``, else the one detached testbed that is up.
+    """The run ``run_id`` (its id, or the name it was given), else the one detached
+    testbed that is up.
 
     Without ``run_id``, a testbed in use by a live process (a sweep, a test) is never
     picked: RunSelectionError lists the runs when none or several could be meant.
     """
+    if run_id and NAME_RE.fullmatch(run_id) and not RUN_ID_RE.fullmatch(run_id):
+        state = named(run_id, base)
+        if state is None:
+            raise RunSelectionError(f"no testbed named {run_id!r} in {runs_dir(base)}")
+        return state
     if run_id:
         if not RUN_ID_RE.fullmatch(run_id):
-            raise RunSelectionError(f"invalid run id {run_id!r} (six hex digits, e.g. 3fa2c1)")
+            raise RunSelectionError(
+                f"invalid run {run_id!r} (a run id of six hex digits, e.g. 3fa2c1, or a "
+                f"testbed's name)"
+            )
         run_dir = runs_dir(base) / run_id
         if not run_dir.is_dir():
             raise RunSelectionError(f"no run {run_id!r} in {runs_dir(base)}")

@@ -94,8 +94,10 @@ class Testbed:
         backend_options: dict[str, Any] | None = None,
         subnet_pool: str | None = None,
         on_registered: Callable[[str], None] | None = None,
+        name: str | None = None,
     ):
         self.topology = topology
+        self.name = name
         self.backend_name = backend
         self.settings = cassandra
         self.deadlines = deadlines
@@ -113,6 +115,8 @@ class Testbed:
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
         cls = backend_class(backend)
+        if name is not None:
+            self._check_name_free(st.check_name(name))
         if subnet_pool is not None or topology.subnet is None:
             subnets.pool_from(subnet_pool)  # a bad pool is named before anything starts
         check_options = getattr(cls, "check_options", None)
@@ -168,9 +172,12 @@ class Testbed:
         # The addresses are chosen and the run registered under one machine-wide lock:
         # two testbeds built at once never get the same subnet.
         with subnets.allocation():
+            if self.name is not None:  # again under the lock: two `up --name` at once
+                self._check_name_free(self.name)
             cls = backend_class(self.backend_name)
             self.topology = cls.place(self.topology, self.backend_options, self.subnet_pool)
             state = st.RunState(
+                name=self.name,
                 run_id=st.new_run_id(),
                 backend=self.backend_name,
                 topology=self.topology.to_dict(),
@@ -192,6 +199,14 @@ class Testbed:
             self.timings["network"] = time.monotonic() - t0
             if self.settings is None:
                 self._mark_up()
+
+    def _check_name_free(self, name: str) -> None:
+        taken = st.named(name, self.base)
+        if taken is not None:
+            raise ConfigError(
+                f"a testbed named {name!r} exists (run {taken.run_id}, {taken.status}); "
+                f"`edgetb down --run {name}` first, or choose another name"
+            )
 
     def start_cassandra(self) -> None:
         """Phase 2: start Cassandra on every edge node and wait; everything undone on failure."""
@@ -575,6 +590,7 @@ class Testbed:
         tb.cds_training = False
         tb.progress = _quiet
         tb.base = base
+        tb.name = state.name
         tb.subnet_pool = None
         tb.on_registered = None
         tb.state = state

@@ -96,8 +96,25 @@ def test_state_roundtrip_and_select_run(tmp_path: Path):
         create_run(RunState("a00001", "netns", {}, None), tmp_path)
     with pytest.raises(RunSelectionError, match="no run 'abcdef'"):
         select_run("abcdef", base=tmp_path)
-    with pytest.raises(RunSelectionError, match="invalid run id '../x'"):
+    with pytest.raises(RunSelectionError, match="invalid run '../x'"):
         select_run("../x", base=tmp_path)
+
+
+def test_a_run_is_selected_by_its_name_as_by_its_id(tmp_path: Path):
+    from testbed.state import check_name
+
+    for bad in ("Lab", "1lab", "abc123", "lab_1", "a" * 25, ""):
+        with pytest.raises(ConfigError, match="testbed name"):
+            check_name(bad)
+    assert check_name("lab-1") == "lab-1"
+    lock = create_run(
+        RunState("a00003", "netns", Topology().to_dict(), None, name="lab1"), tmp_path
+    )
+    lock.release()
+    assert select_run("lab1", base=tmp_path).run_id == "a00003"
+    assert select_run("a00003", base=tmp_path).name == "lab1"
+    with pytest.raises(RunSelectionError, match="no testbed named 'lab2'"):
+        select_run("lab2", base=tmp_path)
 
 
 def test_each_part_reads_back_its_own_typed_record(tmp_path: Path):

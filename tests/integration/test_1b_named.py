@@ -1,0 +1,68 @@
+"""A named testbed (`edgetb up --name`, as ccm names clusters) and the per-node verbs:
+the name works wherever a run id does, a second testbed cannot take it, and stopping
+and starting one node is seen by the other node's gossip."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from .conftest import assert_no_residue, run_cli, run_id_in
+
+
+def edgetb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "edgetb", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def states_from(tb_name: str, via: str) -> dict[str, str]:
+    """address -> gossip state (UN, DN, ...) as `nodetool status` on ``via`` shows it."""
+    out = edgetb("node", "--run", tb_name, via, "nodetool", "status")
+    assert out.returncode == 0, out.stderr
+    return {address: st for st, address in re.findall(r"^([UD][NLJM])\s+(\S+)", out.stdout, re.M)}
+
+
+def test_a_named_testbed_and_its_nodes_are_driven_by_name():
+    name = f"lab-{os.getpid()}"
+    up = edgetb("up", "--name", name, "--nodes", "2", timeout=600)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    run_id = run_id_in(up.stdout)
+    try:
+        listed = edgetb("list").stdout
+        assert re.search(rf"^{run_id}\s+{name}\s+up\s+detached\s+netns\s+2$", listed, re.M), listed
+        # the name is taken while the run exists: refused before anything is made
+        again = edgetb("up", "--name", name, "--nodes", "1", "--no-cassandra")
+        assert again.returncode == 2, again.stderr
+        assert f"a testbed named {name!r} exists (run {run_id}, up)" in again.stderr
+        assert edgetb("list").stdout.count("\n") == listed.count("\n")  # no run was added
+
+        status = edgetb("status", "--run", name, "--json")
+        assert status.returncode == 0, status.stderr
+        addresses = {h["name"]: h["address"] for h in json.loads(status.stdout)["hosts"]}
+        assert states_from(name, "e0") == {addresses["e0"]: "UN", addresses["e1"]: "UN"}
+
+        stop = edgetb("node", "--run", name, "e1", "stop")
+        assert stop.returncode == 0, stop.stderr
+        deadline = time.monotonic() + 60
+        while states_from(name, "e0").get(addresses["e1"]) != "DN":  # gossip's verdict
+            assert time.monotonic() < deadline, states_from(name, "e0")
+            time.sleep(2)
+
+        start = edgetb("node", "--run", name, "e1", "start", timeout=300)
+        assert start.returncode == 0, start.stderr
+        deadline = time.monotonic() + 60
+        while states_from(name, "e0").get(addresses["e1"]) != "UN":
+            assert time.monotonic() < deadline, states_from(name, "e0")
+            time.sleep(2)
+
+        logs = edgetb("node", "--run", name, "--lines", "500", "e1", "logs")
+        assert logs.returncode == 0 and "Starting listening for CQL clients" in logs.stdout
+        assert edgetb("node", "--run", name, "e7", "logs").returncode == 2  # no such node
+    finally:
+        down = run_cli("down", "--run", name)
+    assert down.returncode == 0, down.stderr
+    assert_no_residue(run_id)
+    assert edgetb("status", "--run", name).returncode != 0  # the name went with the run
