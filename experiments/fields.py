@@ -98,12 +98,10 @@ def check_knob(name: str, knob: Knob, value: Any, default: Any) -> Any:
             raise ConfigError(f"{name} must be at most {knob.high:g}, got {value}")
     elif knob.kind is float:
         low, high = knob.low or 0.0, knob.high or math.inf
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not low <= value <= high
-        ):
-            raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or not low <= value <= high:
+            allowed = f"at least {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
+            raise ConfigError(f"{name} must be {allowed}, got {value!r}")
     return value
 
 
