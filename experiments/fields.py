@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -178,9 +179,7 @@ def parse_rf(name: str, text: str) -> tuple[int | Literal["k"], ...]:
 
 def rf_values(values: Any) -> tuple[int | Literal["k"], ...]:
     """RFs: integers 1..MAX, or "k" for "the node count" (RF = every node)."""
-    values = as_tuple("rf", values)
-    if not values:
-        raise ConfigError("rf is empty: the grid needs at least one value")
+    values = grid_values("rf", values)
     out: list[int | Literal["k"]] = []
     for v in values:
         if isinstance(v, str) and v.strip().lower() == "k":
@@ -192,8 +191,21 @@ def rf_values(values: Any) -> tuple[int | Literal["k"], ...]:
                 f"rf values must be integers from 1 to {MAX_EDGE_NODES} or "
                 f"'k' (the node count), got {v!r}"
             )
+    return once("rf", out, values)
+
+
+def grid_values(name: str, values: Any) -> tuple:
+    """A grid dimension's values as a tuple; ConfigError when there are none."""
+    values = as_tuple(name, values)
+    if not values:
+        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    return values
+
+
+def once(name: str, out: Sequence, given: Sequence) -> tuple:
+    """``out`` as a tuple; ConfigError (showing ``given``) when it holds a value twice."""
     if len(set(out)) != len(out):
-        raise ConfigError(f"rf lists a value twice: {list(values)}")
+        raise ConfigError(f"{name} lists a value twice: {list(given)}")
     return tuple(out)
 
 
@@ -212,32 +224,24 @@ def _int(name: str, value: Any, low: int) -> int:
 
 
 def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
-    values = as_tuple(name, values)
-    if not values:
-        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    values = grid_values(name, values)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             raise ConfigError(f"{name} values must be integers from {low} to {high}, got {v!r}")
-    if len(set(values)) != len(values):
-        raise ConfigError(f"{name} lists a value twice: {list(values)}")
-    return tuple(values)
+    return once(name, values, values)
 
 
 def strings(name: str, values: Any, upper: bool = False, none: bool = False) -> tuple[str, ...]:
     """Names, stripped (``upper``: in upper case; ``none``: ``none`` in any case is
     ``none``, the dimension's "nothing" value), each once."""
-    values = as_tuple(name, values)
-    if not values:
-        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    values = grid_values(name, values)
     out = []
     for v in values:
         if not isinstance(v, str) or not v.strip():
             raise ConfigError(f"{name} values must be names, got {v!r}")
         v = v.strip().upper() if upper else v.strip()
         out.append("none" if none and v.lower() == "none" else v)
-    if len(set(out)) != len(out):
-        raise ConfigError(f"{name} lists a value twice: {out}")
-    return tuple(out)
+    return once(name, out, out)
 
 
 def _floats(
@@ -245,9 +249,7 @@ def _floats(
 ) -> tuple[float, ...]:
     """Numbers in low..high, each once; ``decimals``: rounded to that many first, so two
     values that differ below the resolution are one value (refused as listed twice)."""
-    values = as_tuple(name, values)
-    if not values:
-        raise ConfigError(f"{name} is empty: the grid needs at least one value")
+    values = grid_values(name, values)
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):

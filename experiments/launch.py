@@ -98,16 +98,18 @@ def calibrate_from(config: SweepConfig, out: Path | None = None) -> None:
         estimate.use(costs)
 
 
+def meminfo_mb() -> dict[str, float]:
+    """/proc/meminfo in MB (MemTotal, MemAvailable, ...)."""
+    with open("/proc/meminfo") as f:
+        return {k: int(v.split()[0]) / 1024 for k, v in (line.split(":", 1) for line in f)}
+
+
 def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
     """P and why: as asked, or (auto) from the machine's cores and memory and what the
     fidelity benchmark accepted here."""
     if parallel is not None:
         return parallel, "as asked"
-    info = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0]) / 1024  # MB
+    info = meminfo_mb()
     used = info["MemTotal"] - info.get("MemAvailable", info["MemFree"])
     return estimate.auto_parallel(
         config,

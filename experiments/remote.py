@@ -21,15 +21,13 @@ ADDRESS``), committed by the controller into its one store (docs/design/workers.
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.command import STOP_SIGNALS, leave_terminal
+from testbed.command import stop_signals
 
 from . import estimate, plan, tasks
 from .cells import Cell
@@ -93,33 +91,20 @@ class Remote:
         self.planner = plan.Planner(estimate.units(self.config, todo), estimate.bringup_s)
         self.client.subscribe_topic(tasks.TOPIC, lambda event: self.reports.events.put(event[1]))
         self.slots = [Slot(n, i) for n, p in self.workers.join(store_=self.store) for i in range(p)]
-        signals = [0]
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            if signum == signal.SIGHUP:
-                leave_terminal()
-            signals[0] += 1
-
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                previous[sig] = signal.signal(sig, on_signal)
         ended = False
         try:
-            self.loop(signals)
-            ended = True
+            with stop_signals() as signals:
+                try:
+                    self.loop(signals)
+                    ended = True
+                finally:
+                    status = "complete" if ended and not self.aborting else "interrupted"
+                    if status != "complete" and not self.aborting:
+                        self.abort("stopping: the workers tear their testbeds down")
+                    flying = [s.future for s in self.slots if s.future is not None]
+                    self.workers.close(status, flying)
         finally:
-            try:
-                status = "complete" if ended and not self.aborting else "interrupted"
-                if status != "complete" and not self.aborting:
-                    self.abort("stopping: the workers tear their testbeds down")
-                flying = [s.future for s in self.slots if s.future is not None]
-                self.workers.close(status, flying)
-            finally:
-                for sig, handler in previous.items():
-                    if handler is not None:
-                        signal.signal(sig, handler)
-                self.record()
+            self.record()
         if signals[0]:
             raise KeyboardInterrupt
         left = [c.cell_id for u in self.planner.left() for c in u.cells]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import platform
-import signal
 import threading
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ from emulation import links, shapers
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, Topology
 from testbed.clean import clean
-from testbed.command import STOP_SIGNALS, leave_terminal
+from testbed.command import stop_signals
 from workloads import WriteWorker
 
 from . import estimate, plan, units
@@ -144,20 +143,7 @@ class Sweep:
         # Ctrl-C and SIGTERM only set flags while the shards run: a KeyboardInterrupt
         # raised anywhere in this thread (starting the shards, between two joins, a
         # second Ctrl-C) would leave this method while shards still tear testbeds down.
-        signals = [0]
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            if signum == signal.SIGHUP:
-                leave_terminal()
-            signals[0] += 1
-            self.abort.set()
-            self.stop.set()
-
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                previous[sig] = signal.signal(sig, on_signal)
-        try:
+        with stop_signals(self.stop_all) as signals:
             for sh in self.shards:
                 if not self.stop.is_set():
                     sh.thread.start()
@@ -168,14 +154,15 @@ class Sweep:
                     if signals[0] > told:
                         told = signals[0]
                         self.progress.note("still tearing the testbeds down; please wait")
-        finally:
-            for sig, handler in previous.items():
-                if handler is not None:  # None: not set from Python, cannot be restored
-                    signal.signal(sig, handler)
         if signals[0]:
             raise KeyboardInterrupt
         if self.errors:
             raise self.errors[0]
+
+    def stop_all(self) -> None:
+        """Leave the current cells too, and start no other (Ctrl-C, SIGTERM, SIGHUP)."""
+        self.abort.set()
+        self.stop.set()
 
     def failed(self, shard: Shard, exc: BaseException) -> None:
         with self.lock:

@@ -27,7 +27,7 @@ from testbed.state import OwnerLock, describe_holder, home
 
 from . import estimate, plan, units
 from .config import SweepConfig
-from .launch import CORES, LOCK_NAME, calibrate_from
+from .launch import CORES, LOCK_NAME, calibrate_from, meminfo_mb
 from .scheduler import Shard, Sweep, remove_stale_testbeds, static_manifest
 from .store import Store
 
@@ -282,20 +282,12 @@ def facts() -> dict[str, Any]:
         "hostname": platform.node(),
         "pid": os.getpid(),
         "cores": CORES,
-        "mem_mb": round(_memory_mb()),
+        "mem_mb": round(meminfo_mb()["MemTotal"]),
         "python": platform.python_version(),
         "versions": static_manifest(SweepConfig(), [])["packages"],
         "clock": time.time(),  # the controller records its offset from its own
         "root": os.geteuid() == 0,
     }
-
-
-def _memory_mb() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def close_all() -> None:

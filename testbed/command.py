@@ -15,6 +15,7 @@ the terminal is gone, and a teardown that prints must not die of EIO half-way.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import os
@@ -22,7 +23,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from .errors import ConfigError, TestbedError
@@ -39,6 +40,32 @@ def prog(default: str) -> str:
     """The name a command's help and usage show: ``default`` (``python -m ...``), or the
     `edgetb` subcommand it runs as."""
     return _PROG.get() or default
+
+
+@contextlib.contextmanager
+def stop_signals(on_stop: Callable[[], None] = lambda: None) -> Iterator[list[int]]:
+    """Inside: Ctrl-C, SIGTERM and SIGHUP are counted (the list's one item) and
+    ``on_stop`` called, nothing raised, so the caller winds its work down in order and
+    raises KeyboardInterrupt itself; a hung-up terminal is left first. The handlers
+    before are put back after. Outside the main thread nothing changes."""
+    count = [0]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if signum == signal.SIGHUP:
+            leave_terminal()
+        count[0] += 1
+        on_stop()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        yield count
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: not set from Python, cannot be restored
+                signal.signal(sig, handler)
 
 
 def leave_terminal() -> None:
