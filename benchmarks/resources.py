@@ -74,6 +74,7 @@ def quota(reps: int, seconds: float, threads: int, work: Path) -> None:
 
 def memory(limit_mb: int, records: int, work: Path) -> None:
     from workloads import ycsb
+    from workloads.ycsb import client as ycsb_client
 
     print(f"2. memory: 1 node, --node-memory {limit_mb}, heap 256 MB, {records} YCSB records")
     tb = Testbed(
@@ -85,7 +86,7 @@ def memory(limit_mb: int, records: int, work: Path) -> None:
     try:
         dirs = tb.backend.cgroup_dirs["e0"]  # type: ignore[union-attr]
         print(f"   after start: peak {cgroups.memory_peak_mb(dirs):.0f} MB of {limit_mb}")
-        runner = ycsb.Ycsb(tb)
+        runner = ycsb_client.Ycsb(tb)
         ycsb.create_table(tb, "ycsb_mem", 1)
         loaded = runner.load(ycsb.Spec("a", records=records, threads=8), "ycsb_mem", work / "load")
         state = {s["name"]: s.get("cassandra") for s in tb.status()}

@@ -27,6 +27,7 @@ from emulation import api, links
 from experiments.launch import cpu_busy, cpu_times
 from testbed import Testbed, Topology
 from workloads import ycsb
+from workloads.ycsb import client as ycsb_client
 
 KEYSPACE = "ycsb_bench"
 RECORDS = 1000
@@ -55,7 +56,7 @@ def main() -> None:
     tb = Testbed(Topology(edge_nodes=3))
     tb.up()
     try:
-        runner = ycsb.Ycsb(tb)
+        runner = ycsb_client.Ycsb(tb)
         ycsb.create_table(tb, KEYSPACE, 3)
         runner.load(ycsb.Spec("a", records=RECORDS, threads=8), KEYSPACE, out / "load")
         if not args.skip_capacity:

@@ -24,6 +24,7 @@ from emulation.trace import Replay
 from emulation.trace import load as load_trace
 from testbed import Testbed
 from workloads import ycsb
+from workloads.ycsb import client as ycsb_client
 
 from . import estimate, faults, nemesis, plan
 from .cells import Cell
@@ -313,7 +314,7 @@ class YcsbRun:
     def run(self, shard: Shard, cell: Cell, shaping: dict[str, Any]) -> Measured:
         cfg, sweep, tb = shard.config, shard.sweep, shard.tb
         assert tb is not None and cell.records is not None
-        runner = ycsb.Ycsb(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s)
+        runner = ycsb_client.Ycsb(tb, policy=cfg.policy, timeout_s=cfg.request_timeout_s)
         spec = ycsb.Spec(
             cell.workload,
             records=cell.records,
@@ -362,7 +363,7 @@ class YcsbRun:
             for op, d in sorted(result.ops.items())
             if "p50_ms" in d
         )
-        raw = ycsb.read_raw(Path(result.files["raw"])) if "raw" in result.files else ()
+        raw = ycsb_client.read_raw(Path(result.files["raw"])) if "raw" in result.files else ()
         summary = f"{result.throughput_ops:.0f} ops/s, {parts} ms, {errors} errors"
         return Measured(row, [], summary, ycsb_ops=rows, ycsb_requests=raw)
 

@@ -11,6 +11,7 @@ import pytest
 
 from emulation import api, links
 from workloads import ycsb
+from workloads.ycsb import client as ycsb_client
 
 from .conftest import run_cli
 
@@ -23,7 +24,7 @@ def loaded(cluster, tmp_path_factory):
     """YCSB's table at RF 3, loaded once for the module (unshaped links)."""
     api.clear(cluster)
     ycsb.create_table(cluster, KEYSPACE, 3)
-    runner = ycsb.Ycsb(cluster)
+    runner = ycsb_client.Ycsb(cluster)
     result = runner.load(
         ycsb.Spec("a", records=RECORDS, threads=4), KEYSPACE, tmp_path_factory.mktemp("load")
     )

@@ -16,7 +16,8 @@ from model.consistency import check_read_level
 from testbed import tags
 from testbed.errors import ConfigError
 from workloads import ycsb
-from workloads.ycsb import END_CLIENT
+from workloads.ycsb import client as ycsb_client
+from workloads.ycsb.client import END_CLIENT
 
 
 def test_shipped_workloads_a_to_f_and_their_operations():
@@ -138,7 +139,10 @@ def test_hdrhistogram_plus_raw_names_and_the_raw_file(tmp_path):
         "RawREAD,1795366387855,6945\nRawREAD,1795366387856,12\n"
         "RawCLEANUP latency raw data: op, timestamp(ms), latency(us)\nRawCLEANUP,1795366387863,1\n"
     )
-    assert list(ycsb.read_raw(raw)) == [("READ", 1795366387855, 6945), ("READ", 1795366387856, 12)]
+    assert list(ycsb_client.read_raw(raw)) == [
+        ("READ", 1795366387855, 6945),
+        ("READ", 1795366387856, 12),
+    ]
 
 
 def _tagged_sleeper(tag: str) -> subprocess.Popen:
@@ -191,7 +195,7 @@ def test_the_client_jvm_carries_the_runs_tag_and_the_endpoints_java(remote):
         ),
     )
     dist = ycsb.dist.YcsbDist(Path("/d"), {"lib/a.jar": "0"})
-    runner = ycsb.Ycsb(tb, dist=dist)  # type: ignore[arg-type]
+    runner = ycsb_client.Ycsb(tb, dist=dist)  # type: ignore[arg-type]
     argv = runner.argv("run", ycsb.Spec("a", records=10, operations=10), "ks", Path("/o"))
     assert argv[0] == ("/guest/java" if remote else "/host/java")
     assert tags.tag_of("\0".join(argv).encode()) == "abc123"
@@ -227,7 +231,7 @@ def test_the_open_loops_intended_raw_rows_are_not_operations(tmp_path):
         "RawREAD,1700000000000,812\nRawIntended-READ,1700000000000,990\n"
         "RawCLEANUP,1700000000001,5\nRawUPDATE,1700000000002,1500\n"
     )
-    assert list(ycsb.read_raw(raw)) == [
+    assert list(ycsb_client.read_raw(raw)) == [
         ("READ", 1700000000000, 812),
         ("UPDATE", 1700000000002, 1500),
     ]

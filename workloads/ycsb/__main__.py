@@ -15,8 +15,9 @@ from testbed.errors import TestbedError
 from testbed.testbed import Testbed
 from testbed.topology import MAX_EDGE_NODES
 
-from . import Result, Spec, Ycsb, create_table
+from . import Result, Spec, create_table
 from . import dist as dist_mod
+from .client import Ycsb
 
 
 def _pair(text: str) -> tuple[str, str]:
