@@ -163,8 +163,33 @@ class RunState:
             raise StateError(f"no run state at {path}") from exc
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StateFileError(f"corrupt run state {path}: {exc}") from exc
+        if isinstance(data, dict) and isinstance(data.get("extra"), dict):
+            data = _from_extra(data)
         _check_fields(path, data)
         return cls(**data, run_dir=run_dir)
+
+
+def _from_extra(data: dict[str, Any]) -> dict[str, Any]:
+    """A state written before the records (one untyped ``extra`` dict) in today's form,
+    so that a testbed left up across an upgrade is still found, used and removed whole."""
+    data = dict(data)
+    extra = dict(data.pop("extra"))
+    data.setdefault("options", extra.pop("backend", {}))
+    data.setdefault("timings", extra.pop("timings", {}))
+    emulation = dict(extra.get("emulation") or {})
+    if "qdisc_before" in emulation:
+        extra["qdiscs"] = {"before": emulation.pop("qdisc_before")}
+    if "direct" in emulation:
+        extra["shaper.direct"] = {"structures": emulation.pop("direct")}
+    for kind in ("gateway", "host"):
+        if kind in emulation:
+            extra[f"shaper.{kind}"] = emulation.pop(kind)
+    if "cgroups" in extra:
+        extra["cgroups"] = {"dirs": extra["cgroups"]}
+    if "emulation" in extra:
+        extra["emulation"] = emulation  # what is left: shaper, loss_location, matrix
+    data.setdefault("parts", extra)
+    return data
 
 
 # The type each saved field must have (a field not listed here is not checked).

@@ -100,6 +100,42 @@ def test_state_roundtrip_and_select_run(tmp_path: Path):
         select_run("../x", base=tmp_path)
 
 
+def test_a_state_from_before_the_records_is_read_into_them(tmp_path: Path):
+    from emulation.shapers import EmulationRecord, GatewayRecord
+    from testbed.cgroups import CgroupRecord
+    from testbed.qdisc import QdiscRecord
+
+    lock = _up(tmp_path, "a00004", detached=True)
+    lock.release()
+    path = tmp_path / "runs" / "a00004" / "state.json"
+    old = json.loads(path.read_text())
+    for key in ("options", "timings", "parts"):
+        del old[key]
+    old["extra"] = {
+        "backend": {"resources": {"cpu": 1}},
+        "timings": {"total": 9.5},
+        "cgroups": {"e0": {"cpu": "/sys/fs/cgroup/cpu/tb-a00004-e0"}},
+        "emulation": {
+            "shaper": "gateway",
+            "matrix": {"profile": "none", "links": []},
+            "gateway": {"pid": 77, "boot_s": 3.0, "accel": "tcg", "structure": {}},
+            "qdisc_before": {"e0": {"eth0": "qdisc noqueue 0: root refcnt 2"}},
+        },
+    }
+    path.write_text(json.dumps(old))
+    state = RunState.load(path.parent)
+    assert state.options == {"resources": {"cpu": 1}} and state.timings == {"total": 9.5}
+    assert state.get(CgroupRecord) == CgroupRecord(
+        {"e0": {"cpu": "/sys/fs/cgroup/cpu/tb-a00004-e0"}}
+    )
+    assert state.get(GatewayRecord) == GatewayRecord(77, 3.0, "tcg", {})
+    assert state.get(QdiscRecord) == QdiscRecord({"e0": {"eth0": "qdisc noqueue 0: root refcnt 2"}})
+    emulation = state.get(EmulationRecord)
+    assert emulation is not None and emulation.shaper == "gateway" and emulation.matrix
+    state.save()  # written back in today's form
+    assert "extra" not in json.loads(path.read_text())
+
+
 def test_a_run_is_selected_by_its_name_as_by_its_id(tmp_path: Path):
     from testbed.state import check_name
 
