@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--shaper", choices=shapers.SHAPERS, default="auto", help="(default auto)")
     s.add_argument(
-        "--run", type=argtypes.run_id, help="run id (default: the one detached testbed that is up)"
+        "--run",
+        type=argtypes.run_id,
+        help="run id or testbed name (default: the one detached testbed that is up)",
     )
 
     sh = sub.add_parser("show", help="the configured matrix and the shaper's tc state")
@@ -190,6 +192,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     tb = Testbed.attach(args.run)
+    rec = tb.state.get(shapers.EmulationRecord) if tb.state else None
     result = verify(
         tb,
         api.configured(tb),
@@ -197,8 +200,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         rtt_probes=args.probes,
         loss_probes=args.loss_probes,
         level=args.level,
-        shaper=shapers.emulation(tb).shaper,
-        loss_location=shapers.emulation(tb).loss_location or None,
+        shaper=rec.shaper if rec else None,
+        loss_location=rec.loss_location or None if rec else None,
     )
     if args.json:
         print(json.dumps(result))

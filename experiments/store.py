@@ -535,7 +535,7 @@ class Store(Reads):
             for v in range(version, SCHEMA_VERSION):
                 for column in MIGRATIONS[v]:
                     if column not in present:
-                        kind = COLUMN_TYPES[column].upper()
+                        kind = TABLES["cells"][column].upper()
                         self.db.execute(f"ALTER TABLE cells ADD COLUMN {column} {kind}")
             self.db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
 

@@ -54,7 +54,8 @@ def check_components(
     if thorough and tb.state is not None:
         # Another process (`emulation set --force`) may have reshaped the testbed: what
         # is on disk must still be what this sweep applied.
-        applied = shapers.emulation(tb).matrix
+        rec = tb.state.get(shapers.EmulationRecord)
+        applied = rec.matrix if rec else None
         on_disk = RunState.load(tb.state.run_dir).get(shapers.EmulationRecord)
         if (on_disk.matrix if on_disk else None) != applied:
             lost.append("another process changed the link settings during the cell")

@@ -30,7 +30,7 @@ from . import state as st
 from .backends import registry
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
-from .errors import TeardownError, TestbedError
+from .errors import StateVersionError, TeardownError, TestbedError
 from .tags import tagged_processes
 
 
@@ -55,6 +55,8 @@ def _keep_reason(run_dir: Path, named: bool, all_detached: bool) -> str | None:
     must be held by the caller when None is returned for a removal)."""
     try:
         state = st.RunState.load(run_dir)
+    except StateVersionError as exc:  # another version's run: maybe alive and well
+        return None if named else str(exc)
     except st.StateError:
         return None
     if state.detached and state.status == "up" and not (named or all_detached):

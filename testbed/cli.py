@@ -321,7 +321,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         log = tb.exec(node.name, ["tail", "-n", str(args.lines), str(node.system_log)], check=False)
         print(log.stdout, end="")
         if log.returncode != 0:
-            raise TestbedError(f"{node.name}: no log at {node.system_log}: {log.stderr.strip()}")
+            said = " ".join(log.stderr.split())[-300:]
+            raise TestbedError(f"{node.name}: no log at {node.system_log}: {said}")
     else:
         try:
             print(tb.nodetool(node.name, *args.args), end="")

@@ -62,6 +62,11 @@ class StateFileError(StateError, ConfigError):
     CLIs answer it with exit code 2; names the file."""
 
 
+class StateVersionError(StateFileError):
+    """A run state with keys this version does not know: most likely written by a newer
+    version of the tool on the same machine. `clean` keeps such a run unless named."""
+
+
 class TeardownError(TestbedError):
     """A run could not be undone on machines that outlive it (the hosts backend): names
     each host and what is left there. The run's state is kept (status "teardown-failed")

@@ -17,12 +17,14 @@ import sys
 import tempfile
 import threading
 import time
+import types
+import typing
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .errors import ConfigError, RunSelectionError, StateError, StateFileError
+from .errors import ConfigError, RunSelectionError, StateError, StateFileError, StateVersionError
 
 _SAVING = threading.RLock()  # RunState.save, across threads
 
@@ -60,8 +62,8 @@ def check_name(name: str) -> str:
     """``name`` if it can name a testbed; ConfigError (one line) otherwise."""
     if not NAME_RE.fullmatch(name) or RUN_ID_RE.fullmatch(name):
         raise ConfigError(
-            f"testbed name {name!r}: a lower-case letter, then up to 23 letters, digits or "
-            f"'-', and not six hex digits (that is a run id)"
+            f"testbed name {name!r}: a lower-case letter, then up to 23 lower-case letters, "
+            f"digits or '-', and not six hex digits (that is a run id)"
         )
     return name
 
@@ -85,8 +87,26 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """The record of ``data`` (fields it does not know dropped); TypeError naming the
+        field whose value is not of its declared type."""
+        hints = typing.get_type_hints(cls)
+        kept = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        for key, value in kept.items():
+            if not _fits(value, hints[key]):
+                raise TypeError(f"{key} is {value!r}, expected {hints[key]}")
+        return cls(**kept)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (as JSON gives it) has the outer type of ``hint``."""
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    base = typing.get_origin(hint) or hint
+    if isinstance(value, bool) and base is not bool:
+        return False
+    return isinstance(value, (int, float) if base is float else base)
 
 
 R = TypeVar("R", bound=Record)
@@ -115,25 +135,28 @@ class RunState:
 
     def get(self, cls: type[R]) -> R | None:
         """The record of the part ``cls`` declares, None when the run has none."""
-        rec = self.parts.get(cls.KEY)
-        if rec is None or isinstance(rec, cls):
-            return rec
-        if not isinstance(rec, dict):
-            raise StateFileError(f"corrupt run state {self.path}: {cls.KEY} is {rec!r}")
-        try:
-            typed = cls.from_dict(rec)
-        except TypeError as exc:  # a field of the wrong shape
-            raise StateFileError(f"corrupt run state {self.path}: {cls.KEY}: {exc}") from exc
-        self.parts[cls.KEY] = typed
-        return typed
+        with _SAVING:  # one typed object per part, whichever thread asks first
+            rec = self.parts.get(cls.KEY)
+            if rec is None or isinstance(rec, cls):
+                return rec
+            if not isinstance(rec, dict):
+                raise StateFileError(f"corrupt run state {self.path}: {cls.KEY} is {rec!r}")
+            try:
+                typed = cls.from_dict(rec)
+            except TypeError as exc:  # a field of the wrong shape
+                raise StateFileError(f"corrupt run state {self.path}: {cls.KEY}: {exc}") from None
+            self.parts[cls.KEY] = typed
+            return typed
 
     def put(self, rec: R) -> R:
         """``rec`` becomes its part's record (saved with the next ``save``)."""
-        self.parts[rec.KEY] = rec
+        with _SAVING:  # not while another thread's save walks the parts
+            self.parts[rec.KEY] = rec
         return rec
 
     def drop(self, cls: type[Record]) -> None:
-        self.parts.pop(cls.KEY, None)
+        with _SAVING:
+            self.parts.pop(cls.KEY, None)
 
     @property
     def path(self) -> Path:
@@ -229,6 +252,11 @@ def _check_fields(path: Path, data: object) -> None:
             ([f"unknown keys {unknown}"] if unknown else [])
             + ([f"missing keys {missing}"] if missing else [])
         )
+        if unknown and not missing:
+            raise StateVersionError(
+                f"corrupt run state {path}: unknown keys {unknown} (or written by another "
+                f"version of edgetb; `edgetb clean --run RUN` removes the run)"
+            )
         raise StateFileError(f"corrupt run state {path}: {problem}")
     for key, value in data.items():
         types = _FIELD_TYPES.get(key)

@@ -149,3 +149,18 @@ def test_a_library_module_run_as_a_command_says_which_command_to_run(module):
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"{module} is a library module, not a command: ") and "edgetb " in line
+
+
+def test_stop_signals_counts_each_signal_and_puts_the_handlers_back():
+    from testbed.command import stop_signals
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    stopped = []
+    with stop_signals(lambda: stopped.append(1)) as count:
+        os.kill(os.getpid(), signal.SIGTERM)  # to this test's own process
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt inside
+        deadline = time.monotonic() + 5
+        while count[0] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert count == [2] and stopped == [1, 1]
+    assert {s: signal.getsignal(s) for s in before} == before

@@ -177,6 +177,14 @@ def test_each_part_reads_back_its_own_typed_record(tmp_path: Path):
     loaded.drop(HostShaperRecord)
     loaded.save()
     assert "shaper.host" not in json.loads(state.path.read_text())["parts"]
+    # a field of the wrong type is named, not met later as a TypeError mid-teardown
+    from testbed.backends.libvirt import LibvirtRecord
+
+    data = json.loads(state.path.read_text())
+    data["parts"] = {"libvirt": {"domains": 5}}
+    state.path.write_text(json.dumps(data))
+    with pytest.raises(StateFileError, match=r"libvirt: domains is 5, expected list\[str\]"):
+        RunState.load(state.path.parent).get(LibvirtRecord)
     # a record that is not an object is named as a corrupt state
     state.path.write_text(
         json.dumps({**json.loads(state.path.read_text()), "parts": {"cgroups": 3}})
@@ -384,3 +392,16 @@ def test_a_failed_remote_teardown_is_kept_and_clean_retries_it(tmp_path, monkeyp
     report = clean_mod.clean(tmp_path, said.append, "d00001")
     assert report.runs == ["d00001"] and not (tmp_path / "runs" / "d00001").exists()
     assert len(tries) == 2
+
+
+def test_clean_keeps_a_run_another_version_wrote_unless_named(tmp_path: Path):
+    from testbed.clean import _keep_reason
+
+    lock = _up(tmp_path, "a00005", detached=True)
+    lock.release()
+    run_dir = tmp_path / "runs" / "a00005"
+    data = json.loads((run_dir / "state.json").read_text())
+    (run_dir / "state.json").write_text(json.dumps({**data, "a_newer_field": 1}))
+    reason = _keep_reason(run_dir, named=False, all_detached=True)
+    assert reason and "another version of edgetb" in reason
+    assert _keep_reason(run_dir, named=True, all_detached=False) is None

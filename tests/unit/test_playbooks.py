@@ -104,3 +104,35 @@ def test_playbooks_never_swallow_a_failure(path):
             assert not task.get("ignore_unreachable"), name
             assert task.get("failed_when", True) is not False, name
             assert str(task.get("failed_when", "")).lower() not in ("false", "no"), name
+
+
+def test_the_project_archive_carries_what_the_hosts_import(tmp_path):
+    # what the provision playbook checks on a host: the workload's imports, from the
+    # unpacked archive alone (its data file and YCSB's sources ride along)
+    import subprocess
+    import sys
+    import tarfile
+
+    archive = provision.project_archive(tmp_path / "project.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        tar.extractall(tmp_path / "src", filter="data")
+    for shipped in (
+        "workloads/writes.py",
+        "workloads/data/nobel_laureates.json",
+        "workloads/ycsb/workloads/workloada",
+        "workloads/ycsb/java/edgetb/ycsb/CqlClient.java",
+    ):
+        assert shipped in names
+    assert not any("__pycache__" in n for n in names)
+    code = (
+        "import testbed.client as c, emulation.probe as p, workloads.writes as w; "
+        "print(c.__file__, p.__file__, w.__file__, w.DATA, w.DATA.is_file())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "src")}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    *files, found = proc.stdout.split()
+    assert found == "True" and all(f.startswith(str(tmp_path / "src")) for f in files), files

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     inst.add_argument("--force", action="store_true")
     sub.add_parser("path", help="print the installed YCSB's directory")
     r = sub.add_parser("run", help="load and run a workload on a running testbed")
-    r.add_argument("--run", help="testbed run id (default: the one that is up)")
+    r.add_argument("--run", help="testbed run id or name (default: the one that is up)")
     r.add_argument("--workload", default="a", help="a..f (YCSB's A-F) or a properties file")
     r.add_argument("--rf", type=argtypes.integer(1, MAX_EDGE_NODES), default=3)
     r.add_argument("--keyspace", help="default: ycsb_rf<RF>")
