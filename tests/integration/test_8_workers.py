@@ -28,6 +28,7 @@ GRID = [
     "--cluster-warmup", "40", "--verify-probes", "20",
 ]  # fmt: skip
 CELLS = {f"n{n}-rf{rf}-l{lat}-p0.5-r1" for n in (2, 3) for rf in (1, 2) for lat in (20, 40)}
+UNIT_CELLS = 4  # the cells of one node count: 2 RFs x 2 latencies
 
 
 @pytest.fixture(scope="module")
@@ -117,14 +118,16 @@ def test_a_sweep_over_two_ssh_workers_survives_one_killed(tmp_path, sshd):
         )  # fmt: skip
     killed_pid = None
     try:
-        # w1 has stored a cell and still has cells of its unit (or more) to measure
+        # w1 has stored a cell and still has cells of its unit to measure (a unit is one
+        # node count's cells; its two RFs at one latency are stored together). Not "the
+        # grid is not nearly done": w2 may finish its own unit before w1 stores anything.
         deadline = time.monotonic() + 900
         while True:
             assert sweep.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, "timed out waiting for a cell of w1"
             run, cells = _state(out)
             mine = [c for c in cells if c["worker"] == "w1"]
-            if run is not None and mine and len(cells) < len(CELLS) - 2:
+            if run is not None and 0 < len(mine) < UNIT_CELLS:
                 killed_pid = run.manifest["workers"]["w1"]["pid"]
                 break
             time.sleep(0.5)
