@@ -85,7 +85,7 @@ RUN_FLAGS: dict[str, dict[str, Any]] = {
     "--workers": {
         "metavar": "INVENTORY",
         "help": "spread the grid over the machines of this Ansible inventory (each measures "
-        "on testbeds of its own; see README, 'Sweeps across machines')",
+        "on testbeds of its own; see docs/sweep.md)",
     },
     "--scheduler": {
         "metavar": "ADDRESS",
