@@ -164,7 +164,7 @@ def format_availability(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
-    """fault_<cell>.{png,svg}: each write's RTT against its start, errors as red marks at
+    """fault_<cell>.{png,svg,pdf}: each write's RTT against its start, errors as red marks at
     the top, the fault's steps as vertical lines."""
     from .figsave import plt, save_figure
 

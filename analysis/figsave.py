@@ -10,12 +10,29 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+# Text stays text: selectable and searchable in the SVG, TrueType in the PDF (what
+# publishers ask for), not outlines.
+matplotlib.rcParams.update({"svg.fonttype": "none", "pdf.fonttype": 42})
 import matplotlib.pyplot as plt  # noqa: E402
 
-FORMATS = ("png", "svg")
+FORMATS = ("png", "svg", "pdf")  # the page's, the web's, a paper's
 PNG_DPI = 110
+# One style per series (an RF, a loss level): the Okabe-Ito colours, which stay apart
+# for colour-blind readers, each with a marker and a dash pattern of its own, so that
+# the lines also stay apart in greyscale and where they overlap.
+COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+# no measured series is dotted: fine dots are the model's
+DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)), "-", (0, (5, 1.5)), "-")
+MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
-__all__ = ["FORMATS", "plt", "save_figure"]
+__all__ = ["FORMATS", "MODEL_STYLE", "plt", "save_figure", "series_style"]
+
+
+def series_style(i: int) -> dict[str, Any]:
+    """Matplotlib keywords of the ``i``-th series of a figure."""
+    k = i % len(COLOURS)
+    return {"color": COLOURS[k], "marker": MARKERS[k], "ls": DASHES[k], "ms": 4, "lw": 1.4}
 
 
 def save_figure(fig: Any, out: Path, name: str) -> list[Path]:

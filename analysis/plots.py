@@ -1,6 +1,6 @@
 """`python -m analysis.plots RESULTS_DIR`: the paper's figures, regenerated from a store.
 
-Writes to RESULTS_DIR/analysis/ (PNG and SVG of each):
+Writes to RESULTS_DIR/analysis/ (PNG, SVG and PDF of each):
 - ``rtt_n{N}_loss{P}``: mean write RTT vs one-way latency, one line per RF with its 95 %
   confidence band (the paper's Figures 2 and 3), for every (nodes, loss), and beside each
   the mean the model predicts (dashed; analysis.model, saved as model.{txt,json});
@@ -29,7 +29,7 @@ from testbed.errors import TestbedError
 
 from . import phi as phi_mod
 from . import prediction
-from .figsave import FORMATS, plt, save_figure
+from .figsave import FORMATS, MODEL_STYLE, plt, save_figure, series_style
 from .results import Results, add_run_option, load, run_ids
 from .stats import cell_stats, high_rf_average, mean_rtt, pooled
 
@@ -67,11 +67,11 @@ def rtt_vs_latency(
     label = _label(results.cells)
     for (n, loss), by_rf in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for rf, pts in sorted(by_rf.items()):
+        for i, (rf, pts) in enumerate(sorted(by_rf.items())):
             pts.sort()
             x = [p[0] for p in pts]
             y = [p[1] for p in pts]
-            (line,) = ax.plot(x, y, marker="o", ms=3, label=f"RF_{rf}")
+            (line,) = ax.plot(x, y, label=f"RF {rf}", **series_style(i))
             lo = [p[2] if np.isfinite(p[2]) else p[1] for p in pts]
             hi = [p[3] if np.isfinite(p[3]) else p[1] for p in pts]
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
@@ -82,10 +82,9 @@ def rtt_vs_latency(
                 ax.plot(
                     [p[0] for p in model_pts],
                     [p[1] for p in model_pts],
-                    ls="--",
-                    lw=1,
                     color=line.get_color(),
-                    gid="model",  # one per RF; the caption says what dashes are
+                    gid="model",  # one per RF; one legend entry says what the dots are
+                    **MODEL_STYLE,
                 )
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
@@ -93,13 +92,15 @@ def rtt_vs_latency(
         ax.text(
             0.01,
             0.99,
-            label + "; bands: 95 % CI of the mean" + ("; dashed: model" if predicted else ""),
+            label + "; bands: 95 % CI of the mean",
             transform=ax.transAxes,
             fontsize=7,
             va="top",
             color="0.35",
         )
         ax.grid(alpha=0.3)
+        if any(x.get_gid() == "model" for x in ax.get_lines()):
+            ax.plot([], [], color="0.3", label="model (same colour)", gid="model", **MODEL_STYLE)
         ax.legend(fontsize=8)
         name = f"rtt_n{n}_loss{loss:g}"
         # what was drawn, not what was asked for: the measured lines
@@ -125,10 +126,13 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
     made = []
     for n, by_loss in sorted(by_nodes.items()):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for loss, pts in sorted(by_loss.items()):
+        for i, (loss, pts) in enumerate(sorted(by_loss.items())):
             pts.sort()
             ax.plot(
-                [p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"loss {loss:g} %"
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                label=f"loss {loss:g} %",
+                **series_style(i),
             )
         rfs = sorted({c["rf"] for c in results.cells if c["nodes"] == n and c["rf"] >= 3})
         ax.set_xlabel("one-way latency between edge nodes (ms)")
@@ -289,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for fig in made:
-        print(f"{fig['paths'][0].with_suffix('.{png,svg}')}  ({fig['series']} series)")
+        kinds = "{" + ",".join(FORMATS) + "}"
+        print(f"{fig['paths'][0].with_suffix('.' + kinds)}  ({fig['series']} series)")
     print(f"{len(made)} figures in {time.monotonic() - t0:.1f} s")
     if not args.no_report:
         from .report import write_report

@@ -459,7 +459,7 @@ def what_if(
 
 
 def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
-    from .figsave import plt, save_figure
+    from .figsave import plt, save_figure, series_style
 
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -470,10 +470,10 @@ def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
         1, len(groups), figsize=(5.2 * len(groups), 4.0), squeeze=False, sharey=True
     )
     for ax, ((n, loss), by_rf) in zip(axes[0], sorted(groups.items()), strict=True):
-        for rf, pts in sorted(by_rf.items()):
+        for i, (rf, pts) in enumerate(sorted(by_rf.items())):
             pts.sort()
             (line,) = ax.plot(
-                [p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"RF_{rf} mean"
+                [p[0] for p in pts], [p[1] for p in pts], label=f"RF {rf} mean", **series_style(i)
             )
             ax.plot([p[0] for p in pts], [p[2] for p in pts], ls=":", color=line.get_color(), lw=1)
         ax.set_title(f"{n} nodes, loss {loss:g} % (dotted: p99)", fontsize=10)

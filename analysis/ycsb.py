@@ -166,8 +166,8 @@ def statements(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
-    """ycsb_throughput_threads.{png,svg} (throughput vs threads per workload, level and
-    latency) and ycsb_latency_throughput.{png,svg} (p50 and p99 of each operation vs
+    """ycsb_throughput_threads.{png,svg,pdf} (throughput vs threads per workload, level and
+    latency) and ycsb_latency_throughput.{png,svg,pdf} (p50 and p99 of each operation vs
     throughput). Returns plots-style entries (name, paths, series)."""
     from .figsave import plt, save_figure
 

@@ -182,10 +182,17 @@ def test_plots_from_a_synthetic_store(synthetic):
     assert made["high_rf_n5"]["series"] == 2  # one line per loss
     assert made["phi_vs_excess"]["series"] == 2  # (3 nodes, 7.5 %) and (5 nodes, 7.5 %)
     for m in made.values():
+        assert sorted(p.suffix for p in m["paths"]) == [".pdf", ".png", ".svg"]
         for path in m["paths"]:
             assert path.stat().st_size > 2000, path
             if path.suffix == ".png":
                 assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            if path.suffix == ".pdf":
+                assert path.read_bytes()[:5] == b"%PDF-"
+    # the legend names each RF as a reader writes it, and says what the model's dots are
+    svg = next(p for p in made["rtt_n5_loss7.5"]["paths"] if p.suffix == ".svg").read_text()
+    assert all(f">RF {rf}<" in svg for rf in range(1, 6)) and "RF_" not in svg
+    assert ">model (same colour)<" in svg
     page = report.write_report(results).read_text()
     assert page.count("<img") == len(made) and "0.54" in page
 
@@ -250,3 +257,12 @@ def test_analysis_of_an_empty_or_foreign_store_is_a_clear_error(tmp_path):
     (tmp_path / "bad" / "results.sqlite").write_bytes(b"not sqlite at all" * 64)
     with pytest.raises(StateFileError, match="is not a readable results store"):
         load(tmp_path / "bad")
+
+
+def test_each_series_differs_in_colour_marker_and_dashes():
+    from analysis.figsave import series_style
+
+    styles = [series_style(i) for i in range(5)]  # RF 1..5 of a 5-node figure
+    for key in ("color", "marker"):
+        assert len({s[key] for s in styles}) == 5, key
+    assert len({str(s["ls"]) for s in styles[:4]}) == 4  # greyscale: markers and dashes
