@@ -38,6 +38,7 @@ def _help(words: tuple[str, ...]) -> str | None:
     """``edgetb WORDS --help`` as printed, None when that is not a command."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code: object
         try:
             code = edgetb([*words, "--help"])
         except SystemExit as exc:
