@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import phi as phi_mod
-from .stats import median_line_slope, spearman
+from .stats import SIGNIFICANT_P, median_line_slope, spearman_test
 
 Means = Mapping[tuple[int, float, int, float], float]  # (nodes, loss, rf, latency) -> ms
 MIN_LATENCY_MS = 10.0  # the paper's statements are about shaped links
@@ -210,9 +210,9 @@ def phi_orders_loss_sensitivity(means: Means, nodes: int, cl: str) -> tuple[str,
         return "cannot tell (fewer than two RFs >= 2)", ""
     phis = [float(phi_mod.phi(nodes, rf, cl)) for rf in rfs]
     added = [float(np.mean(excess[rf])) for rf in rfs]
-    rho = spearman(phis, added)
+    rho, p = spearman_test(phis, added)
     verdict = (
-        "holds"
+        ("holds" if p < SIGNIFICANT_P else "holds in order, too few RFs to be significant")
         if rho >= 0.999
         else "cannot tell"
         if math.isnan(rho)
@@ -225,7 +225,8 @@ def phi_orders_loss_sensitivity(means: Means, nodes: int, cl: str) -> tuple[str,
     )
     return (
         verdict,
-        f"RTT {losses[-1]:g} % loss adds over {losses[0]:g} %: {text}; Spearman {rho:+.2f}",
+        f"RTT {losses[-1]:g} % loss adds over {losses[0]:g} %: {text}; Spearman {rho:+.2f} "
+        f"(p = {p:.2g}, {len(rfs)} RFs)",
     )
 
 

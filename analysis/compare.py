@@ -2,9 +2,13 @@
 
 For every (nodes, loss): φ per RF; the measured mean RTT per latency; each RF's
 least-squares slope of RTT vs latency; its *excess slope* over the same RF at the lowest
-loss measured (what loss added per ms of latency); and Spearman's rank correlation between
-φ and that excess across RFs, with a plain verdict on whether φ orders the RFs as the
-measurements do. φ predicts that a higher ack ratio makes loss cost more (section 6).
+loss measured (what loss added per ms of latency), with its standard error; and
+Spearman's rank correlation between φ and that excess across RFs, with its exact p-value
+and a plain verdict on whether φ orders the RFs as the measurements do. The verdict is
+firm only where the data can carry it: two RFs whose excess differs by less than two
+standard errors are not ordered, and 3 or 4 RFs cannot make a rank correlation
+significant (the smallest two-sided p-values are 0.33 and 0.083). φ predicts that a
+higher ack ratio makes loss cost more (section 6).
 Also checks section 5.4's claim (std of RF 3's mean RTT across node counts < 1.5 ms).
 
 Prints the comparison and saves it as RESULTS_DIR/analysis/compare.{txt,json}.
@@ -25,21 +29,46 @@ from testbed.errors import TestbedError
 
 from . import phi as phi_mod
 from .results import Results, add_run_option, load, run_ids
-from .stats import mean_rtt, slopes, spearman, std_across_nodes
+from .stats import SIGNIFICANT_P, mean_rtt, slopes, spearman_test, std_across_nodes
 
 PAPER_STD_CLAIM_MS = 1.5
 
 
-def verdict(rho: float, count: int) -> str:
+SEPARATED_SE = 2.0  # two RFs' excess slopes are told apart beyond this many standard errors
+
+
+def unresolved(rows: list[dict[str, Any]]) -> list[str]:
+    """Neighbours in φ's order (RFs of distinct φ) whose excess slopes differ by less than
+    SEPARATED_SE standard errors of their difference: "RF 3 and RF 4"."""
+    by_phi = sorted(rows, key=lambda r: r["phi"])
+    out = []
+    for a, b in zip(by_phi, by_phi[1:], strict=False):
+        if a["phi"] == b["phi"]:
+            continue
+        se = math.hypot(a["excess_se"], b["excess_se"])
+        if not abs(b["excess_slope"] - a["excess_slope"]) > SEPARATED_SE * se:  # NaN: unknown
+            out.append(f"RF {a['rf']} and RF {b['rf']}")
+    return out
+
+
+def verdict(rho: float, p: float, count: int, close: list[str] | None = None) -> str:
     if count < 2 or math.isnan(rho):
         return "cannot tell (fewer than two RFs, or no variation)"
+    sig = f"p = {p:.2g} over {count} RFs"
     if rho >= 0.999:
-        return "yes: φ orders the RFs exactly as the measured excess does"
+        if close:
+            return (
+                f"consistent: the measured excess ranks the RFs as φ does, but "
+                f"{', '.join(close)} differ by less than {SEPARATED_SE:g} standard errors ({sig})"
+            )
+        if p >= SIGNIFICANT_P:
+            return f"consistent: the same order as φ's, too few RFs to be significant ({sig})"
+        return f"yes: φ orders the RFs exactly as the measured excess does ({sig})"
     if rho >= 0.5:
-        return "partly: φ's ordering mostly agrees with the measured excess"
+        return f"partly: φ's ordering mostly agrees with the measured excess ({sig})"
     if rho > -0.5:
-        return "no: φ's ordering is unrelated to the measured excess"
-    return "no: the measured excess runs opposite to φ"
+        return f"no: φ's ordering is unrelated to the measured excess ({sig})"
+    return f"no: the measured excess runs opposite to φ ({sig})"
 
 
 def compare(results: Results) -> dict[str, Any]:
@@ -62,15 +91,22 @@ def compare(results: Results) -> dict[str, Any]:
             lats = sorted({k[3] for k in means if k[0] == n and k[1] == loss})
             rows = []
             for rf in rfs:
-                s = slope.get((n, loss, rf), {}).get("ls", math.nan)
-                base = slope.get((n, low, rf), {}).get("ls", math.nan)
+                fit = slope.get((n, loss, rf), {})
+                base_fit = slope.get((n, low, rf), {})
+                s, base = fit.get("ls", math.nan), base_fit.get("ls", math.nan)
                 rows.append(
                     {
                         "rf": rf,
                         "phi": float(phi_mod.phi(n, rf, cl)),
                         "mean_rtt_ms": {f"{lat:g}": means.get((n, loss, rf, lat)) for lat in lats},
                         "slope": s,
+                        "slope_se": fit.get("se", math.nan),
                         "excess_slope": s - base if loss != low else None,
+                        "excess_se": (
+                            math.hypot(fit.get("se", math.nan), base_fit.get("se", math.nan))
+                            if loss != low
+                            else None
+                        ),
                     }
                 )
             group: dict[str, Any] = {
@@ -82,14 +118,20 @@ def compare(results: Results) -> dict[str, Any]:
             }
             if loss != low:
                 usable = [r for r in rows if not math.isnan(r["excess_slope"])]
-                rho = spearman([r["phi"] for r in usable], [r["excess_slope"] for r in usable])
+                rho, p = spearman_test(
+                    [r["phi"] for r in usable], [r["excess_slope"] for r in usable]
+                )
                 no_rf1 = [r for r in usable if r["rf"] > 1]
-                rho2 = spearman([r["phi"] for r in no_rf1], [r["excess_slope"] for r in no_rf1])
+                rho2, p2 = spearman_test(
+                    [r["phi"] for r in no_rf1], [r["excess_slope"] for r in no_rf1]
+                )
                 group.update(
                     spearman=rho,
-                    verdict=verdict(rho, len(usable)),
+                    spearman_p=p,
+                    verdict=verdict(rho, p, len(usable), unresolved(usable)),
                     spearman_without_rf1=rho2,
-                    verdict_without_rf1=verdict(rho2, len(no_rf1)),
+                    spearman_without_rf1_p=p2,
+                    verdict_without_rf1=verdict(rho2, p2, len(no_rf1), unresolved(no_rf1)),
                 )
             groups.append(group)
     std = std_across_nodes(cells)
@@ -125,7 +167,7 @@ def format_text(data: dict[str, Any]) -> str:
         head = (
             f"{'RF':>3} {'φ':>6} "
             + " ".join(f"{f'{lat:g}ms':>8}" for lat in lats)
-            + f" {'slope':>7} {'excess':>7}"
+            + f" {'slope':>7} {'excess':>7} {'± se':>6}"
         )
         lines.append(head)
         for r in g["rfs"]:
@@ -135,7 +177,11 @@ def format_text(data: dict[str, Any]) -> str:
                 else f"{'-':>8}"
                 for lat in lats
             )
-            excess = "" if r["excess_slope"] is None else f"{r['excess_slope']:>7.3f}"
+            excess = (
+                ""
+                if r["excess_slope"] is None
+                else f"{r['excess_slope']:>7.3f} {r['excess_se']:>6.3f}"
+            )
             lines.append(f"{r['rf']:>3} {r['phi']:>6.3f} {vals} {r['slope']:>7.3f} {excess}")
         if "spearman" in g:
             lines.append(f"  rank correlation φ vs excess: {g['spearman']:+.2f} -> {g['verdict']}")

@@ -148,6 +148,7 @@ def slopes(cells: Iterable[Mapping[str, Any]]) -> dict[tuple[int, float, int], d
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         out[key] = {
             "ls": ls_slope(xs, ys),
+            "se": ls_slope_se(xs, ys),
             "median_line": median_line_slope(xs, ys),
             "points": len(pts),
         }
@@ -190,6 +191,36 @@ def high_rf_average(
 def rank(values: Sequence[float]) -> list[float]:
     """Ranks 1..n, ties given their average rank (scipy.stats.rankdata)."""
     return [float(r) for r in stats.rankdata(values, method="average")]
+
+
+def ls_slope_se(x: Sequence[float], y: Sequence[float]) -> float:
+    """The standard error of the least-squares slope (scipy.stats.linregress), from the
+    scatter of the points about the line; NaN with fewer than three distinct x."""
+    if len(set(x)) < 3:
+        return math.nan
+    return float(stats.linregress(x, y).stderr)
+
+
+EXACT_UP_TO = 7  # points: 7! = 5040 pairings are cheap to enumerate
+SIGNIFICANT_P = 0.05  # where a verdict may call a rank correlation more than chance
+
+
+def spearman_test(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Spearman's rho and its two-sided p-value. The p-value is exact (a permutation test
+    over every pairing, scipy.stats.permutation_test) up to EXACT_UP_TO points, where
+    spearmanr's t approximation does not hold; NaN, NaN where rho is undefined."""
+    rho = spearman(x, y)
+    if math.isnan(rho):
+        return rho, math.nan
+    test = stats.permutation_test(
+        (np.asarray(x, dtype=float),),
+        lambda xs: stats.spearmanr(xs, y).statistic,
+        permutation_type="pairings",
+        n_resamples=math.factorial(EXACT_UP_TO) if len(x) <= EXACT_UP_TO else 9999,
+        alternative="two-sided",
+        rng=np.random.default_rng(0),
+    )
+    return rho, float(test.pvalue)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:

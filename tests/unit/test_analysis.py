@@ -266,3 +266,48 @@ def test_each_series_differs_in_colour_marker_and_dashes():
     for key in ("color", "marker"):
         assert len({s[key] for s in styles}) == 5, key
     assert len({str(s["ls"]) for s in styles[:4]}) == 4  # greyscale: markers and dashes
+
+
+def test_compare_does_not_order_rfs_its_data_cannot_tell_apart(tmp_path):
+    # RF 4's loss cost is RF 3's by construction; the noise happens to rank them as φ
+    # does (rho = 1), which is no evidence: the verdict names the pair instead
+    def same_3_4(n, rf, lat, loss):
+        return 15 + 2 * lat + float(phi_mod.phi(n, 3 if rf == 4 else rf)) * loss * lat / 10
+
+    results = load(
+        make_store(
+            tmp_path,
+            nodes=(5,),
+            losses=(0.5, 7.5),
+            latencies=(0, 25, 50, 75, 100),
+            writes=40,
+            mean_ms=same_3_4,
+            sd_ms=2.0,
+            seed=0,
+        )
+    )
+    (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    assert high["spearman"] == pytest.approx(1.0)
+    assert high["spearman_p"] == pytest.approx(2 / 120)  # exact: 2 of the 5! pairings
+    assert high["verdict"].startswith("consistent:") and "RF 3 and RF 4" in high["verdict"]
+    assert "RF 2 and" not in high["verdict"] and "and RF 2" not in high["verdict"]
+
+
+def test_compare_with_four_rfs_is_never_significant(tmp_path):
+    def follows_phi(n, rf, lat, loss):
+        return 15 + 2 * lat + float(phi_mod.phi(n, rf)) * loss * lat / 10
+
+    results = load(
+        make_store(
+            tmp_path,
+            nodes=(4,),
+            losses=(0.5, 7.5),
+            latencies=(0, 50, 100),
+            writes=40,
+            mean_ms=follows_phi,
+            sd_ms=0.01,
+        )
+    )
+    (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    assert high["spearman"] == pytest.approx(1.0) and high["spearman_p"] == pytest.approx(2 / 24)
+    assert high["verdict"].startswith("consistent: the same order as φ's, too few RFs")
