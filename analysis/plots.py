@@ -14,6 +14,7 @@ Then refreshes the HTML report (analysis.report).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 import time
@@ -228,13 +229,42 @@ def _model(results: Results, out: Path) -> dict[str, Any] | None:
     return data
 
 
+SUMMARY = "cells.csv"
+SUMMARY_COLUMNS = (
+    "nodes", "loss_pct", "rf", "latency_ms", "repetitions", "writes", "errors", "mean_ms",
+    "ci_low_ms", "ci_high_ms", "median_ms", "p95_ms", "p99_ms", "std_ms", "rep_sd_ms",
+)  # fmt: skip
+
+
+def summary_table(results: Results, out: Path) -> Path:
+    """One row per grid point (repetitions pooled): its writes, errors, mean with the 95 %
+    CI of the writes, median, p95, p99, and ``rep_sd_ms``, the spread of the repetitions'
+    means (empty with one repetition: the CI then shows the writes' noise only, not
+    how much a second run would differ)."""
+    reps: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for c in results.cells:
+        reps[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(c)
+    path = out / SUMMARY
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SUMMARY_COLUMNS)
+        for key, cells in sorted(reps.items()):
+            s = cell_stats(np.concatenate([c["rtt_ms"] for c in cells]))
+            means = [float(np.mean(c["rtt_ms"])) for c in cells if len(c["rtt_ms"])]
+            spread = float(np.std(means, ddof=1)) if len(means) > 1 else ""
+            stat = [s[k] for k in ("mean", "ci_low", "ci_high", "median", "p95", "p99", "std")]
+            errors = sum(c["errors"] for c in cells)
+            w.writerow([*key, len(cells), s["n"], errors, *(f"{v:.3f}" for v in stat), spread])
+    return path
+
+
 def make_all(results: Results) -> list[dict[str, Any]]:
     """Every figure of ``results`` into its output directory, replacing those of an
     earlier call (which may have drawn other runs, or other node counts and losses)."""
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / FIGURES_INDEX).unlink(missing_ok=True)
-    for stale in ("model.txt", "model.json", "ycsb.txt", "faults.txt"):
+    for stale in ("model.txt", "model.json", "ycsb.txt", "faults.txt", SUMMARY):
         (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
@@ -244,6 +274,7 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     model = None
     if results.cells:  # the paper's writes
         model = _model(results, out)
+        summary_table(results, out)
         made += rtt_vs_latency(results, out, model) + high_rf(results, out)
         made += phi_vs_excess(results, out)
     if results.ycsb:

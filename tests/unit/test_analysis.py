@@ -4,6 +4,7 @@ from synthetic stores whose answers are known."""
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from analysis import compare as compare_mod
@@ -195,6 +196,23 @@ def test_plots_from_a_synthetic_store(synthetic):
     assert ">model (same colour)<" in svg
     page = report.write_report(results).read_text()
     assert page.count("<img") == len(made) and "0.54" in page
+    # one summary row per grid point, its numbers those of the stored requests
+    import csv
+
+    from experiments.store import Store
+
+    with open(results.output_dir / plots.SUMMARY) as f:
+        rows = list(csv.DictReader(f))
+    points = {(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"]) for c in results.cells}
+    assert len(rows) == len(points)
+    row = next(r for r in rows if (r["nodes"], r["rf"], r["latency_ms"]) == ("5", "4", "50.0"))
+    with Store(synthetic, read_only=True) as store:
+        cell = f"n5-rf4-l50-p{float(row['loss_pct']):g}-r1"
+        rtts = np.asarray(store.rtts_ns("synthetic", cell)) / 1e6
+    assert row["writes"] == str(len(rtts)) and row["repetitions"] == "1"
+    assert float(row["mean_ms"]) == pytest.approx(rtts.mean(), abs=1e-3)
+    assert float(row["p95_ms"]) == pytest.approx(np.percentile(rtts, 95), abs=1e-3)
+    assert row["rep_sd_ms"] == ""  # one repetition: no run-to-run spread to show
 
 
 def test_compare_agrees_when_loss_cost_follows_phi(tmp_path):
