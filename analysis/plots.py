@@ -119,13 +119,18 @@ def rtt_vs_latency(
 
 
 def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
-    """Figure 4 per node count: average of RF 3..5 vs latency, one line per loss."""
+    """Figure 4 per node count: average of RF 3..5 vs latency, one line per loss. Not
+    for a node count with fewer than two of those RFs (at 3 nodes the "average" would be
+    RF 3's own line, already in its rtt figure)."""
     avg = high_rf_average(results.cells)
     by_nodes: dict[int, dict[float, list]] = defaultdict(lambda: defaultdict(list))
     for (n, loss, lat), m in avg.items():
         by_nodes[n][loss].append((lat, m))
     made = []
     for n, by_loss in sorted(by_nodes.items()):
+        rfs = sorted({c["rf"] for c in results.cells if c["nodes"] == n and c["rf"] >= 3})
+        if len(rfs) < 2:
+            continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for i, (loss, pts) in enumerate(sorted(by_loss.items())):
             pts.sort()
@@ -135,7 +140,6 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
                 label=f"loss {loss:g} %",
                 **series_style(i),
             )
-        rfs = sorted({c["rf"] for c in results.cells if c["nodes"] == n and c["rf"] >= 3})
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
         ax.set_title(f"{n}-node cluster: average of RF {', '.join(map(str, rfs))}", fontsize=10)

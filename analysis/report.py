@@ -11,9 +11,11 @@ be copied or published as is.
 from __future__ import annotations
 
 import argparse
+import base64
 import html
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -49,6 +51,50 @@ def _table(rows: list[dict], columns: list[str]) -> str:
         "<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+# What each figure shows, by its name: a caption a reader can use, not the file name.
+CAPTIONS = (
+    (r"rtt_n(\d+)_loss([\d.]+)", "Mean write RTT against one-way latency, {0} nodes, {1} % "
+     "loss: a line per RF, its band the 95 % CI of the writes' mean; dotted, the model's "
+     "prediction in the RF's colour (the paper's Figures 2 and 3)"),
+    (r"high_rf_n(\d+)", "The average RTT of the RFs from 3 up against latency, {0} nodes, a "
+     "line per loss (the paper's Figure 4)"),
+    (r"phi_vs_excess", "φ of each (nodes, RF) against the RTT that loss added to it: φ "
+     "predicts that a higher ack ratio makes loss cost more"),
+    (r"ycsb_throughput_threads", "YCSB: throughput against client threads, per workload and "
+     "consistency level"),
+    (r"ycsb_latency_throughput", "YCSB: p50 and p99 latency of each operation against "
+     "throughput"),
+    (r"fault_(.+)", "Cell {0}: each write's RTT against its start, errors marked, the "
+     "fault's steps as vertical lines"),
+)  # fmt: skip
+
+
+def caption(name: str) -> str:
+    for pattern, text in CAPTIONS:
+        m = re.fullmatch(pattern, name)
+        if m:
+            return text.format(*m.groups())
+    return name
+
+
+def _figure(output_dir: Path, directory: Path, name: str) -> str:
+    """One figure, its PNG inside the page (the report still shows it when moved or
+    mailed), linked to its SVG and PDF beside it."""
+    png = output_dir / f"{name}.png"
+    data = base64.b64encode(png.read_bytes()).decode() if png.is_file() else ""
+    links = " · ".join(
+        f"<a href='{html.escape(str((output_dir / f'{name}.{fmt}').relative_to(directory)))}'>"
+        f"{fmt.upper()}</a>"
+        for fmt in ("svg", "pdf")
+        if (output_dir / f"{name}.{fmt}").is_file()
+    )
+    return (
+        f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption(name))}'>"
+        f"<figcaption>{html.escape(caption(name))} <small>({html.escape(name)}: {links})"
+        f"</small></figcaption></figure>"
+    )
 
 
 def _made_from(index: Path, runs: list[str]) -> dict | None:
@@ -144,13 +190,7 @@ def write_report(results: Results) -> Path:
     parts.append("<h2>Figures</h2>")
     if index and index.get("figures"):
         for name in sorted(index["figures"]):
-            rel = (results.output_dir / f"{name}.png").relative_to(results.directory)
-            svg = rel.with_suffix(".svg")
-            parts.append(
-                f"<figure><a href='{html.escape(str(svg))}'><img src="
-                f"'{html.escape(str(rel))}' alt='{html.escape(name)}'></a>"
-                f"<figcaption>{html.escape(name)}</figcaption></figure>"
-            )
+            parts.append(_figure(results.output_dir, results.directory, name))
     else:
         parts.append(
             "<p>No figures of these runs yet: run <code>python -m analysis.plots "
