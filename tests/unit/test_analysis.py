@@ -218,22 +218,29 @@ def test_plots_from_a_synthetic_store(synthetic):
     assert row["rep_sd_ms"] == ""  # one repetition: no run-to-run spread to show
 
 
-def test_compare_agrees_when_loss_cost_follows_phi(tmp_path):
-    def follows_phi(n, rf, lat, loss):  # excess slope = φ x loss: a perfect rank match
-        return 15 + 2 * lat + float(phi_mod.phi(n, rf)) * loss * lat / 10
+def follows_phi(n, rf, lat, loss):  # excess slope = φ x loss: a perfect rank match
+    return 15 + 2 * lat + float(phi_mod.phi(n, rf)) * loss * lat / 10
 
+
+def high_loss_group(tmp_path, nodes: int, mean_ms=follows_phi) -> dict:
+    """compare's group at 7.5 % loss of a synthetic store of ``nodes`` nodes."""
     results = load(
         make_store(
             tmp_path,
-            nodes=(5,),
+            nodes=(nodes,),
             losses=(0.5, 7.5),
             latencies=(0, 50, 100),
             writes=40,
-            mean_ms=follows_phi,
+            mean_ms=mean_ms,
             sd_ms=0.01,
         )
     )
     (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    return high
+
+
+def test_compare_agrees_when_loss_cost_follows_phi(tmp_path):
+    high = high_loss_group(tmp_path, 5)
     assert high["spearman"] == pytest.approx(1.0, abs=0.01)
     assert high["verdict"].startswith("yes")
     excess = {r["rf"]: r["excess_slope"] for r in high["rfs"]}
@@ -244,22 +251,11 @@ def test_compare_says_so_when_the_ordering_is_reversed(tmp_path):
     def against_phi(n, rf, lat, loss):
         return 15 + 2 * lat + (1 - float(phi_mod.phi(n, rf))) * loss * lat / 10
 
-    results = load(
-        make_store(
-            tmp_path,
-            nodes=(5,),
-            losses=(0.5, 7.5),
-            latencies=(0, 50, 100),
-            writes=40,
-            mean_ms=against_phi,
-            sd_ms=0.01,
-        )
-    )
-    (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    high = high_loss_group(tmp_path, 5, against_phi)
     assert high["spearman"] == pytest.approx(-1.0, abs=0.01)
     assert high["verdict"].startswith("no: the measured excess runs opposite")
-    text = compare_mod.format_text(compare_mod.compare(results))
-    assert "rank correlation" in text
+    text = compare_mod.format_text(compare_mod.compare(load(tmp_path)))
+    assert "rank correlation" in text and "± se" in text
 
 
 def test_analysis_of_a_missing_directory_is_a_clear_error(tmp_path):
@@ -315,20 +311,6 @@ def test_compare_does_not_order_rfs_its_data_cannot_tell_apart(tmp_path):
 
 
 def test_compare_with_four_rfs_is_never_significant(tmp_path):
-    def follows_phi(n, rf, lat, loss):
-        return 15 + 2 * lat + float(phi_mod.phi(n, rf)) * loss * lat / 10
-
-    results = load(
-        make_store(
-            tmp_path,
-            nodes=(4,),
-            losses=(0.5, 7.5),
-            latencies=(0, 50, 100),
-            writes=40,
-            mean_ms=follows_phi,
-            sd_ms=0.01,
-        )
-    )
-    (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
+    high = high_loss_group(tmp_path, 4)
     assert high["spearman"] == pytest.approx(1.0) and high["spearman_p"] == pytest.approx(2 / 24)
     assert high["verdict"].startswith("consistent: the same order as φ's, too few RFs")
