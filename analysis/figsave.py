@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 # publishers ask for), not outlines.
 matplotlib.rcParams.update({"svg.fonttype": "none", "pdf.fonttype": 42})
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402, F401  (matplotlib.ticker for the figures)
 
 FORMATS = ("png", "svg", "pdf")  # the page's, the web's, a paper's
 PNG_DPI = 110
@@ -26,7 +27,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)), "-", (0, (5, 1.5)), "-")
 MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
-__all__ = ["FORMATS", "MODEL_STYLE", "plt", "save_figure", "series_style"]
+__all__ = ["FORMATS", "MODEL_STYLE", "matplotlib", "plt", "save_figure", "series_style"]
 
 
 def series_style(i: int) -> dict[str, Any]:

@@ -4,6 +4,8 @@ Writes to RESULTS_DIR/analysis/ (PNG, SVG and PDF of each):
 - ``rtt_n{N}_loss{P}``: mean write RTT vs one-way latency, one line per RF with its 95 %
   confidence band (the paper's Figures 2 and 3), for every (nodes, loss), and beside each
   the mean the model predicts (dashed; analysis.model, saved as model.{txt,json});
+- ``rtt_cdf_n{N}_loss{P}``: every write's RTT at the largest latency, as a distribution
+  per RF with p95 and p99 marked (where loss shows: the retransmission tail);
 - ``high_rf_n{N}``: the average of RF 3-5 vs latency, one line per loss (Figure 4);
 - ``phi_vs_excess``: φ of each (nodes, RF) against the RTT that loss added to it (mean
   over latencies of RTT at loss p minus RTT at the lowest loss measured).
@@ -30,11 +32,11 @@ from testbed.errors import TestbedError
 
 from . import phi as phi_mod
 from . import prediction
-from .figsave import FORMATS, MODEL_STYLE, plt, save_figure, series_style
+from .figsave import FORMATS, MODEL_STYLE, matplotlib, plt, save_figure, series_style
 from .results import Results, add_run_option, load, run_ids
 from .stats import cell_stats, high_rf_average, mean_rtt, pooled
 
-FIGURE_GLOBS = ("rtt_n*_loss*", "high_rf_n*", "phi_vs_excess", "ycsb_*", "fault_*")
+FIGURE_GLOBS = ("rtt_n*_loss*", "rtt_cdf_n*", "high_rf_n*", "phi_vs_excess", "ycsb_*", "fault_*")
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
 
@@ -114,6 +116,54 @@ def rtt_vs_latency(
                 "nodes": n,
                 "loss": loss,
             }
+        )
+    return made
+
+
+def rtt_cdf(results: Results, out: Path) -> list[dict[str, Any]]:
+    """Where loss lives: per (nodes, loss), the distribution of every write's RTT at the
+    largest latency measured, a line per RF (repetitions pooled), its p95 and p99
+    marked. A mean hides the retransmission tail this shows."""
+    groups: dict[tuple, dict[int, np.ndarray]] = defaultdict(dict)
+    top: dict[tuple, float] = {}
+    for (n, loss, rf, lat), rtts in pooled(results.cells).items():
+        if lat > top.get((n, loss), -1.0):
+            top[(n, loss)] = lat
+            groups[(n, loss)] = {}
+        if lat == top[(n, loss)] and len(rtts):
+            groups[(n, loss)][rf] = np.sort(rtts)
+    made = []
+    for (n, loss), by_rf in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for i, (rf, rtts) in enumerate(sorted(by_rf.items())):
+            style = series_style(i) | {"marker": None}
+            ax.step(rtts, np.arange(1, len(rtts) + 1) / len(rtts), where="post",
+                    label=f"RF {rf}", **style)  # fmt: skip
+            for q, mark in ((95, "|"), (99, "x")):
+                ax.plot(np.percentile(rtts, q), q / 100, marker=mark, color=style["color"],
+                        ms=7, ls="none", gid="mark")  # fmt: skip
+        ax.axhline(0.95, color="0.7", lw=0.6, gid="mark")
+        ax.axhline(0.99, color="0.7", lw=0.6, gid="mark")
+        low = min(float(r[0]) for r in by_rf.values())
+        high = max(float(r[-1]) for r in by_rf.values())
+        wide = low > 0 and high / low > 4  # a tail of timeouts: seconds beside milliseconds
+        if wide:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("write RTT (ms" + (", log scale)" if wide else ")"))
+        ax.set_ylabel("share of writes at or below")
+        ax.set_title(
+            f"{n}-node cluster, loss {loss:g} %, latency {top[(n, loss)]:g} ms: every write",
+            fontsize=10,
+        )
+        ax.text(0.01, 0.99, "| p95   x p99", transform=ax.transAxes, fontsize=7, va="top",
+                color="0.35")  # fmt: skip
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="lower right")
+        name = f"rtt_cdf_n{n}_loss{loss:g}"
+        series = sum(1 for x in ax.get_lines() if x.get_gid() != "mark")
+        made.append(
+            {"name": name, "paths": save_figure(fig, out, name), "series": series, "nodes": n}
         )
     return made
 
@@ -279,7 +329,8 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     if results.cells:  # the paper's writes
         model = _model(results, out)
         summary_table(results, out)
-        made += rtt_vs_latency(results, out, model) + high_rf(results, out)
+        made += rtt_vs_latency(results, out, model) + rtt_cdf(results, out)
+        made += high_rf(results, out)
         made += phi_vs_excess(results, out)
     if results.ycsb:
         from . import ycsb as ycsb_mod

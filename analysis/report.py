@@ -58,6 +58,9 @@ CAPTIONS = (
     (r"rtt_n(\d+)_loss([\d.]+)", "Mean write RTT against one-way latency, {0} nodes, {1} % "
      "loss: a line per RF, its band the 95 % CI of the writes' mean; dotted, the model's "
      "prediction in the RF's colour (the paper's Figures 2 and 3)"),
+    (r"rtt_cdf_n(\d+)_loss([\d.]+)", "Every write's RTT at the largest latency measured, {0} "
+     "nodes, {1} % loss, as a distribution: a line per RF, p95 and p99 marked. Loss lives "
+     "in this tail (retransmissions after a timeout), which a mean hides"),
     (r"high_rf_n(\d+)", "The average RTT of the RFs from 3 up against latency, {0} nodes, a "
      "line per loss (the paper's Figure 4)"),
     (r"phi_vs_excess", "φ of each (nodes, RF) against the RTT that loss added to it: φ "

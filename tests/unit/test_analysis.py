@@ -175,10 +175,15 @@ def test_plots_from_a_synthetic_store(synthetic):
         "rtt_n3_loss7.5",
         "rtt_n5_loss0.5",
         "rtt_n5_loss7.5",
+        "rtt_cdf_n3_loss0.5",
+        "rtt_cdf_n3_loss7.5",
+        "rtt_cdf_n5_loss0.5",
+        "rtt_cdf_n5_loss7.5",
         "high_rf_n5",  # not high_rf_n3: RF 3 alone is no average of RF 3-5
         "phi_vs_excess",
     }
     assert made["rtt_n3_loss0.5"]["series"] == 3 and made["rtt_n5_loss7.5"]["series"] == 5
+    assert made["rtt_cdf_n3_loss7.5"]["series"] == 3 and made["rtt_cdf_n5_loss0.5"]["series"] == 5
     assert made["high_rf_n5"]["series"] == 2  # one line per loss
     assert made["phi_vs_excess"]["series"] == 2  # (3 nodes, 7.5 %) and (5 nodes, 7.5 %)
     for m in made.values():
