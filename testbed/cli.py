@@ -355,13 +355,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from .clean import clean
 
-    run_id = args.run
-    if run_id is not None and st.NAME_RE.fullmatch(run_id) and not st.RUN_ID_RE.fullmatch(run_id):
-        named = st.named(run_id)
-        if named is None:
-            raise ConfigError(f"no testbed named {run_id!r}")
-        run_id = named.run_id
-    clean(run_id=run_id, all_detached=args.all)
+    clean(run_id=st.run_id_of(args.run) if args.run else None, all_detached=args.all)
     return 0
 
 

@@ -513,6 +513,17 @@ def named(name: str, base: Path | None = None) -> RunState | None:
     return next((s for s in iter_states(base) if s.name == name), None)
 
 
+def run_id_of(run: str, base: Path | None = None) -> str:
+    """``run`` as a run id: itself, or the id of the run it names (RunSelectionError
+    when no run has that name)."""
+    if not NAME_RE.fullmatch(run) or RUN_ID_RE.fullmatch(run):
+        return run
+    state = named(run, base)
+    if state is None:
+        raise RunSelectionError(f"no testbed named {run!r} in {runs_dir(base)}")
+    return state.run_id
+
+
 def select_run(run_id: str | None = None, base: Path | None = None) -> RunState:
     """The run ``run_id`` (its id, or the name it was given), else the one detached
     testbed that is up.
@@ -520,12 +531,8 @@ def select_run(run_id: str | None = None, base: Path | None = None) -> RunState:
     Without ``run_id``, a testbed in use by a live process (a sweep, a test) is never
     picked: RunSelectionError lists the runs when none or several could be meant.
     """
-    if run_id and NAME_RE.fullmatch(run_id) and not RUN_ID_RE.fullmatch(run_id):
-        state = named(run_id, base)
-        if state is None:
-            raise RunSelectionError(f"no testbed named {run_id!r} in {runs_dir(base)}")
-        return state
     if run_id:
+        run_id = run_id_of(run_id, base)
         if not RUN_ID_RE.fullmatch(run_id):
             raise RunSelectionError(
                 f"invalid run {run_id!r} (a run id of six hex digits, e.g. 3fa2c1, or a "
