@@ -13,7 +13,7 @@ from testbed.errors import ConfigError, RunInUseError, TestbedError
 from testbed.testbed import Testbed
 
 from . import api, links, shapers
-from .verify import verify
+from .verify import LEVELS, verify
 
 MAX_PROBES = 100_000  # per pair: more would run for hours at 100 ms
 
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--level",
         type=float,
-        choices=[0.95, 0.99],
+        choices=LEVELS,
         default=0.95,
         help="confidence level of the loss interval",
     )
@@ -209,7 +209,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     print(f"shaper {result['shaper'] or 'none'}; loss applied {result['loss_location'] or '-'}")
     print(
         f"{'pair':<9} {'RTT cfg':>8} {'median':>8} {'p99':>8} {'err':>7}   "
-        f"{'loss cfg':>8} {'measured':>8} {f'{args.level:.0%} range':>15} probes"
+        f"{'loss cfg':>8} {'measured':>8} {f'{args.level * 100:g} % range':>15} probes"
     )
     for p in result["pairs"]:
         lo, hi = p["loss_interval_pct"]

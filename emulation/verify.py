@@ -13,12 +13,14 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from scipy.stats import binom
+
 from testbed.testbed import Testbed
 
 from .links import LinkMatrix
 
 PROBE_INTERVAL_S = 0.005
-Z = {0.95: 1.959964, 0.99: 2.575829}
+LEVELS = (0.95, 0.99, 0.999)  # confidence levels a loss interval is given at
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def binomial_interval(p_pct: float, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Range (in %) a loss rate measured over ``n`` probes falls in with probability ~level
-    when the true rate is ``p_pct`` (normal approximation, plus half a probe of slack)."""
-    p = p_pct / 100
-    half = Z[level] * math.sqrt(p * (1 - p) / n) + 0.5 / n
-    return (max(0.0, 100 * (p - half)), min(100.0, 100 * (p + half)))
+    """Range (in %) a loss rate measured over ``n`` probes falls in with probability at
+    least ``level`` when the true rate is ``p_pct``: the exact binomial interval."""
+    low, high = binom.interval(level, n, p_pct / 100)
+    return (100 * float(low) / n, 100 * float(high) / n)
 
 
 def pairs_to_check(
