@@ -1,5 +1,8 @@
 # Set-up and everyday entry points. Every target installs what it needs, idempotently:
 # system packages (apt), the Python environment (.venv), Cassandra (Maven Central, cached).
+# `make sweep` installs what a sweep on namespaces needs (core); the VM backend and the
+# netem gateway VM (vms) and YCSB (ycsb) are installed by their own targets, and all of
+# it by `make install`, which `make test` runs.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,15 +10,31 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install system python cassandra ycsb shaper gateway image lint test unit sweep bench clean-testbed
+.PHONY: install core vms ycsb system system-vms system-ycsb python cassandra shaper gateway \
+	image lint test unit sweep bench clean-testbed
 
-install: cassandra ycsb shaper gateway image
+install: core vms ycsb
 	$(PY) -m testbed check
+
+# A sweep on namespaces: Cassandra and the host shaper's delayer (for kernels without
+# sch_netem; where netem exists the sweep shapes with tcconfig and never runs it).
+core: cassandra shaper
+	$(PY) -m testbed check cassandra
 	$(PY) -m emulation shaper check
+
+# The libvirt backend (VM image, libvirtd) and the netem gateway VM (--shaper gateway).
+vms: image gateway
+	$(PY) -m testbed check libvirt qemu image
 	$(PY) -m emulation gateway check
 
 system:
-	bash scripts/install-system.sh
+	bash scripts/install-system.sh core
+
+system-vms: system
+	bash scripts/install-system.sh vms
+
+system-ycsb: system
+	bash scripts/install-system.sh ycsb
 
 python: system $(STAMPS)/python
 $(STAMPS)/python: pyproject.toml
@@ -28,7 +47,7 @@ cassandra: python
 	$(PY) -m testbed dist install
 
 # YCSB and the Java driver (Maven Central) and the project's CQL binding (javac); cached.
-ycsb: python
+ycsb: python system-ycsb
 	$(PY) -m workloads.ycsb install
 
 # The host shaper's delayer (C, libnetfilter_queue; ~1 s; cached on its source): the
@@ -37,11 +56,11 @@ shaper: python
 	$(PY) -m emulation shaper build
 
 # The netem gateway VM image (kernel, busybox, ip/tc) from Debian packages; cached.
-gateway: python
+gateway: python system-vms
 	$(PY) -m emulation gateway build
 
 # The VM base image of the libvirt backend (debootstrap; ~2 min; cached on its inputs).
-image: cassandra
+image: cassandra system-vms
 	$(PY) -m testbed image build
 
 # Lint, format and type check of the whole tree (configured in pyproject.toml); CI runs
@@ -67,12 +86,12 @@ unit: python
 # `make sweep SWEEP_ARGS=--quick` runs the ~10-minute preset instead.
 SWEEP_ARGS ?= --config experiments/configs/paper.toml --preview
 RESULTS ?= results
-sweep: install
+sweep: core
 	$(PY) -m experiments.sweep $(SWEEP_ARGS) --out $(RESULTS)
 	$(PY) -m analysis.plots $(RESULTS) --no-report
 	$(PY) -m analysis.compare $(RESULTS)
 
-bench: install
+bench: core
 	$(PY) benchmarks/bringup.py
 	$(PY) benchmarks/plots.py
 

@@ -94,7 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true")
 
     b = sub.add_parser("shaper", help="the host shaper's delayer (kernels without netem)")
-    b.add_argument("action", choices=["build", "check"], help="build it, or check it exists")
+    b.add_argument(
+        "action",
+        choices=["build", "check", "prepare"],
+        help="build it, check it exists, or prepare what SHAPER needs on this kernel",
+    )
+    b.add_argument(
+        "shaper",
+        nargs="?",
+        default="auto",
+        choices=shapers.SHAPERS,
+        help="prepare: the shaper a sweep will use (default auto: the host shaper where "
+        "the kernel has no sch_netem, else tcconfig's, which needs nothing built)",
+    )
     b.add_argument("--force", action="store_true")
 
     g = sub.add_parser("gateway", help="the netem gateway VM image")
@@ -227,7 +239,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_shaper(args: argparse.Namespace) -> int:
     from . import hostshaper
+    from .gateway import image
 
+    if args.action == "prepare":
+        name = shapers.resolve(args.shaper)
+        if name == "host":
+            hostshaper.build(force=args.force)
+        elif name == "gateway":
+            image.build(force=args.force)
+        print(f"  shaper {args.shaper}: {name}, ready")
+        return 0
     if args.action == "check":
         path = hostshaper.binary_path()
         missing = hostshaper.needed_tools()

@@ -48,7 +48,9 @@ class DaskRun:
         with dask.config.set({"distributed.scheduler.worker-ttl": ttl}):
             if self.fleet is not None:
                 self.fleet.trust_host_keys()
-                ready = self.fleet.provision(say, ycsb=bool(self.config.ycsb_workloads()))
+                ready = self.fleet.provision(
+                    say, ycsb=bool(self.config.ycsb_workloads()), shaper=self.config.shaper
+                )
                 self.start_workers(list(ready))
             else:
                 try:

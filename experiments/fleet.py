@@ -178,9 +178,10 @@ class Fleet:
             timeout_s=15,
         )
 
-    def provision(self, say, *, ycsb: bool = False) -> dict[str, dict]:
+    def provision(self, say, *, ycsb: bool = False, shaper: str = "auto") -> dict[str, dict]:
         """Provision and probe every worker (``ycsb``: with YCSB and the project's binding
-        built there); the probes of those that are ready. A worker that failed is dropped
+        built there; what ``shaper`` needs on its kernel); the probes of those that are
+        ready. A worker that failed is dropped
         and named; none ready is a WorkerLost."""
         archive = provision.project_archive(
             self.dir / "project.tar.gz", extra=("pyproject.toml", "scripts")
@@ -191,7 +192,11 @@ class Fleet:
             private_dir=self.dir / "ansible",
             inv=self.inventory(),
             ssh=self.ssh,
-            extravars={"edgetb_archive": str(archive), "edgetb_ycsb": ycsb},
+            extravars={
+                "edgetb_archive": str(archive),
+                "edgetb_ycsb": ycsb,
+                "edgetb_shaper": shaper,
+            },
         )
         failed = {line.split(":", 1)[0] for line in failures}
         if "*" in failed:

@@ -35,7 +35,7 @@ def preflight(config: SweepConfig) -> None:
     if shaper == "gateway":
         gateway_image.load()
     shapers.preflight(shaper)
-    if config.ycsb_workloads():  # YCSB and the binding installed (make install does it)
+    if config.ycsb_workloads():  # YCSB and the binding installed (`make ycsb` does it)
         ycsb_dist.load()
 
 

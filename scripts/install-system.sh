@@ -1,27 +1,49 @@
 #!/usr/bin/env bash
-# Install the Debian/Ubuntu packages the testbed needs; idempotent (no apt-get at all when
-# everything is present). Run as root.
+# Install the Debian/Ubuntu packages a part of the testbed needs; idempotent (no apt-get
+# at all when everything is present). Run as root.
+#
+#   install-system.sh [GROUP...]   GROUP: core (default), vms, ycsb, all
+#
+# core: a sweep on namespaces (Cassandra, both shapers); vms: QEMU and libvirt (the VM
+# backend, the netem gateway VM); ycsb: javac for the project's YCSB binding.
 set -euo pipefail
 
-packages=(
+core=(
   iproute2            # ip netns, veth, bridge, ss
   util-linux          # setpriv (start Cassandra without CAP_IPC_LOCK)
   procps
   openjdk-17-jre-headless
-  openjdk-17-jdk-headless  # javac: the project's YCSB binding is built at set-up
   maven               # assembles Cassandra from Maven Central
   python3 python3-venv python3-pip
   ca-certificates
   # the host shaper (kernels without sch_netem): netfilter queues in the testbed's
   # namespaces, a delayer compiled at set-up, offloads off on the testbed's links
-  iptables libnetfilter-queue-dev libmnl-dev ethtool
+  iptables libnetfilter-queue-dev libmnl-dev ethtool gcc
+  libvirt-dev pkg-config  # to build libvirt-python (a dependency) from PyPI
+)
+vms=(
   qemu-system-x86     # the netem gateway VM (--shaper gateway), the VM backend
-  # the libvirt backend: libvirtd, its network helper, the image build, SSH to the VMs,
-  # and what building libvirt-python from PyPI needs
+  # the libvirt backend: libvirtd, its network helper, the image build, SSH to the VMs
   libvirt-daemon-system libvirt-daemon-driver-qemu dnsmasq-base
   debootstrap qemu-utils e2fsprogs openssh-client
-  libvirt-dev pkg-config gcc
 )
+ycsb=(
+  openjdk-17-jdk-headless  # javac: the project's YCSB binding is built at set-up
+)
+
+groups=("$@")
+((${#groups[@]})) || groups=(core)
+packages=()
+want_vms=0
+for g in "${groups[@]}"; do
+  case "$g" in
+    core) packages+=("${core[@]}") ;;
+    vms) packages+=("${vms[@]}"); want_vms=1 ;;
+    ycsb) packages+=("${ycsb[@]}") ;;
+    all) packages+=("${core[@]}" "${vms[@]}" "${ycsb[@]}"); want_vms=1 ;;
+    *) echo "error: unknown group '$g' (core, vms, ycsb, all)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -33,8 +55,8 @@ done
 # package lists must exist even when nothing is missing.
 have_lists() { compgen -G "/var/lib/apt/lists/*_Packages" > /dev/null; }
 if ((${#missing[@]} == 0)); then
-  echo "system packages: all present"
-  if ! have_lists; then
+  echo "system packages (${groups[*]}): all present"
+  if ((want_vms)) && ! have_lists; then
     [[ $(id -u) -eq 0 ]] || { echo "error: no apt package lists and not root" >&2; exit 1; }
     apt-get update -q
   fi
@@ -43,11 +65,13 @@ else
     echo "error: missing packages (${missing[*]}) and not root: run as root" >&2
     exit 1
   fi
-  echo "system packages: installing ${missing[*]}"
+  echo "system packages (${groups[*]}): installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+((want_vms)) || exit 0
 
 # State directories the daemons need. On a systemd machine systemd-tmpfiles creates them
 # at boot; where systemd is not PID 1 nothing does, and libvirt's network driver fails

@@ -23,6 +23,7 @@ from .cassandra.config import (
 from .cassandra.readiness import Deadlines
 from .command import command, prog
 from .errors import CommandError, ConfigError, TestbedError
+from .setup_check import CHECKS, component, run_checks
 from .subnets import DEFAULT_POOL
 from .testbed import Testbed
 from .topology import MAX_EDGE_NODES, Topology
@@ -196,8 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
     ds_sub.add_parser("verify", help="check every jar's sha256 against the manifest")
     ds_sub.add_parser("path", help="print the installed distribution's directory")
 
-    sub.add_parser(
+    ck = sub.add_parser(
         "check", help="smoke-test what the set-up installed (libvirt, QEMU, Java, VM image)"
+    )
+    ck.add_argument(
+        "components",
+        nargs="*",
+        type=component,
+        metavar="COMPONENT",
+        help=f"only these ({', '.join(CHECKS)}); default: all",
     )
 
     im = sub.add_parser("image", help="the VM base image (libvirt backend)")
@@ -406,11 +414,9 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(_args: argparse.Namespace) -> int:
-    from .setup_check import run_checks
-
+def cmd_check(args: argparse.Namespace) -> int:
     print("set-up check:")
-    run_checks()
+    run_checks(args.components)
     return 0
 
 

@@ -90,7 +90,9 @@ def load() -> NodeImage:
     image = NodeImage((image_root() / "current").resolve())
     for path in (image.disk, image.kernel, image.initrd, image.root / "manifest.json"):
         if not path.is_file():
-            raise StateError("no VM image built yet: run `python -m testbed image build`")
+            raise StateError(
+                "no VM image built yet: `make vms` installs QEMU and libvirt and builds it"
+            )
     return image
 
 
@@ -245,7 +247,7 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         raise ConfigError("building the VM image needs root (debootstrap, chroot)")
     for tool in ("debootstrap", "mkfs.ext4", "qemu-img", "unshare", "setpriv"):
         if not shutil.which(tool):
-            raise ConfigError(f"{tool} is missing: run `make install` (scripts/install-system.sh)")
+            raise ConfigError(f"{tool} is missing: `make vms` installs it")
     dist = dist_mod.install(progress=progress)
     packages = read_packages()
     spec = inputs(dist)

@@ -1,7 +1,8 @@
 """`python -m testbed check`: a cheap smoke test of every component the set-up installed.
 
-Run at the end of `make install`, so a machine that is missing a piece of state (a
-directory a daemon needs, a package, an image) fails there, with the component named,
+Run at the end of `make install` (the parts of it at the end of `make core` and `make
+vms`), so a machine that is missing a piece of state (a directory a daemon needs, a
+package, an image) fails there, with the component named,
 and not halfway through a test run or a sweep. Each check uses the component for real
 and leaves nothing behind: a transient isolated libvirt network is created and
 destroyed, QEMU starts and quits, Java runs Cassandra's own version tool. (The gateway
@@ -10,11 +11,12 @@ image is checked by `python -m emulation gateway check`.)
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .errors import TestbedError
 
@@ -124,14 +126,23 @@ CHECKS: dict[str, Check] = {
     "libvirt": check_libvirt,
     "qemu": check_qemu,
     "cassandra": check_cassandra,
-    "vm image": check_vm_image,
+    "image": check_vm_image,
 }
 
 
-def run_checks(progress: Callable[[str], None] = print) -> None:
-    """Run every check; raises SetupError naming each component that failed."""
+def component(name: str) -> str:
+    """argparse type of a check's name."""
+    if name not in CHECKS:
+        raise argparse.ArgumentTypeError(f"unknown component {name!r} ({', '.join(CHECKS)})")
+    return name
+
+
+def run_checks(names: Sequence[str] = (), progress: Callable[[str], None] = print) -> None:
+    """Run the named checks (every one when none is named); raises SetupError naming each
+    component that failed."""
     failed = []
-    for name, check in CHECKS.items():
+    for name in names or CHECKS:
+        check = CHECKS[name]
         try:
             progress(f"  {name}: {check()}")
         except TestbedError as exc:

@@ -241,14 +241,14 @@ def connect():
     try:
         import libvirt
     except ImportError as exc:
-        raise ConfigError("libvirt-python is not installed: run `make install`") from exc
+        raise ConfigError("libvirt-python is not installed: run `make vms`") from exc
     _quiet_libvirt()
     try:
         return libvirt.open(URI)
     except libvirt.libvirtError as exc:
         raise ConfigError(
             f"cannot connect to libvirt at {URI} ({exc}); is libvirtd "
-            f"running? `make install` installs and starts it"
+            f"running? `make vms` installs and starts it"
         ) from exc
 
 

@@ -25,6 +25,8 @@ PATH = re.compile(rf"(?<![\w./~-])((?:{'|'.join(TOP)})/[\w./{{}},*-]*)")
 COMMAND = re.compile(r"\bedgetb ((?:[a-z][\w-]*)(?: [a-z][\w-]*)?)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 MODULE = re.compile(r"python3? -m ([a-z][\w.]*)")
+MAKE = re.compile(r"(?:`|^\s*)make ([a-z][\w-]*)")
+TARGETS = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
 
 
 def _lines():
@@ -79,6 +81,17 @@ def test_every_module_run_with_python_m_exists():
         for mod in MODULE.findall(line)
         if importlib.util.find_spec(mod.rstrip(".")) is None
     ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_make_target_exists():
+    wrong = [
+        f"{where}: make {target}"
+        for where, line in _lines()
+        for target in MAKE.findall(line)
+        if target not in TARGETS
+    ]
+    assert TARGETS >= {"sweep", "test", "core", "vms", "ycsb"}
     assert not wrong, "\n".join(wrong)
 
 

@@ -85,7 +85,7 @@ def load(root: Path | None = None) -> YcsbDist:
     if not manifest.is_file():
         raise StateError(
             f"YCSB {YCSB_VERSION} with this binding is not installed in {directory}: "
-            "run `python -m workloads.ycsb install` (make install does)"
+            "run `python -m workloads.ycsb install` (`make ycsb` does, with javac)"
         )
     dist = YcsbDist(directory, json.loads(manifest.read_text())["jars"])
     dist.verify()
