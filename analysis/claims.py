@@ -5,7 +5,9 @@ Each claim is a function of mean RTTs keyed (nodes, loss, rf, latency), so the s
 runs on what was measured and on what ``model.rtt`` predicts for the same cells;
 claims about node counts or losses a run did not measure are checked on the model's
 what-if grid only (the service time of the run's 0 ms cells, or 5 ms). Verdicts: holds,
-does not hold, holds only when ..., or cannot tell (the data a claim needs is missing).
+does not hold, holds only when ..., or cannot tell: the data a claim needs is missing, or
+(on measurements, whose means have standard errors) the RFs it ranks differ by less than
+APART standard errors, or an order of too few RFs to be significant.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from . import phi as phi_mod
 from .stats import SIGNIFICANT_P, median_line_slope, spearman_test
 
 Means = Mapping[tuple[int, float, int, float], float]  # (nodes, loss, rf, latency) -> ms
+Errors = Mapping[tuple[int, float, int, float], float]  # the same keys -> standard error, ms
+NO_ERRORS: Errors = {}  # the model's means: exact
+APART = 2.0  # two means are told apart beyond this many standard errors of their difference
 MIN_LATENCY_MS = 10.0  # the paper's statements are about shaped links
 SIMILAR = 0.10  # "similar": within 10 % of each other
 STD_CLAIM_MS = 1.5
@@ -34,35 +39,71 @@ def _grid(means: Means, nodes: int, loss: float) -> dict[float, dict[int, float]
     return dict(sorted(out.items()))
 
 
-def _verdict(ok: list[tuple[float, bool]], what: str = "at latencies") -> str:
+def _verdict(ok: list[tuple[float, bool | None]], what: str = "at latencies") -> str:
+    """holds / does not hold / holds only ... over the latencies decided; ``None`` marks a
+    latency where the means are too close to tell."""
     if not ok:
         return "cannot tell (no cells for it)"
-    good = [x for x, y in ok if y]
-    if len(good) == len(ok):
-        return "holds"
-    if not good:
-        return "does not hold"
-    return f"holds only {what} {', '.join(f'{x:g}' for x in good)} ms"
+    decided = [(x, y) for x, y in ok if y is not None]
+    close = [x for x, y in ok if y is None]
+    if not decided:
+        return f"cannot tell (within {APART:g} standard errors at every latency)"
+    good = [x for x, y in decided if y]
+    if len(good) == len(decided):
+        verdict = "holds"
+    elif not good:
+        verdict = "does not hold"
+    else:
+        verdict = f"holds only {what} {', '.join(f'{x:g}' for x in good)} ms"
+    if close:
+        verdict += f"; cannot tell at {', '.join(f'{x:g}' for x in close)} ms"
+    return verdict
+
+
+def _apart(means: Means, se: Errors, a: tuple, b: tuple) -> tuple[bool, str]:
+    """Are the means at keys ``a`` and ``b`` told apart (their difference beyond APART
+    standard errors; always, without errors)? With a note of the repetitions that would
+    tell them apart when not."""
+    err = math.hypot(se.get(a, 0.0), se.get(b, 0.0))
+    diff = abs(means[a] - means[b])
+    if not err > 0 or diff > APART * err:  # no errors (the model), or NaN: as measured
+        return True, ""
+    if diff == 0:
+        return False, " (equal)"
+    return False, f" ({math.ceil((APART * err / diff) ** 2 - 1e-9)}x the repetitions to tell)"
 
 
 def _losses(means: Means, nodes: int) -> list[float]:
     return sorted({k[1] for k in means if k[0] == nodes})
 
 
-def rf2_worst_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
+def _ranked(
+    means: Means, se: Errors, nodes: int, loss: float, rf: int, pick: Callable
+) -> tuple[list[tuple[float, bool | None]], list[str]]:
+    """Per latency: is ``rf`` the one ``pick`` (max: worst, min: best) chooses, told
+    apart from the runner-up (None: too close to tell); and the numbers."""
+    ok: list[tuple[float, bool | None]] = []
+    parts = []
+    for lat, by_rf in _grid(means, nodes, loss).items():
+        if rf not in by_rf or len(by_rf) < 2:
+            continue
+        chosen = pick(by_rf, key=lambda r: by_rf[r])
+        other = pick((r for r in by_rf if r != chosen), key=lambda r: by_rf[r])
+        apart, note = _apart(means, se, (nodes, loss, chosen, lat), (nodes, loss, other, lat))
+        ok.append((lat, (chosen == rf) if apart else None))
+        parts.append(
+            f"{lat:g} ms: RF {chosen} {by_rf[chosen]:.0f}, next RF {other} {by_rf[other]:.0f}"
+            + note
+        )
+    return ok, parts
+
+
+def rf2_worst_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> tuple[str, str]:
     losses = _losses(means, nodes)
     if not losses:
         return "cannot tell (no cells for it)", ""
-    grid = _grid(means, nodes, losses[-1])
-    ok, parts = [], []
-    for lat, by_rf in grid.items():
-        if 2 not in by_rf or len(by_rf) < 2:
-            continue
-        worst = max(by_rf, key=lambda rf: by_rf[rf])
-        runner = max((rf for rf in by_rf if rf != 2), key=lambda rf: by_rf[rf])
-        ok.append((lat, worst == 2))
-        parts.append(f"{lat:g} ms: RF 2 {by_rf[2]:.0f}, next RF {runner} {by_rf[runner]:.0f}")
-    return _verdict(ok), f"{losses[-1]:g} % loss; " + "; ".join(parts)
+    ok, parts = _ranked(means, se, nodes, losses[-1], 2, max)
+    return _verdict(ok), f"{losses[-1]:g} % loss, worst: " + "; ".join(parts)
 
 
 def rf2_similar_at_lower_loss(means: Means, nodes: int) -> tuple[str, str]:
@@ -113,32 +154,20 @@ def rf2_steepest_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
     return ("holds" if steepest == 2 else "does not hold"), f"median-line slopes: {text}"
 
 
-def rf5_best_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
+def rf5_best_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> tuple[str, str]:
     losses = _losses(means, nodes)
     if not losses:
         return "cannot tell (no cells for it)", ""
-    ok, parts = [], []
-    for lat, by_rf in _grid(means, nodes, losses[-1]).items():
-        if nodes not in by_rf:
-            continue
-        best = min(by_rf, key=lambda rf: by_rf[rf])
-        ok.append((lat, best == nodes))
-        parts.append(f"{lat:g} ms: best RF {best} {by_rf[best]:.0f}, RF {nodes} {by_rf[nodes]:.0f}")
-    return _verdict(ok), f"{losses[-1]:g} % loss; " + "; ".join(parts)
+    ok, parts = _ranked(means, se, nodes, losses[-1], nodes, min)
+    return _verdict(ok), f"{losses[-1]:g} % loss, best: " + "; ".join(parts)
 
 
-def rf1_best_at_low_loss(means: Means, nodes: int) -> tuple[str, str]:
+def rf1_best_at_low_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> tuple[str, str]:
     losses = _losses(means, nodes)
     if not losses:
         return "cannot tell (no cells for it)", ""
-    ok, parts = [], []
-    for lat, by_rf in _grid(means, nodes, losses[0]).items():
-        if 1 not in by_rf or len(by_rf) < 2:
-            continue
-        best = min(by_rf, key=lambda rf: by_rf[rf])
-        ok.append((lat, best == 1))
-        parts.append(f"{lat:g} ms: RF 1 {by_rf[1]:.0f}, best RF {best} {by_rf[best]:.0f}")
-    return _verdict(ok), f"{losses[0]:g} % loss; " + "; ".join(parts)
+    ok, parts = _ranked(means, se, nodes, losses[0], 1, min)
+    return _verdict(ok), f"{losses[0]:g} % loss, best: " + "; ".join(parts)
 
 
 def rf1_slope_like_rf345_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
@@ -212,7 +241,12 @@ def phi_orders_loss_sensitivity(means: Means, nodes: int, cl: str) -> tuple[str,
     added = [float(np.mean(excess[rf])) for rf in rfs]
     rho, p = spearman_test(phis, added)
     verdict = (
-        ("holds" if p < SIGNIFICANT_P else "holds in order, too few RFs to be significant")
+        (
+            "holds"
+            if p < SIGNIFICANT_P
+            else f"cannot tell (the order holds, but {len(rfs)} RFs cannot make it "
+            f"significant: the smallest p is {2 / math.factorial(len(rfs)):.2g})"
+        )
         if rho >= 0.999
         else "cannot tell"
         if math.isnan(rho)
@@ -268,11 +302,19 @@ CLAIMS: list[tuple[str, str, str, Callable[..., tuple[str, str]]]] = [
 ]
 
 
+RANKING = ("5.1a", "5.2", "5.3a")  # claims that rank RFs: told apart by standard errors
+
+
 def check(
-    measured: Means, predicted: Means, what_if: Means, cl: str = "LOCAL_QUORUM"
+    measured: Means,
+    predicted: Means,
+    what_if: Means,
+    cl: str = "LOCAL_QUORUM",
+    errors: Errors = NO_ERRORS,
 ) -> list[dict[str, Any]]:
-    """Every claim for every node count, on the measurements, on the model's predictions
-    of the same cells, and (for node counts and losses not measured) on its what-if grid."""
+    """Every claim for every node count, on the measurements (``errors``: the standard
+    errors of their means), on the model's predictions of the same cells, and (for node
+    counts and losses not measured) on its what-if grid."""
     out = []
     node_counts = sorted({k[0] for k in measured} | {k[0] for k in what_if})
     for cid, section, text, fn in CLAIMS:
@@ -284,7 +326,8 @@ def check(
             args = (n, cl) if cid == "6" else (n,)
             row: dict[str, Any] = {"id": cid, "section": section, "claim": text, "nodes": n or None}
             for name, means in (("measured", measured), ("model", predicted), ("what_if", what_if)):
-                verdict, numbers = fn(means, *args)
+                extra = (errors,) if cid in RANKING and name == "measured" else ()
+                verdict, numbers = fn(means, *args, *extra)
                 row[name] = {"verdict": verdict, "numbers": numbers}
             out.append(row)
     return out

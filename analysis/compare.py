@@ -37,38 +37,76 @@ PAPER_STD_CLAIM_MS = 1.5
 SEPARATED_SE = 2.0  # two RFs' excess slopes are told apart beyond this many standard errors
 
 
-def unresolved(rows: list[dict[str, Any]]) -> list[str]:
+def unresolved(rows: list[dict[str, Any]], repetitions: int = 1) -> list[dict[str, Any]]:
     """Neighbours in φ's order (RFs of distinct φ) whose excess slopes differ by less than
-    SEPARATED_SE standard errors of their difference: "RF 3 and RF 4"."""
+    SEPARATED_SE standard errors of their difference, each with ``repetitions_needed``:
+    how many repetitions of every cell would make that difference SEPARATED_SE standard
+    errors, if it stays and its standard error shrinks as 1/√repetitions (None: the
+    difference is nil or unknown, no number would)."""
     by_phi = sorted(rows, key=lambda r: r["phi"])
     out = []
     for a, b in zip(by_phi, by_phi[1:], strict=False):
         if a["phi"] == b["phi"]:
             continue
         se = math.hypot(a["excess_se"], b["excess_se"])
-        if not abs(b["excess_slope"] - a["excess_slope"]) > SEPARATED_SE * se:  # NaN: unknown
-            out.append(f"RF {a['rf']} and RF {b['rf']}")
+        diff = abs(b["excess_slope"] - a["excess_slope"])
+        if not diff > SEPARATED_SE * se:  # NaN: unknown
+            need = None
+            if diff > 0 and math.isfinite(se):
+                need = math.ceil(repetitions * (SEPARATED_SE * se / diff) ** 2 - 1e-9)
+            out.append(
+                {"pair": f"RF {a['rf']} and RF {b['rf']}", "diff": diff, "se": se,
+                 "repetitions_needed": need}
+            )  # fmt: skip
     return out
 
 
-def verdict(rho: float, p: float, count: int, close: list[str] | None = None) -> str:
+def _need(close: list[dict[str, Any]]) -> str:
+    needs = [c["repetitions_needed"] for c in close]
+    if any(n is None for n in needs):
+        return "no number of repetitions would: a measured difference is nil"
+    return f"about {max(needs)} repetitions of each cell would tell them apart"
+
+
+def verdict(rho: float, p: float, count: int, close: list[dict[str, Any]] | None = None) -> str:
+    """A plain answer to "does φ order the RFs as the measured excess does": "yes" only
+    when the order is significant and every two neighbours are told apart; "cannot tell"
+    when they are not (naming them, with the repetitions that would resolve it)."""
     if count < 2 or math.isnan(rho):
         return "cannot tell (fewer than two RFs, or no variation)"
-    sig = f"p = {p:.2g} over {count} RFs"
+    sig = f"exact p = {p:.2g} over {count} RFs"
     if rho >= 0.999:
         if close:
+            pairs = ", ".join(c["pair"] for c in close)
             return (
-                f"consistent: the measured excess ranks the RFs as φ does, but "
-                f"{', '.join(close)} differ by less than {SEPARATED_SE:g} standard errors ({sig})"
+                f"cannot tell: the measured excess ranks the RFs as φ does, but {pairs} "
+                f"differ by less than {SEPARATED_SE:g} standard errors; {_need(close)} ({sig})"
             )
         if p >= SIGNIFICANT_P:
-            return f"consistent: the same order as φ's, too few RFs to be significant ({sig})"
+            return (
+                f"cannot tell: the same order as φ's, but {count} RFs cannot make it "
+                f"significant ({sig}; the smallest p of {count} RFs is "
+                f"{2 / math.factorial(count):.2g})"
+            )
         return f"yes: φ orders the RFs exactly as the measured excess does ({sig})"
+    if p >= SIGNIFICANT_P:
+        return (
+            f"cannot tell: φ's order and the measured excess are not significantly related ({sig})"
+        )
     if rho >= 0.5:
         return f"partly: φ's ordering mostly agrees with the measured excess ({sig})"
     if rho > -0.5:
         return f"no: φ's ordering is unrelated to the measured excess ({sig})"
     return f"no: the measured excess runs opposite to φ ({sig})"
+
+
+def repetitions(cells: list[dict[str, Any]], nodes: int, losses: tuple[float, ...]) -> int:
+    """The fewest repetitions of any grid point of ``nodes`` at ``losses``."""
+    count: dict[tuple, int] = defaultdict(int)
+    for c in cells:
+        if c["nodes"] == nodes and c["loss_pct"] in losses:
+            count[(c["loss_pct"], c["rf"], c["latency_ms"])] += 1
+    return min(count.values(), default=1)
 
 
 def compare(results: Results) -> dict[str, Any]:
@@ -117,6 +155,7 @@ def compare(results: Results) -> dict[str, Any]:
                 "rfs": rows,
             }
             if loss != low:
+                reps = repetitions(cells, n, (low, loss))
                 usable = [r for r in rows if not math.isnan(r["excess_slope"])]
                 rho, p = spearman_test(
                     [r["phi"] for r in usable], [r["excess_slope"] for r in usable]
@@ -128,10 +167,10 @@ def compare(results: Results) -> dict[str, Any]:
                 group.update(
                     spearman=rho,
                     spearman_p=p,
-                    verdict=verdict(rho, p, len(usable), unresolved(usable)),
+                    verdict=verdict(rho, p, len(usable), unresolved(usable, reps)),
                     spearman_without_rf1=rho2,
                     spearman_without_rf1_p=p2,
-                    verdict_without_rf1=verdict(rho2, p2, len(no_rf1), unresolved(no_rf1)),
+                    verdict_without_rf1=verdict(rho2, p2, len(no_rf1), unresolved(no_rf1, reps)),
                 )
             groups.append(group)
     std = std_across_nodes(cells)

@@ -34,9 +34,17 @@ from . import phi as phi_mod
 from . import prediction
 from .figsave import FORMATS, MODEL_STYLE, matplotlib, plt, save_figure, series_style
 from .results import Results, add_run_option, load, run_ids
-from .stats import cell_stats, high_rf_average, mean_rtt, pooled
+from .stats import ci_label, high_rf_average, mean_rtt, points, pooled
 
-FIGURE_GLOBS = ("rtt_n*_loss*", "rtt_cdf_n*", "high_rf_n*", "phi_vs_excess", "ycsb_*", "fault_*")
+FIGURE_GLOBS = (
+    "rtt_n*_loss*",
+    "rtt_grid_*",
+    "rtt_cdf_n*",
+    "high_rf_n*",
+    "phi_vs_excess",
+    "ycsb_*",
+    "fault_*",
+)
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
 
@@ -61,49 +69,19 @@ def rtt_vs_latency(
     """Figures 2/3: one per (nodes, loss), with the model's prediction (dashed) beside
     each measured RF line when ``model`` (analysis.prediction.compare) is given; returns
     [{name, paths, series}]."""
-    groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for (n, loss, rf, lat), rtts in pooled(results.cells).items():
-        s = cell_stats(rtts)
-        groups[(n, loss)][rf].append((lat, s["mean"], s["ci_low"], s["ci_high"]))
+    groups = _by_panel(points(results.cells))
     predicted = predicted_means(model)
     made = []
     label = _label(results.cells)
     for (n, loss), by_rf in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for i, (rf, pts) in enumerate(sorted(by_rf.items())):
-            pts.sort()
-            x = [p[0] for p in pts]
-            y = [p[1] for p in pts]
-            (line,) = ax.plot(x, y, label=f"RF {rf}", **series_style(i))
-            lo = [p[2] if np.isfinite(p[2]) else p[1] for p in pts]
-            hi = [p[3] if np.isfinite(p[3]) else p[1] for p in pts]
-            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-            model_pts = [
-                (lat, predicted[(n, loss, rf, lat)]) for lat in x if (n, loss, rf, lat) in predicted
-            ]
-            if model_pts:
-                ax.plot(
-                    [p[0] for p in model_pts],
-                    [p[1] for p in model_pts],
-                    color=line.get_color(),
-                    gid="model",  # one per RF; one legend entry says what the dots are
-                    **MODEL_STYLE,
-                )
+        bands = _draw_rfs(ax, by_rf, "mean", predicted, (n, loss))
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
         ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=10)
-        ax.text(
-            0.01,
-            0.99,
-            label + "; bands: 95 % CI of the mean",
-            transform=ax.transAxes,
-            fontsize=7,
-            va="top",
-            color="0.35",
-        )
+        ax.text(0.01, 0.99, f"{label}; bands: {bands}", transform=ax.transAxes, fontsize=7,
+                va="top", color="0.35")  # fmt: skip
         ax.grid(alpha=0.3)
-        if any(x.get_gid() == "model" for x in ax.get_lines()):
-            ax.plot([], [], color="0.3", label="model (same colour)", gid="model", **MODEL_STYLE)
         ax.legend(fontsize=8)
         name = f"rtt_n{n}_loss{loss:g}"
         # what was drawn, not what was asked for: the measured lines
@@ -117,6 +95,96 @@ def rtt_vs_latency(
                 "loss": loss,
             }
         )
+    return made
+
+
+Panel = dict[int, list[tuple[float, dict[str, Any]]]]  # RF -> [(latency, point_stats)]
+
+
+def _by_panel(stats_: dict[tuple, dict[str, Any]]) -> dict[tuple, Panel]:
+    """(nodes, loss) -> RF -> its points sorted by latency."""
+    groups: dict[tuple, Panel] = defaultdict(lambda: defaultdict(list))
+    for (n, loss, rf, lat), st in stats_.items():
+        groups[(n, loss)][rf].append((lat, st))
+    for by_rf in groups.values():
+        for pts in by_rf.values():
+            pts.sort(key=lambda p: p[0])
+    return groups
+
+
+def _draw_rfs(ax: Any, by_rf: Panel, stat: str, predicted: dict[tuple, float], key: tuple) -> str:
+    """A line per RF of ``stat`` (mean: with its CI band, and the model's mean dotted
+    beside it where ``predicted`` has it); returns what the bands are."""
+    drawn = []
+    for i, (rf, pts) in enumerate(sorted(by_rf.items())):
+        x = [lat for lat, _ in pts]
+        y = [st[stat] for _, st in pts]
+        (line,) = ax.plot(x, y, label=f"RF {rf}", **series_style(i))
+        if stat != "mean":
+            continue
+        drawn += [st for _, st in pts]
+        lo = [st["ci_low"] if np.isfinite(st["ci_low"]) else st["mean"] for _, st in pts]
+        hi = [st["ci_high"] if np.isfinite(st["ci_high"]) else st["mean"] for _, st in pts]
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        model_pts = [(lat, predicted[(*key, rf, lat)]) for lat in x if (*key, rf, lat) in predicted]
+        if model_pts:
+            ax.plot(
+                [p[0] for p in model_pts],
+                [p[1] for p in model_pts],
+                color=line.get_color(),
+                gid="model",
+                **MODEL_STYLE,
+            )  # fmt: skip  (one legend entry for all)
+    if any(x.get_gid() == "model" for x in ax.get_lines()):
+        ax.plot([], [], color="0.3", label="model (same colour)", gid="model", **MODEL_STYLE)
+    return ci_label(drawn) if drawn else ""
+
+
+FACETS = {  # name -> (statistic, y label): one faceted figure each
+    "rtt_grid_mean": ("mean", "mean write RTT (ms)"),
+    "rtt_grid_p99": ("p99", "99th-percentile write RTT (ms)"),
+}
+
+
+def rtt_grids(
+    results: Results, out: Path, model: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Figures 2/3 on one page: a panel per (nodes, loss), node counts in rows and losses
+    in columns, sharing both axes; one figure of the mean (bands, the model) and one of
+    the 99th percentile (where retransmissions show). Only with two or more panels."""
+    groups = _by_panel(points(results.cells))
+    nodes = sorted({n for n, _ in groups})
+    losses = sorted({loss for _, loss in groups})
+    if len(groups) < 2:
+        return []
+    predicted = predicted_means(model)
+    made = []
+    for name, (stat, ylabel) in FACETS.items():
+        fig, axes = plt.subplots(
+            len(nodes), len(losses), sharex=True, sharey=True, squeeze=False, layout="constrained",
+            figsize=(2.6 * len(losses) + 1.0, 2.2 * len(nodes) + 1.0),
+        )  # fmt: skip
+        bands = ""
+        for r, n in enumerate(nodes):
+            for c, loss in enumerate(losses):
+                ax = axes[r][c]
+                if (n, loss) not in groups:
+                    ax.set_axis_off()
+                    continue
+                bands = _draw_rfs(ax, groups[(n, loss)], stat, predicted, (n, loss)) or bands
+                ax.set_title(f"{n} nodes, loss {loss:g} %", fontsize=8)
+                ax.grid(alpha=0.3)
+                ax.tick_params(labelsize=7)
+        fig.supxlabel("one-way latency between edge nodes (ms)", fontsize=9)
+        fig.supylabel(ylabel, fontsize=9)
+        handles, labels = max(
+            (ax.get_legend_handles_labels() for ax in axes.flat), key=lambda hl: len(hl[1])
+        )
+        note = f"{_label(results.cells)}" + (f"; bands: {bands}" if bands else "")
+        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8,
+                   title=note, title_fontsize=7, frameon=False)  # fmt: skip
+        series = len({lb for lb in labels if not lb.startswith("model")})
+        made.append({"name": name, "paths": save_figure(fig, out, name), "series": series})
     return made
 
 
@@ -244,31 +312,83 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
     if not rows:
         return []
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    markers = {3: "o", 4: "s", 5: "^"}
+    loss_levels = sorted({r["loss"] for r in rows})
+    node_counts = sorted({r["nodes"] for r in rows})
     for n, loss in sorted({(r["nodes"], r["loss"]) for r in rows}):
         pts = sorted(
-            (r["phi"], r["excess_ms"], r["rf"])
-            for r in rows
-            if r["nodes"] == n and r["loss"] == loss
+            (r["phi"], r["excess_ms"]) for r in rows if r["nodes"] == n and r["loss"] == loss
         )
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            linestyle="none",
-            marker=markers.get(n, "D"),
-            label=f"{n} nodes, loss {loss:g} %",
-        )
-        for x, y, rf in pts:
-            ax.annotate(f"RF{rf}", (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        style = series_style(loss_levels.index(loss))  # colour: the loss; marker: the nodes
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="none", color=style["color"],
+                marker=series_style(node_counts.index(n))["marker"], ms=6,
+                label=f"{n} nodes, loss {loss:g} %")  # fmt: skip
     ax.set_xlabel("φ (ack ratio, round-robin coordinators)")
     ax.set_ylabel("RTT added by loss (ms, mean over latencies)")
     ax.set_title("φ against the measured loss-induced excess RTT", fontsize=10)
     ax.grid(alpha=0.3)
+    ax.margins(x=0.1, y=0.1)  # room for the labels of the outermost points
     ax.legend(fontsize=7)
+    _annotate_apart(ax, _label_spots(rows))  # last: the axes' limits are final
     series = len(ax.get_lines())
     return [
         {"name": "phi_vs_excess", "paths": save_figure(fig, out, "phi_vs_excess"), "series": series}
     ]
+
+
+def _label_spots(rows: list[dict[str, Any]], near: float = 0.03) -> list[tuple]:
+    """One label per spot of the φ/excess plane: points within ``near`` of the axes'
+    span of each other (the same RF at several node counts, say) share it, so labels do
+    not print over each other; [(x, y, {rf, ...})]."""
+    xs, ys = [r["phi"] for r in rows], [r["excess_ms"] for r in rows]
+    dx, dy = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    spots: list[tuple[float, float, set[int]]] = []
+    for r in sorted(rows, key=lambda r: (r["phi"], r["excess_ms"])):
+        for x, y, rfs in spots:
+            if abs(x - r["phi"]) <= near * dx and abs(y - r["excess_ms"]) <= near * dy:
+                rfs.add(r["rf"])
+                break
+        else:
+            spots.append((r["phi"], r["excess_ms"], {r["rf"]}))
+    return spots
+
+
+# where a label may go beside its point (offset in points, alignment), in order of taste
+LABEL_SPOTS = (
+    ((5, 3), "left"), ((-5, 3), "right"), ((5, -10), "left"), ((-5, -10), "right"),
+    ((5, 13), "left"), ((-5, 13), "right"), ((5, -20), "left"), ((5, 23), "left"),
+)  # fmt: skip
+
+
+def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
+    """Each spot's label at the first place beside it that covers no marker and no label
+    placed before (measured by the renderer), else at the first place."""
+    ax.figure.canvas.draw()  # the axes' limits as drawn: a point outside has no label box
+    renderer = ax.figure.canvas.get_renderer()
+    half = 4 * ax.figure.dpi / 72  # a 6-point marker's half width, in pixels
+    placed: list[Any] = [
+        matplotlib.transforms.Bbox.from_extents(px - half, py - half, px + half, py + half)
+        for line in ax.get_lines()
+        for px, py in ax.transData.transform(line.get_xydata())
+    ]
+    legend = ax.get_legend()
+    if legend is not None:
+        placed.append(legend.get_window_extent(renderer))
+    frame = ax.get_window_extent(renderer)
+    for x, y, rfs in spots:
+        text = "RF " + ", ".join(str(rf) for rf in sorted(rfs))
+        for offset, ha in LABEL_SPOTS:
+            ann = ax.annotate(text, (x, y), xytext=offset, textcoords="offset points",
+                              fontsize=7, ha=ha)  # fmt: skip
+            box = ann.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0
+            if inside and box.y1 <= frame.y1 and not any(box.overlaps(b) for b in placed):
+                break
+            ann.remove()
+        else:  # every place is taken: the first one, drawn again
+            ann = ax.annotate(text, (x, y), xytext=LABEL_SPOTS[0][0],
+                              textcoords="offset points", fontsize=7)  # fmt: skip
+            box = ann.get_window_extent(renderer)
+        placed.append(box)
 
 
 def _model(results: Results, out: Path) -> dict[str, Any] | None:
@@ -283,33 +403,35 @@ def _model(results: Results, out: Path) -> dict[str, Any] | None:
     return data
 
 
-SUMMARY = "cells.csv"
+SUMMARY = "summary.csv"
 SUMMARY_COLUMNS = (
     "nodes", "loss_pct", "rf", "latency_ms", "repetitions", "writes", "errors", "mean_ms",
-    "ci_low_ms", "ci_high_ms", "median_ms", "p95_ms", "p99_ms", "std_ms", "rep_sd_ms",
+    "ci_low_ms", "ci_high_ms", "ci_over", "median_ms", "p95_ms", "p99_ms", "std_ms",
+    "rep_sd_ms", "predicted_mean_ms",
 )  # fmt: skip
 
 
-def summary_table(results: Results, out: Path) -> Path:
-    """One row per grid point (repetitions pooled): its writes, errors, mean with the 95 %
-    CI of the writes, median, p95, p99, and ``rep_sd_ms``, the spread of the repetitions'
-    means (empty with one repetition: the CI then shows the writes' noise only, not
-    how much a second run would differ)."""
-    reps: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for c in results.cells:
-        reps[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(c)
+def summary_table(results: Results, out: Path, model: dict[str, Any] | None = None) -> Path:
+    """One row per grid point (repetitions pooled): its writes, errors, mean with its
+    95 % CI (``ci_over`` "repetitions" where two or more, else "writes": the within-run
+    CI), median, p95, p99, ``rep_sd_ms`` (the spread of the repetitions' means; empty with
+    one) and the model's predicted mean (empty without a model)."""
+    predicted = predicted_means(model)
     path = out / SUMMARY
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(SUMMARY_COLUMNS)
-        for key, cells in sorted(reps.items()):
-            s = cell_stats(np.concatenate([c["rtt_ms"] for c in cells]))
-            means = [float(np.mean(c["rtt_ms"])) for c in cells if len(c["rtt_ms"])]
-            spread = float(np.std(means, ddof=1)) if len(means) > 1 else ""
-            stat = [s[k] for k in ("mean", "ci_low", "ci_high", "median", "p95", "p99", "std")]
-            errors = sum(c["errors"] for c in cells)
-            w.writerow([*key, len(cells), s["n"], errors, *(f"{v:.3f}" for v in stat), spread])
+        for key, st in sorted(points(results.cells).items()):
+            stat = [st[k] for k in ("mean", "ci_low", "ci_high")]
+            tail = [st[k] for k in ("median", "p95", "p99", "std", "rep_sd")]
+            tail.append(predicted.get(key, np.nan))
+            head = [*key, st["repetitions"], st["n"], st["errors"]]
+            w.writerow([*head, *map(_num, stat), st["ci_over"], *map(_num, tail)])
     return path
+
+
+def _num(v: float) -> str:
+    return f"{v:.3f}" if np.isfinite(v) else ""
 
 
 def make_all(results: Results) -> list[dict[str, Any]]:
@@ -318,7 +440,7 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / FIGURES_INDEX).unlink(missing_ok=True)
-    for stale in ("model.txt", "model.json", "ycsb.txt", "faults.txt", SUMMARY):
+    for stale in ("model.txt", "model.json", "ycsb.txt", "faults.txt", SUMMARY, "cells.csv"):
         (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
@@ -328,8 +450,9 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     model = None
     if results.cells:  # the paper's writes
         model = _model(results, out)
-        summary_table(results, out)
-        made += rtt_vs_latency(results, out, model) + rtt_cdf(results, out)
+        summary_table(results, out, model)
+        made += rtt_grids(results, out, model) + rtt_vs_latency(results, out, model)
+        made += rtt_cdf(results, out)
         made += high_rf(results, out)
         made += phi_vs_excess(results, out)
     if results.ycsb:

@@ -28,7 +28,7 @@ from testbed.topology import Topology
 
 from . import claims
 from .results import Results
-from .stats import bootstrap_mean_ci, mean_rtt
+from .stats import bootstrap_mean_ci, points
 
 TOLERANCE = 0.10  # the issue's target: mean absolute relative error of the mean <= 10 %
 MIN_LATENCY_MS = 10.0  # cells below this are the baseline's neighbours, not predictions
@@ -229,7 +229,9 @@ def paper_claims(
     """analysis.claims on the measured means, the predicted ones, and the model over 3-5
     nodes and the paper's losses (node counts and losses not measured: the what-if with
     the measured service time of the same RF)."""
-    measured = mean_rtt(results.cells)
+    stats_ = points(results.cells)
+    measured = {k: st["mean"] for k, st in stats_.items()}
+    errors = {k: st["se"] for k, st in stats_.items()}
     acc: dict[tuple, list[float]] = defaultdict(list)
     service: dict[int, list[float]] = defaultdict(list)
     for r in rows:
@@ -264,7 +266,8 @@ def paper_claims(
                         method="exact",
                     ):
                         what_if[(n, loss, rf, row["latency_ms"])] = row["predicted_mean_ms"]
-    return claims.check(measured, predicted, what_if, levels[0] if levels else "LOCAL_QUORUM")
+    level = levels[0] if levels else "LOCAL_QUORUM"
+    return claims.check(measured, predicted, what_if, level, errors)
 
 
 def error_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -34,7 +34,8 @@ color:#222}table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3f3}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:12px}
 figure{display:inline-block;margin:.5em}img{max-width:520px}
-details{margin:.5em 0}"""
+details{margin:.5em 0}table.claims td.c,table.claims td.v{text-align:left}
+table.claims td.v{max-width:260px}"""
 
 
 def _fmt(v) -> str:
@@ -55,9 +56,15 @@ def _table(rows: list[dict], columns: list[str]) -> str:
 
 # What each figure shows, by its name: a caption a reader can use, not the file name.
 CAPTIONS = (
+    (r"rtt_grid_mean", "Mean write RTT against one-way latency, every node count (rows) and "
+     "loss (columns) on shared axes: a line per RF with its 95 % CI band (over "
+     "repetitions where there are several, else within-run, as the legend says); dotted, "
+     "the model's prediction in the RF's colour"),
+    (r"rtt_grid_p99", "The 99th percentile of the write RTT against one-way latency, every "
+     "node count and loss on shared axes: where retransmissions show first"),
     (r"rtt_n(\d+)_loss([\d.]+)", "Mean write RTT against one-way latency, {0} nodes, {1} % "
-     "loss: a line per RF, its band the 95 % CI of the writes' mean; dotted, the model's "
-     "prediction in the RF's colour (the paper's Figures 2 and 3)"),
+     "loss: a line per RF, its band the 95 % CI of the mean (the figure says of what); "
+     "dotted, the model's prediction in the RF's colour (the paper's Figures 2 and 3)"),
     (r"rtt_cdf_n(\d+)_loss([\d.]+)", "Every write's RTT at the largest latency measured, {0} "
      "nodes, {1} % loss, as a distribution: a line per RF, p95 and p99 marked. Loss lives "
      "in this tail (retransmissions after a timeout), which a mean hides"),
@@ -97,6 +104,40 @@ def _figure(output_dir: Path, directory: Path, name: str) -> str:
         f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption(name))}'>"
         f"<figcaption>{html.escape(caption(name))} <small>({html.escape(name)}: {links})"
         f"</small></figcaption></figure>"
+    )
+
+
+CLAIM_KINDS = (("measured", "measured"), ("model", "model, same cells"),
+               ("what_if", "model, 3-5 nodes and the paper's losses"))  # fmt: skip
+
+
+def claims_table(rows: list[dict]) -> str:
+    """The paper's claims as a table: a row per claim (and node count), its verdict on the
+    measurements, on the model of the same cells and on the model's what-if grid; the
+    numbers behind a verdict show on hover and under the table."""
+    if not rows:
+        return "<p>No claims checked (no model of these runs).</p>"
+    head = (
+        "<tr><th>§</th><th>claim</th><th>nodes</th>"
+        + "".join(f"<th>{html.escape(t)}</th>" for _, t in CLAIM_KINDS)
+        + "</tr>"
+    )
+    body = []
+    for r in rows:
+        cells = "".join(
+            f"<td class='v' title='{html.escape(r[k]['numbers'])}'>"
+            f"{html.escape(r[k]['verdict'])}</td>"
+            for k, _ in CLAIM_KINDS
+        )
+        body.append(
+            f"<tr><td>{html.escape(r['id'])}</td><td class='c'>{html.escape(r['claim'])}</td>"
+            f"<td>{r['nodes'] or '3-5'}</td>{cells}</tr>"
+        )
+    return (
+        f"<table class='claims'>{head}{''.join(body)}</table>"
+        "<details><summary>The numbers behind each verdict</summary><pre>"
+        + html.escape(claims.format_text(rows))
+        + "</pre></details>"
     )
 
 
@@ -162,9 +203,8 @@ def _model_section(results: Results, rerun: str) -> str:
         f"&le; {100 * data['tolerance']:g} %):</p>"
         + _table(groups, list(groups[0]) if groups else ["nodes"])
         + (f"<p>Where the model fails:</p><ul>{failing}</ul>" if failing else "")
-        + "<h3>The paper's claims against the measurements and the model</h3><pre>"
-        + html.escape(claims.format_text(data.get("claims", [])))
-        + "</pre>"
+        + "<h3>The paper's claims against the measurements and the model</h3>"
+        + claims_table(data.get("claims", []))
         + "<details><summary><b>Every cell</b> (ms)</summary>"
         + _table(cells, list(cells[0]) if cells else ["nodes"])
         + "</details>"

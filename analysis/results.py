@@ -21,6 +21,8 @@ import numpy as np
 from experiments.store import RunInfo, Store
 from testbed.errors import ConfigError
 
+from .stats import per_cell
+
 DEFAULT_SELECTION = "the newest complete run and every complete run of its configuration"
 
 
@@ -39,6 +41,23 @@ class Results:
     # ``cells``: a cell whose node was killed or whose links changed is not a point of
     # the paper's RTT curves
     faults: list[dict[str, Any]] = field(default_factory=list)
+
+    def frame(self) -> Any:
+        """The cells as a pandas DataFrame, one row per cell (repetitions apart): its id,
+        run, grid point, level, policy and profile, and its statistics (writes, errors,
+        mean, median, p95, p99, std, 95 % CI of the writes' mean). pandas is an optional
+        extra (``pip install -e '.[pandas]'``)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ConfigError(
+                "a DataFrame needs pandas: pip install -e '.[pandas]' (in the project's venv)"
+            ) from exc
+        rows = []
+        for c, st in zip(self.cells, per_cell(self.cells), strict=True):
+            rows.append({"cell_id": c["cell_id"], "cl": c["cl"], "policy": c["policy"],
+                         "profile": c["profile"], **st})  # fmt: skip
+        return pd.DataFrame(rows)
 
     @property
     def output_dir(self) -> Path:
@@ -185,3 +204,8 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
     ]
     others = tuple(f"{r.run_id} ({r.status})" for r in all_runs if r.run_id not in ids)
     return Results(directory, out, used, selection, others, ycsb_rows, faulted)
+
+
+def frame(directory: str | Path, runs: str | Sequence[str] | None = None) -> Any:
+    """``load(directory, runs).frame()``: the chosen runs' cells as a pandas DataFrame."""
+    return load(directory, runs).frame()

@@ -130,6 +130,50 @@ def pooled(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, np.ndarray]:
     return {k: np.concatenate(v) for k, v in acc.items()}
 
 
+def point_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One grid point's statistics over its repetitions' cells: ``cell_stats`` of every
+    write pooled, ``repetitions``, and the 95 % CI of its mean, ``ci_over``:
+    "repetitions" (the t interval of the repetitions' means, what a rerun would vary
+    by) where two or more repetitions have writes, else "writes" (the within-run CI of the
+    one run's writes, which says nothing of how much a second run would differ)."""
+    s: dict[str, Any] = cell_stats(
+        np.concatenate([np.asarray(c["rtt_ms"], dtype=float) for c in cells]),
+        sum(int(c.get("errors", 0)) for c in cells),
+    )
+    means = [float(np.mean(c["rtt_ms"])) for c in cells if len(c["rtt_ms"])]
+    s["repetitions"] = len(cells)
+    s["rep_sd"] = float(np.std(means, ddof=1)) if len(means) > 1 else math.nan
+    s["ci_over"] = "writes"
+    s["se"] = s["std"] / math.sqrt(s["n"]) if s["n"] > 1 else math.nan  # of the mean
+    if len(means) > 1:
+        centre, half = (
+            float(np.mean(means)),
+            t95(len(means) - 1) * s["rep_sd"] / math.sqrt(len(means)),
+        )
+        s.update(ci_low=centre - half, ci_high=centre + half, ci_over="repetitions")
+        s["se"] = s["rep_sd"] / math.sqrt(len(means))
+    return s
+
+
+def points(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """(nodes, loss, rf, latency) -> ``point_stats`` of that grid point."""
+    acc: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for c in cells:
+        acc[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(c)
+    return {k: point_stats(v) for k, v in acc.items()}
+
+
+def ci_label(drawn: Sequence[Mapping[str, Any]]) -> str:
+    """What a figure's bands are, from the ``point_stats`` drawn: "95 % CI over 3
+    repetitions", or "within-run 95 % CI" where points have one repetition."""
+    reps = [s["repetitions"] for s in drawn if s["ci_over"] == "repetitions"]
+    if not reps:
+        return "within-run 95 % CI of the writes (1 repetition)"
+    k = min(reps)
+    over = f"95 % CI over {k}{'+' if max(reps) > k else ''} repetitions"
+    return over if len(reps) == len(drawn) else over + "; within-run where one"
+
+
 def mean_rtt(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, float]:
     """(nodes, loss, rf, latency) -> mean RTT over every request of that point."""
     return {k: float(v.mean()) for k, v in pooled(cells).items()}

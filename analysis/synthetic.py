@@ -7,6 +7,7 @@ replica with probability RF/n. Nothing here touches a testbed.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -34,8 +35,12 @@ def make_store(
     run_id: str = "synthetic",
     fingerprint: str = "synthetic",
     status: str = "complete",
+    repetitions: int = 1,
+    rep_sd_ms: float = 0.0,
 ) -> Path:
-    """A store in ``directory`` (made, or added to) holding one run of the given grid."""
+    """A store in ``directory`` (made, or added to) holding one run of the given grid,
+    each cell ``repetitions`` times; a repetition's writes are shifted together by a
+    normal offset of sd ``rep_sd_ms`` (what differs between two runs of a cell)."""
     rng = random.Random(seed)
     store = Store(directory)
     config = {
@@ -43,6 +48,7 @@ def make_store(
         "loss_pct": list(losses),
         "latency_ms": list(latencies),
         "writes": writes,
+        "repetitions": repetitions,
         "cl": "LOCAL_QUORUM",
         "name": "synthetic",
     }
@@ -52,9 +58,11 @@ def make_store(
         names = [f"e{i}" for i in range(n)]
         for loss in losses:
             for lat in latencies:
-                for rf in range(1, n + 1):
-                    cell_id = f"n{n}-rf{rf}-l{lat:g}-p{loss:g}-r1"
+                for rf, rep in itertools.product(range(1, n + 1), range(1, repetitions + 1)):
+                    cell_id = f"n{n}-rf{rf}-l{lat:g}-p{loss:g}-r{rep}"
                     mu = mean_ms(n, rf, lat, loss)
+                    if repetitions > 1:
+                        mu += rng.gauss(0, rep_sd_ms)
                     reqs = []
                     for seq in range(writes):
                         coord = names[seq % n]
@@ -84,7 +92,7 @@ def make_store(
                             "profile": "paper",
                             "latency_ms": float(lat),
                             "loss_pct": float(loss),
-                            "repetition": 1,
+                            "repetition": rep,
                             "writes": writes,
                             "warmup": 0,
                             "key_seed": "synthetic",

@@ -1,6 +1,7 @@
 """The figures and report of a sweep while it runs: written once the first pass is stored
 (``SweepConfig.first_pass``: every RF and loss at a few latencies), then refreshed every
-``every_s`` while new cells arrive, so the curves exist long before the grid ends.
+``every_s`` while new cells arrive, so the curves exist long before the grid ends; and at
+the end of every complete sweep.
 
 Each refresh is ``python -m analysis.plots OUT --run RUN`` (figures under
 ``OUT/analysis/``, ``OUT/report.html``) in a process of its own at the lowest CPU
@@ -108,11 +109,12 @@ class Figures:
             thread.join(timeout=300)
 
     def finish(self) -> None:
-        """At the end of a complete sweep: figures with every cell, if the sweep has been
-        keeping them (a first pass) and cells arrived since the last refresh."""
+        """At the end of a complete sweep: figures, ``analysis/summary.csv`` and the report
+        with every cell, unless no cell arrived since the last refresh. Every sweep ends
+        with them, one without a first pass too."""
         self.close()
         with self._lock:
-            if self.written_at is None or len(self.stored) <= self.written_with:
+            if not self.stored or len(self.stored) <= self.written_with:
                 return
             self.written_at, self.written_with = time.monotonic(), len(self.stored)
         self._refresh(first=False)

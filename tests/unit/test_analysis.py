@@ -1,6 +1,7 @@
 """Analysis: φ (Table 1 exact), statistics on hand-computed arrays, plots and comparison
 from synthetic stores whose answers are known."""
 
+import csv
 import math
 from fractions import Fraction
 
@@ -20,6 +21,7 @@ from analysis.stats import (
     slopes,
     spearman,
     std_across_nodes,
+    t95,
 )
 from analysis.synthetic import make_store
 from model.consistency import WRITE_LEVELS
@@ -181,7 +183,14 @@ def test_plots_from_a_synthetic_store(synthetic):
         "rtt_cdf_n5_loss7.5",
         "high_rf_n5",  # not high_rf_n3: RF 3 alone is no average of RF 3-5
         "phi_vs_excess",
+        "rtt_grid_mean",  # the four (nodes, loss) panels on one page, shared axes
+        "rtt_grid_p99",
     }
+    assert made["rtt_grid_mean"]["series"] == made["rtt_grid_p99"]["series"] == 5
+    grid = next(p for p in made["rtt_grid_mean"]["paths"] if p.suffix == ".svg").read_text()
+    for n, loss in ((3, 0.5), (3, 7.5), (5, 0.5), (5, 7.5)):
+        assert f">{n} nodes, loss {loss:g} %<" in grid
+    assert "within-run 95 % CI of the writes (1 repetition)" in grid
     assert made["rtt_n3_loss0.5"]["series"] == 3 and made["rtt_n5_loss7.5"]["series"] == 5
     assert made["rtt_cdf_n3_loss7.5"]["series"] == 3 and made["rtt_cdf_n5_loss0.5"]["series"] == 5
     assert made["high_rf_n5"]["series"] == 2  # one line per loss
@@ -204,9 +213,14 @@ def test_plots_from_a_synthetic_store(synthetic):
     assert page.count("src='data:image/png;base64,") == len(made)
     assert "Mean write RTT against one-way latency, 5 nodes, 7.5 % loss" in page
     assert "<figcaption>rtt_n" not in page
+    # the paper's claims as a table: a row per claim and node count, three verdicts each
+    claims_html = page[page.index("<table class='claims'>") :].split("</table>")[0]
+    assert (
+        claims_html.count("<tr>") > 9
+        and "RF 2 is the worst RF under high packet loss" in claims_html
+    )
+    assert claims_html.count("<td class='v'") == 3 * (claims_html.count("<tr>") - 1)
     # one summary row per grid point, its numbers those of the stored requests
-    import csv
-
     from experiments.store import Store
 
     with open(results.output_dir / plots.SUMMARY) as f:
@@ -221,6 +235,33 @@ def test_plots_from_a_synthetic_store(synthetic):
     assert float(row["mean_ms"]) == pytest.approx(rtts.mean(), abs=1e-3)
     assert float(row["p95_ms"]) == pytest.approx(np.percentile(rtts, 95), abs=1e-3)
     assert row["rep_sd_ms"] == ""  # one repetition: no run-to-run spread to show
+
+
+def test_with_repetitions_the_ci_is_over_them_and_says_so(tmp_path):
+    # three runs of each cell, each shifted by a run-to-run offset (sd 3 ms) far larger
+    # than the writes' own standard error (2 ms / sqrt(200)): the band must show the former
+    make_store(tmp_path, nodes=(3,), losses=(0.5, 7.5), latencies=(0, 100), writes=200,
+               repetitions=3, rep_sd_ms=3.0)  # fmt: skip
+    results = load(tmp_path)
+    made = {m["name"]: m for m in plots.make_all(results)}
+    with open(results.output_dir / plots.SUMMARY) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 2 * 3 and {r["repetitions"] for r in rows} == {"3"}
+    row = next(
+        r for r in rows if (r["rf"], r["latency_ms"], r["loss_pct"]) == ("2", "100.0", "7.5")
+    )
+    means = [
+        float(np.mean(c["rtt_ms"]))
+        for c in results.cells
+        if (c["rf"], c["latency_ms"], c["loss_pct"]) == (2, 100.0, 7.5)
+    ]
+    half = t95(2) * np.std(means, ddof=1) / math.sqrt(3)
+    assert row["ci_over"] == "repetitions"
+    assert float(row["ci_high_ms"]) - float(row["ci_low_ms"]) == pytest.approx(2 * half, abs=2e-3)
+    assert float(row["rep_sd_ms"]) == pytest.approx(np.std(means, ddof=1), abs=2e-3)
+    assert float(row["predicted_mean_ms"]) > 0  # the model's mean beside the measured one
+    svg = next(p for p in made["rtt_n3_loss7.5"]["paths"] if p.suffix == ".svg").read_text()
+    assert "bands: 95 % CI over 3 repetitions" in svg
 
 
 def follows_phi(n, rf, lat, loss):  # excess slope = φ x loss: a perfect rank match
@@ -311,11 +352,54 @@ def test_compare_does_not_order_rfs_its_data_cannot_tell_apart(tmp_path):
     (high,) = [g for g in compare_mod.compare(results)["groups"] if g["loss"] == 7.5]
     assert high["spearman"] == pytest.approx(1.0)
     assert high["spearman_p"] == pytest.approx(2 / 120)  # exact: 2 of the 5! pairings
-    assert high["verdict"].startswith("consistent:") and "RF 3 and RF 4" in high["verdict"]
+    assert high["verdict"].startswith("cannot tell:") and "RF 3 and RF 4" in high["verdict"]
     assert "RF 2 and" not in high["verdict"] and "and RF 2" not in high["verdict"]
+    # how many repetitions would separate them, if their difference stayed: 2 SE/diff, squared
+    (close,) = compare_mod.unresolved([r for r in high["rfs"] if r["rf"] in (3, 4)])
+    expected = math.ceil((compare_mod.SEPARATED_SE * close["se"] / close["diff"]) ** 2)
+    assert close["repetitions_needed"] == expected > 1
+    assert f"about {expected} repetitions of each cell" in high["verdict"]
 
 
 def test_compare_with_four_rfs_is_never_significant(tmp_path):
     high = high_loss_group(tmp_path, 4)
     assert high["spearman"] == pytest.approx(1.0) and high["spearman_p"] == pytest.approx(2 / 24)
-    assert high["verdict"].startswith("consistent: the same order as φ's, too few RFs")
+    assert high["verdict"].startswith("cannot tell: the same order as φ's, but 4 RFs cannot")
+
+
+def test_phi_vs_excess_labels_cover_no_label_and_no_point(tmp_path):
+    # the synthetic grid puts RF 3 of 3 nodes and RF 5 of 5 nodes on one spot (φ 0.5, the
+    # same excess), and other points a label's width apart: labelled naively, each point
+    # to its right, their labels print over each other and over the next point
+    from analysis.figsave import plt
+
+    grid = make_store(tmp_path, nodes=(3, 4, 5), losses=(0.5, 2.5, 7.5), latencies=(0, 50, 100),
+                      writes=30)  # fmt: skip
+    rows = plots.loss_excess(load(grid))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot([r["phi"] for r in rows], [r["excess_ms"] for r in rows], "o", ms=6)
+    plots._annotate_apart(ax, plots._label_spots(rows))
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    labels = sorted(t.get_text() for t in ax.texts)
+    plt.close(fig)
+    assert len(labels) == len(plots._label_spots(rows)) < len(rows) and "RF 3, 5" in labels
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+    points = ax.transData.transform([(r["phi"], r["excess_ms"]) for r in rows])
+    assert not [(x, y) for x, y in points for b in boxes if b.contains(x, y)]
+
+
+def test_results_as_a_dataframe_one_row_per_cell(synthetic):
+    import pandas as pd  # an optional extra; the dev extra (make test) installs it
+
+    from analysis.results import frame
+
+    df = frame(synthetic)
+    assert isinstance(df, pd.DataFrame)
+    results = load(synthetic)
+    assert len(df) == len(results.cells)
+    cell = next(c for c in results.cells if c["cell_id"] == "n5-rf4-l50-p7.5-r1")
+    row = df.set_index("cell_id").loc["n5-rf4-l50-p7.5-r1"]
+    assert (row["nodes"], row["rf"], row["latency_ms"], row["loss_pct"]) == (5, 4, 50.0, 7.5)
+    assert row["mean"] == pytest.approx(float(np.mean(cell["rtt_ms"])))
+    assert row["n"] == len(cell["rtt_ms"]) and row["repetition"] == 1

@@ -59,10 +59,18 @@ def test_figures_come_after_the_first_pass_and_refresh_with_new_cells(tmp_path):
     assert figures.refreshes == 3 and notes[-1].startswith("figures refreshed (8 cells)")
 
 
-def test_no_first_pass_means_no_figures_during_the_sweep(tmp_path):
+def test_no_first_pass_means_figures_only_at_the_end(tmp_path):
     config = SweepConfig(nodes=(3,), latency_ms=(0.0,), loss_pct=(0.5,), out=str(tmp_path))
+    make_store(tmp_path, nodes=(3,), losses=(0.5,), latencies=(0,), writes=30, run_id="run1")
     figures = Figures(config, "run1", [], print)
+    figures.finish()  # nothing stored by this sweep: nothing to draw
+    assert figures.refreshes == 0
     for cell in config.cells():
         figures.cell_stored(cell.cell_id)
     figures.close()
     assert figures.refreshes == 0
+    figures.finish()  # every sweep ends with its summary, figures and report
+    assert figures.refreshes == 1, figures.failures
+    with open(tmp_path / "analysis" / "summary.csv") as f:
+        assert len(f.read().splitlines()) == 1 + 3  # a row per RF at 0 ms, 0.5 %
+    assert (tmp_path / "report.html").is_file()

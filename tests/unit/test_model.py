@@ -369,6 +369,15 @@ def test_claims_on_means_where_the_answer_is_known():
     assert claims.rf345_similar(flat, 5)[0] == "holds"
     partly = {k: v * (1.5 if k[2] == 2 and k[3] == 100 else 1) for k, v in flat.items()}
     assert claims.rf2_worst_at_high_loss(partly, 5)[0] == "holds only at latencies 100 ms"
+    # measured means carry standard errors: a ranking within 2 of them is no ranking
+    near = {k: v + (1.0 if k[2] == 2 and k[1] == 7.5 else 0) for k, v in flat.items()}
+    small = dict.fromkeys(near, 0.1)  # RF 2 worst by 1 ms = 7 standard errors
+    assert claims.rf2_worst_at_high_loss(near, 5, small)[0] == "holds"
+    large = dict.fromkeys(near, 1.0)  # 1 ms = 0.7 standard errors
+    verdict, numbers = claims.rf2_worst_at_high_loss(near, 5, large)
+    assert verdict == "cannot tell (within 2 standard errors at every latency)"
+    assert "(8x the repetitions to tell)" in numbers  # (2 x sqrt(2) x 1 ms / 1 ms)^2 = 8
+    assert claims.rf2_worst_at_high_loss(near, 5)[0] == "holds"  # the model's: exact
     rows = claims.check(means, means, means)
     assert {r["id"] for r in rows} == {c[0] for c in claims.CLAIMS}
     assert "[5.1a, 5 nodes]" in claims.format_text(rows)
