@@ -24,7 +24,8 @@ PNG_DPI = 110
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 # no measured series is dotted: fine dots are the model's
-DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)), "-", (0, (5, 1.5)), "-")
+DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)),
+          (0, (6, 1.5, 1.5, 1.5, 1.5, 1.5)), (0, (5, 1.5)), "-")  # fmt: skip
 MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
 __all__ = ["FORMATS", "MODEL_STYLE", "matplotlib", "plt", "save_figure", "series_style"]

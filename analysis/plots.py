@@ -79,8 +79,16 @@ def rtt_vs_latency(
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
         ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=10)
-        ax.text(0.01, 0.99, f"{label}; bands: {bands}", transform=ax.transAxes, fontsize=7,
-                va="top", color="0.35")  # fmt: skip
+        ax.annotate(
+            f"{label}; bands: {bands}",
+            (0, 0),
+            xycoords="axes fraction",
+            xytext=(0, -30),
+            textcoords="offset points",
+            fontsize=7,
+            va="top",
+            color="0.35",
+        )  # fmt: skip  (under the axis label: clear of every line)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"rtt_n{n}_loss{loss:g}"

@@ -33,7 +33,8 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;
 color:#222}table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3f3}
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:12px}
-figure{display:inline-block;margin:.5em}img{max-width:520px}
+figure{display:inline-block;width:520px;margin:.5em;vertical-align:top}
+figure.wide{display:block;width:auto}img{max-width:100%}
 details{margin:.5em 0}table.claims td.c,table.claims td.v{text-align:left}
 table.claims td.v{max-width:260px}"""
 
@@ -81,6 +82,15 @@ CAPTIONS = (
 )  # fmt: skip
 
 
+def figure_rank(name: str) -> tuple[int, str]:
+    """The order a reader meets the figures in: the page-wide grids, the paper's figures,
+    the tails, Figure 4, φ, then YCSB and faults (the order of CAPTIONS)."""
+    for i, (pattern, _) in enumerate(CAPTIONS):
+        if re.fullmatch(pattern, name):
+            return i, name
+    return len(CAPTIONS), name
+
+
 def caption(name: str) -> str:
     for pattern, text in CAPTIONS:
         m = re.fullmatch(pattern, name)
@@ -100,8 +110,10 @@ def _figure(output_dir: Path, directory: Path, name: str) -> str:
         for fmt in ("svg", "pdf")
         if (output_dir / f"{name}.{fmt}").is_file()
     )
+    wide = " class='wide'" if name.startswith("rtt_grid") else ""  # a page of panels
     return (
-        f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption(name))}'>"
+        f"<figure{wide}><img src='data:image/png;base64,{data}' "
+        f"alt='{html.escape(caption(name))}'>"
         f"<figcaption>{html.escape(caption(name))} <small>({html.escape(name)}: {links})"
         f"</small></figcaption></figure>"
     )
@@ -232,7 +244,7 @@ def write_report(results: Results) -> Path:
         )
     parts.append("<h2>Figures</h2>")
     if index and index.get("figures"):
-        for name in sorted(index["figures"]):
+        for name in sorted(index["figures"], key=figure_rank):
             parts.append(_figure(results.output_dir, results.directory, name))
     else:
         parts.append(
