@@ -81,20 +81,18 @@ def _ranked(
     means: Means, se: Errors, nodes: int, loss: float, rf: int, pick: Callable
 ) -> tuple[list[tuple[float, bool | None]], list[str]]:
     """Per latency: is ``rf`` the one ``pick`` (max: worst, min: best) chooses, told
-    apart from the runner-up (None: too close to tell); and the numbers."""
+    apart (None: too close to tell) from the runner-up when it is, from the chosen one
+    when it is not; and the numbers."""
     ok: list[tuple[float, bool | None]] = []
     parts = []
     for lat, by_rf in _grid(means, nodes, loss).items():
         if rf not in by_rf or len(by_rf) < 2:
             continue
         chosen = pick(by_rf, key=lambda r: by_rf[r])
-        other = pick((r for r in by_rf if r != chosen), key=lambda r: by_rf[r])
-        apart, note = _apart(means, se, (nodes, loss, chosen, lat), (nodes, loss, other, lat))
+        other = pick((r for r in by_rf if r != rf), key=lambda r: by_rf[r])
+        apart, note = _apart(means, se, (nodes, loss, rf, lat), (nodes, loss, other, lat))
         ok.append((lat, (chosen == rf) if apart else None))
-        parts.append(
-            f"{lat:g} ms: RF {chosen} {by_rf[chosen]:.0f}, next RF {other} {by_rf[other]:.0f}"
-            + note
-        )
+        parts.append(f"{lat:g} ms: RF {rf} {by_rf[rf]:.0f}, RF {other} {by_rf[other]:.0f}" + note)
     return ok, parts
 
 
@@ -311,10 +309,13 @@ def check(
     what_if: Means,
     cl: str = "LOCAL_QUORUM",
     errors: Errors = NO_ERRORS,
+    errors_of: str = "",
 ) -> list[dict[str, Any]]:
     """Every claim for every node count, on the measurements (``errors``: the standard
     errors of their means), on the model's predictions of the same cells, and (for node
-    counts and losses not measured) on its what-if grid."""
+    counts and losses not measured) on its what-if grid. ``errors_of``: what those errors
+    measure, said beside each ranking verdict ("within one run": a rerun may differ by
+    more)."""
     out = []
     node_counts = sorted({k[0] for k in measured} | {k[0] for k in what_if})
     for cid, section, text, fn in CLAIMS:
@@ -326,8 +327,10 @@ def check(
             args = (n, cl) if cid == "6" else (n,)
             row: dict[str, Any] = {"id": cid, "section": section, "claim": text, "nodes": n or None}
             for name, means in (("measured", measured), ("model", predicted), ("what_if", what_if)):
-                extra = (errors,) if cid in RANKING and name == "measured" else ()
-                verdict, numbers = fn(means, *args, *extra)
+                ranked = cid in RANKING and name == "measured"
+                verdict, numbers = fn(means, *args, *((errors,) if ranked else ()))
+                if ranked and errors_of and numbers:
+                    numbers += f" [standard errors {errors_of}]"
                 row[name] = {"verdict": verdict, "numbers": numbers}
             out.append(row)
     return out

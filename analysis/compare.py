@@ -51,7 +51,7 @@ def unresolved(rows: list[dict[str, Any]], repetitions: int = 1) -> list[dict[st
         se = math.hypot(a["excess_se"], b["excess_se"])
         diff = abs(b["excess_slope"] - a["excess_slope"])
         if not diff > SEPARATED_SE * se:  # NaN: unknown
-            need = None
+            need = None  # a nil difference, or an unknown error: no number would do
             if diff > 0 and math.isfinite(se):
                 need = math.ceil(repetitions * (SEPARATED_SE * se / diff) ** 2 - 1e-9)
             out.append(
@@ -62,10 +62,15 @@ def unresolved(rows: list[dict[str, Any]], repetitions: int = 1) -> list[dict[st
 
 
 def _need(close: list[dict[str, Any]]) -> str:
+    if any(not math.isfinite(c["se"]) for c in close):
+        return "their standard errors are unknown (a slope over two latencies has none)"
     needs = [c["repetitions_needed"] for c in close]
     if any(n is None for n in needs):
-        return "no number of repetitions would: a measured difference is nil"
-    return f"about {max(needs)} repetitions of each cell would tell them apart"
+        return "a measured difference between them is nil"
+    return (
+        f"about {max(needs)} repetitions of each cell might tell them apart (if the "
+        f"difference is real and its error shrinks as 1/√repetitions)"
+    )
 
 
 def verdict(rho: float, p: float, count: int, close: list[dict[str, Any]] | None = None) -> str:
@@ -80,7 +85,7 @@ def verdict(rho: float, p: float, count: int, close: list[dict[str, Any]] | None
             pairs = ", ".join(c["pair"] for c in close)
             return (
                 f"cannot tell: the measured excess ranks the RFs as φ does, but {pairs} "
-                f"differ by less than {SEPARATED_SE:g} standard errors; {_need(close)} ({sig})"
+                f"are not {SEPARATED_SE:g} standard errors apart; {_need(close)} ({sig})"
             )
         if p >= SIGNIFICANT_P:
             return (

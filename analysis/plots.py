@@ -124,10 +124,10 @@ def _draw_rfs(ax: Any, by_rf: Panel, stat: str, predicted: dict[tuple, float], k
     """A line per RF of ``stat`` (mean: with its CI band, and the model's mean dotted
     beside it where ``predicted`` has it); returns what the bands are."""
     drawn = []
-    for i, (rf, pts) in enumerate(sorted(by_rf.items())):
+    for rf, pts in sorted(by_rf.items()):
         x = [lat for lat, _ in pts]
         y = [st[stat] for _, st in pts]
-        (line,) = ax.plot(x, y, label=f"RF {rf}", **series_style(i))
+        (line,) = ax.plot(x, y, label=f"RF {rf}", **series_style(rf - 1))  # RF k: one look
         if stat != "mean":
             continue
         drawn += [st for _, st in pts]
@@ -185,9 +185,11 @@ def rtt_grids(
                 ax.tick_params(labelsize=7)
         fig.supxlabel("one-way latency between edge nodes (ms)", fontsize=9)
         fig.supylabel(ylabel, fontsize=9)
-        handles, labels = max(
-            (ax.get_legend_handles_labels() for ax in axes.flat), key=lambda hl: len(hl[1])
-        )
+        legend: dict[str, Any] = {}  # every panel's RFs (--rf 1,k differs per row), once
+        for ax in axes.flat:
+            legend |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+        labels = sorted(legend, key=lambda lb: (lb.startswith("model"), len(lb), lb))
+        handles = [legend[lb] for lb in labels]
         note = f"{_label(results.cells)}" + (f"; bands: {bands}" if bands else "")
         fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8,
                    title=note, title_fontsize=7, frameon=False)  # fmt: skip
@@ -211,8 +213,8 @@ def rtt_cdf(results: Results, out: Path) -> list[dict[str, Any]]:
     made = []
     for (n, loss), by_rf in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for i, (rf, rtts) in enumerate(sorted(by_rf.items())):
-            style = series_style(i) | {"marker": None}
+        for rf, rtts in sorted(by_rf.items()):
+            style = series_style(rf - 1) | {"marker": None}
             ax.step(rtts, np.arange(1, len(rtts) + 1) / len(rtts), where="post",
                     label=f"RF {rf}", **style)  # fmt: skip
             for q, mark in ((95, "|"), (99, "x")):
@@ -379,8 +381,10 @@ def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
         for px, py in ax.transData.transform(line.get_xydata())
     ]
     legend = ax.get_legend()
-    if legend is not None:
-        placed.append(legend.get_window_extent(renderer))
+    if legend is not None:  # pinned where "best" put it: it must not move onto a label
+        box = legend.get_window_extent(renderer)
+        legend.set_loc(tuple(ax.transAxes.inverted().transform((box.x0, box.y0))))
+        placed.append(box)
     frame = ax.get_window_extent(renderer)
     for x, y, rfs in spots:
         text = "RF " + ", ".join(str(rf) for rf in sorted(rfs))

@@ -267,7 +267,13 @@ def paper_claims(
                     ):
                         what_if[(n, loss, rf, row["latency_ms"])] = row["predicted_mean_ms"]
     level = levels[0] if levels else "LOCAL_QUORUM"
-    return claims.check(measured, predicted, what_if, level, errors)
+    over = {st["ci_over"] for st in stats_.values()}
+    errors_of = (
+        "within one run: a rerun may differ by more"
+        if over == {"writes"}
+        else ("over repetitions" if over == {"repetitions"} else "over repetitions where several")
+    )
+    return claims.check(measured, predicted, what_if, level, errors, errors_of)
 
 
 def error_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -473,10 +479,13 @@ def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
         1, len(groups), figsize=(5.2 * len(groups), 4.0), squeeze=False, sharey=True
     )
     for ax, ((n, loss), by_rf) in zip(axes[0], sorted(groups.items()), strict=True):
-        for i, (rf, pts) in enumerate(sorted(by_rf.items())):
+        for rf, pts in sorted(by_rf.items()):
             pts.sort()
             (line,) = ax.plot(
-                [p[0] for p in pts], [p[1] for p in pts], label=f"RF {rf} mean", **series_style(i)
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                label=f"RF {rf} mean",
+                **series_style(rf - 1),
             )
             ax.plot([p[0] for p in pts], [p[2] for p in pts], ls=":", color=line.get_color(), lw=1)
         ax.set_title(f"{n} nodes, loss {loss:g} % (dotted: p99)", fontsize=10)

@@ -247,6 +247,7 @@ def cmd_shaper(args: argparse.Namespace) -> int:
             hostshaper.build(force=args.force)
         elif name == "gateway":
             image.build(force=args.force)
+        shapers.preflight(name)  # its tools (iptables, ethtool): ConfigError naming them
         print(f"  shaper {args.shaper}: {name}, ready")
         return 0
     if args.action == "check":

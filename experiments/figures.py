@@ -96,7 +96,11 @@ class Figures:
             self.failures.append(f"analysis.plots exit {code}")
             self.say(f"figures: analysis.plots failed (exit {code}); see {self.log}")
             return
-        what = "first pass stored: figures" if first else "figures refreshed"
+        what = (
+            ("first pass stored: figures" if self.first else "figures")
+            if first
+            else ("figures refreshed")
+        )
         self.say(
             f"{what} ({self.written_with} cells) in {self.out / 'analysis'} and "
             f"{self.out / 'report.html'} ({time.monotonic() - t0:.0f} s)"
@@ -117,7 +121,7 @@ class Figures:
             if not self.stored or len(self.stored) <= self.written_with:
                 return
             self.written_at, self.written_with = time.monotonic(), len(self.stored)
-        self._refresh(first=False)
+        self._refresh(first=self.refreshes == 0)
 
 
 def _first(config: SweepConfig, cell: Cell) -> bool:

@@ -171,6 +171,11 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
             values[name] = parse_list(flag, raw, knob.kind)
         else:
             values[name] = str(Path(raw).resolve()) if knob.path and raw else raw
+    if getattr(args, "latency_ms", None) is not None and getattr(args, "first_pass", None) is None:
+        # a preset's or file's first pass, under latencies given on the command line: the
+        # part of it the new grid has (--quick --latency 0,100 measures 0 ms first)
+        kept = tuple(x for x in values.get("first_pass") or () if x in values["latency_ms"])
+        values["first_pass"] = kept or None
     return SweepConfig.from_dict(values)
 
 

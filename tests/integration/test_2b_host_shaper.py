@@ -50,7 +50,7 @@ def test_jitter_has_the_configured_spread_and_loss_its_rate(small):
     rtts, sent = echo_rtts(small, "e0", "e1", 3000)
     expected = matrix.round_trip_loss_pct("e0", "e1")
     low, high = binomial_interval(expected, sent, 0.999)  # 12.4-16.6 %: one-way loss fails
-    assert low <= 100 * (1 - len(rtts) / sent) <= high, (len(rtts), sent, expected)
+    assert low <= 100 * (sent - len(rtts)) / sent <= high, (len(rtts), sent, expected)
     # segments, not 64 KB aggregates, cross the shaped links
     assert "tcp-segmentation-offload: off" in _offloads(small, "e0")
 

@@ -378,6 +378,11 @@ def test_claims_on_means_where_the_answer_is_known():
     assert verdict == "cannot tell (within 2 standard errors at every latency)"
     assert "(8x the repetitions to tell)" in numbers  # (2 x sqrt(2) x 1 ms / 1 ms)^2 = 8
     assert claims.rf2_worst_at_high_loss(near, 5)[0] == "holds"  # the model's: exact
+    # RF 3 worst and RF 4 within an error of it, RF 2 far below both: RF 2 is clearly not
+    # the worst, whichever of RF 3 and 4 is
+    low2 = {k: v + (10.0 if k[2] == 3 else 9.5 if k[2] == 4 else -20 if k[2] == 2 else 0)
+            for k, v in flat.items()}  # fmt: skip
+    assert claims.rf2_worst_at_high_loss(low2, 5, large)[0] == "does not hold"
     rows = claims.check(means, means, means)
     assert {r["id"] for r in rows} == {c[0] for c in claims.CLAIMS}
     assert "[5.1a, 5 nodes]" in claims.format_text(rows)

@@ -152,6 +152,15 @@ def test_quick_preset():
     assert c.nodes == (3, 5) and c.latency_ms == (0.0, 50.0, 100.0)
     assert c.loss_pct == (0.5, 7.5) and c.rfs(5) == (1, 2, 3, 4, 5)
     assert estimate.sweep_s(c) < 15 * 60
+    assert c.first_pass == (0.0, 50.0)  # figures from the fast third of the grid
+
+
+def test_latencies_on_the_command_line_keep_what_fits_of_a_presets_first_pass():
+    assert from_flags("--quick", "--latency", "0,100").first_pass == (0.0,)
+    assert from_flags("--quick", "--latency", "20").first_pass is None  # none of it fits
+    assert from_flags("--quick", "--latency", "0,100", "--first-pass", "100").first_pass == (100.0,)
+    with pytest.raises(ConfigError, match="first_pass latency 50 ms is not in the grid"):
+        from_flags("--quick", "--latency", "0,100", "--first-pass", "50")  # asked: refused
 
 
 def test_fingerprint_ignores_output_dir_but_not_the_grid():
