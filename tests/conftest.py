@@ -24,6 +24,28 @@ if "EDGETB_HOME" not in os.environ:
         shutil.rmtree(_HOME, ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_on_the_machine():
+    """The independent leak check (tests/support/leaks.py): an inventory of the machine
+    taken with the system's own tools before the first test, and again after the last
+    (after every session fixture's teardown, the shared cluster's included); any
+    difference fails the run. As root only: without it the tests change nothing there."""
+    if os.geteuid() != 0 or os.environ.get("EDGETB_LEAK_CHECK") == "off":
+        yield
+        return
+    from tests.support import leaks
+
+    before = leaks.take()
+    yield
+    left = leaks.settled(before)
+    if left:
+        pytest.fail(
+            f"the test run changed the machine ({len(left)} differences, "
+            f"tests/support/leaks.py):\n" + "\n".join(left[:40]),
+            pytrace=False,
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     if os.geteuid() == 0:
         return
