@@ -4,10 +4,12 @@ node starts and stays under its limit; nothing of the cgroups is left after `dow
 after kill -9 of the owner and `clean`."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,29 @@ from testbed import Testbed, Topology, cgroups
 from testbed.backends import backend_options
 
 from .conftest import assert_no_residue, run_cli, run_id_in
+
+
+def cgroup_file(pid: int, controller: str, v1_name: str, v2_name: str) -> Path:
+    """The file of ``pid``'s cgroup that holds ``controller``'s limit, found as the kernel
+    tells it (/proc/PID/cgroup and the mount table), not as the testbed recorded it: the
+    v1 hierarchy of that controller where one is mounted, else the v2 one."""
+    mounts: dict[str, str] = {}  # controller ("" for cgroup2) -> mount point
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, right = line.split(" - ", 1)
+        fstype, _source, options = right.split()[:3]
+        if fstype == "cgroup2":
+            mounts[""] = left.split()[4]
+        elif fstype == "cgroup":
+            mounts |= dict.fromkeys(options.split(","), left.split()[4])
+    lines = [ln.split(":", 2) for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    for _, controllers, path in lines:
+        if controller in controllers.split(",") and controller in mounts:
+            return Path(mounts[controller] + path) / v1_name
+    for _, controllers, path in lines:
+        if controllers == "" and "" in mounts:
+            return Path(mounts[""] + path) / v2_name
+    raise AssertionError(f"pid {pid} has no {controller} cgroup: {lines}")
+
 
 pytestmark = pytest.mark.skipif(cgroups.layout() is None, reason="no cgroup cpu/memory here")
 
@@ -41,13 +66,21 @@ def test_a_cpu_quota_caps_the_whole_node_and_down_removes_its_cgroup():
         run_id = tb.run_id
         names = sorted(cgroups.find(run_id))
         assert names == [f"tb-{run_id}-e0", f"tb-{run_id}-ep"], names
-        # one loop or three: the node gets half a core either way (the cap is the node's)
+        # the quota as the kernel holds it, read from the node's own process
+        pid = int(tb.exec("e0", ["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"]).stdout)
+        quota = cgroup_file(pid, "cpu", "cpu.cfs_quota_us", "cpu.max").read_text().split()
+        if len(quota) == 1:  # v1: the period beside it
+            period = cgroup_file(pid, "cpu", "cpu.cfs_period_us", "cpu.max").read_text()
+            quota.append(period.strip())
+        assert int(quota[0]) / int(quota[1]) == pytest.approx(0.5), quota
+        os.kill(pid, signal.SIGKILL)
+        # one loop or three: the node gets at most half a core (unshaped, three loops would
+        # take both cores); how close to 0.5 it gets is benchmarks/' business, not this
         one = busy_usage(tb, "e0", 1)
         three = busy_usage(tb, "e0", 3)
-        assert 0.40 <= one <= 0.55, one
-        assert 0.40 <= three <= 0.55, three
+        assert one <= 0.6 and three <= 0.6, (one, three)
         ep = busy_usage(tb, "ep", 1)
-        assert ep >= 0.8, ep  # the endpoint's own quota: one core
+        assert ep >= 0.6, ep  # the endpoint's own quota: one core, more than e0's half
         # every process run in a host is in its cgroup (ip netns exec keeps it)
         inside = tb.exec("e0", ["cat", "/proc/self/cgroup"]).stdout
         assert f"tb-{run_id}-e0" in inside, inside
@@ -69,11 +102,22 @@ def test_a_memory_limited_node_runs_cassandra_within_its_limit_and_clean_after_k
         tb = Testbed.attach(run_id)
         dirs = tb.backend.cgroup_dirs["e0"]  # type: ignore[union-attr]
         pid = tb.nodes["e0"].pid
-        assert pid in cgroups.pids(dirs)
-        peak = cgroups.memory_peak_mb(dirs)
-        assert peak is None or peak <= 640, peak
+        assert pid is not None and pid in cgroups.pids(dirs)
+        # the limit as the kernel holds it for the JVM, read back from its own cgroup
+        limit = cgroup_file(pid, "memory", "memory.limit_in_bytes", "memory.max")
+        assert int(limit.read_text()) == 640 << 20, limit
         status = run_cli("status", "--run", run_id, "--json", timeout=120)
         assert '"UN"' in status.stdout, status.stdout
+        # more than the limit, allocated inside the node (first in line for the OOM
+        # killer): killed, and the node's Cassandra lives on
+        hog = "echo 1000 > /proc/self/oom_score_adj; exec python3 -c 'x = b\"1\" * (1 << 30)'"
+        hogged = tb.exec("e0", ["sh", "-c", hog], check=False, timeout=120)
+        assert hogged.returncode in (-9, 137), (hogged.returncode, hogged.stderr)
+        events = limit.with_name(
+            "memory.oom_control" if limit.name.endswith("in_bytes") else "memory.events"
+        ).read_text()
+        assert re.search(r"^oom_kill [1-9]", events, re.M), events
+        assert tb.nodes["e0"].alive()
     finally:
         down = run_cli("down", "--run", run_id, timeout=300)
     assert down.returncode == 0, down.stderr

@@ -104,6 +104,10 @@ def test_every_stop_signal_ends_in_the_teardown(tmp_path, sig):
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
+        # as a terminal's foreground command gets it: a test run started in the
+        # background (`make test &`) ignores SIGINT, its children inherit that, and Python
+        # then leaves Ctrl-C ignored, as a background job should
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None and proc.stdout.readline() == "started\n"
     proc.send_signal(sig)
