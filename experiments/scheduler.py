@@ -26,6 +26,7 @@ from emulation import api as emulation
 from emulation import links, shapers
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed, Topology
+from testbed.backends.libvirt import LibvirtRecord
 from testbed.clean import clean
 from testbed.command import stop_signals
 from workloads import WriteWorker
@@ -298,10 +299,13 @@ class Shard:
         assert tb is not None and worker is not None
         assert tb.state is not None
         gateway = tb.state.get(shapers.GatewayRecord)
+        vms = tb.state.get(LibvirtRecord)
         entry = {
             "nodes": self.nodes,
             "shard": self.name,
             "testbed_run": tb.run_id,
+            "backend": tb.backend_name,
+            "vm_accel": vms.accel if vms else None,  # kvm or tcg: the VMs' timings differ
             "subnet": tb.topology.subnet,
             "cassandra": tb.dist.version if tb.dist else None,
             "java": tb.java.version if tb.java else None,
