@@ -37,16 +37,20 @@ def test_a_cassandra_sweep_on_vms(tmp_path):
     assert sorted((c["rf"], c["latency_ms"]) for c in cells) == sorted(
         (rf, lat) for rf in rfs for lat in (0.0, 20.0)
     )
-    means = {}
+    fastest = {}
     for c in cells:
         rtts = store.rtts_ns(run.run_id, c["cell_id"])
         assert len(rtts) == writes
-        means[(c["rf"], c["latency_ms"])] = sum(rtts) / len(rtts) / 1e6
+        fastest[(c["rf"], c["latency_ms"])] = min(rtts) / 1e6
         # the links inside the guests, as the sweep measured them with ping
         median = c["shaping"]["measured"]["median_rtt_ms"]
         assert abs(median - 2 * c["latency_ms"]) <= rtt_tolerance_ms(2 * c["latency_ms"]), c
-    for rf in rfs:  # 20 ms each way: every write pays at least the endpoint's round trip
-        assert means[(rf, 20.0)] - means[(rf, 0.0)] >= 40 - rtt_tolerance_ms(40), means
+    # 20 ms each way, lower bounds no JVM speed can break (a mean at 0 ms is a cold JVM's
+    # under TCG, so differences of means are not): every write pays the endpoint's round
+    # trip, and from RF 2 every write also waits for one replica's (LOCAL_QUORUM)
+    for rf in rfs:
+        floor = 2 * 20 * (2 if rf >= 2 else 1)
+        assert fastest[(rf, 20.0)] >= floor - rtt_tolerance_ms(floor), (rf, fastest)
     clusters = run.manifest["clusters"].values()
     accel = {None: ("kvm", "tcg"), "kvm": ("kvm",), "qemu": ("tcg",)}[choose_domain_type()]
     assert clusters and all(c["backend"] == "libvirt" for c in clusters), run.manifest
