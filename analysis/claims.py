@@ -7,7 +7,7 @@ claims about node counts or losses a run did not measure are checked on the mode
 what-if grid only (the service time of the run's 0 ms cells, or 5 ms). Verdicts: holds,
 does not hold, holds only when ..., or cannot tell: the data a claim needs is missing, or
 (on measurements, whose means have standard errors) the RFs it ranks differ by less than
-APART standard errors, or an order of too few RFs to be significant.
+APART_SE standard errors, or an order of too few RFs to be significant.
 """
 
 from __future__ import annotations
@@ -20,12 +20,18 @@ from typing import Any
 import numpy as np
 
 from . import phi as phi_mod
-from .stats import SIGNIFICANT_P, median_line_slope, spearman_test
+from .stats import (
+    APART_SE,
+    SIGNIFICANT_P,
+    median_line_slope,
+    repetitions_to_tell,
+    smallest_spearman_p,
+    spearman_test,
+)
 
 Means = Mapping[tuple[int, float, int, float], float]  # (nodes, loss, rf, latency) -> ms
 Errors = Mapping[tuple[int, float, int, float], float]  # the same keys -> standard error, ms
 NO_ERRORS: Errors = {}  # the model's means: exact
-APART = 2.0  # two means are told apart beyond this many standard errors of their difference
 MIN_LATENCY_MS = 10.0  # the paper's statements are about shaped links
 SIMILAR = 0.10  # "similar": within 10 % of each other
 STD_CLAIM_MS = 1.5
@@ -47,7 +53,7 @@ def _verdict(ok: list[tuple[float, bool | None]], what: str = "at latencies") ->
     decided = [(x, y) for x, y in ok if y is not None]
     close = [x for x, y in ok if y is None]
     if not decided:
-        return f"cannot tell (within {APART:g} standard errors at every latency)"
+        return f"cannot tell (within {APART_SE:g} standard errors at every latency)"
     good = [x for x, y in decided if y]
     if len(good) == len(decided):
         verdict = "holds"
@@ -61,16 +67,15 @@ def _verdict(ok: list[tuple[float, bool | None]], what: str = "at latencies") ->
 
 
 def _apart(means: Means, se: Errors, a: tuple, b: tuple) -> tuple[bool, str]:
-    """Are the means at keys ``a`` and ``b`` told apart (their difference beyond APART
-    standard errors; always, without errors)? With a note of the repetitions that would
+    """Are the means at keys ``a`` and ``b`` told apart (their difference beyond
+    APART_SE standard errors; always, without errors)? With a note of the repetitions that would
     tell them apart when not."""
     err = math.hypot(se.get(a, 0.0), se.get(b, 0.0))
     diff = abs(means[a] - means[b])
-    if not err > 0 or diff > APART * err:  # no errors (the model), or NaN: as measured
+    if not err > 0 or diff > APART_SE * err:  # no errors (the model), or NaN: as measured
         return True, ""
-    if diff == 0:
-        return False, " (equal)"
-    return False, f" ({math.ceil((APART * err / diff) ** 2 - 1e-9)}x the repetitions to tell)"
+    need = repetitions_to_tell(diff, err)
+    return False, " (equal)" if need is None else f" ({need}x the repetitions to tell)"
 
 
 def _losses(means: Means, nodes: int) -> list[float]:
@@ -243,7 +248,7 @@ def phi_orders_loss_sensitivity(means: Means, nodes: int, cl: str) -> tuple[str,
             "holds"
             if p < SIGNIFICANT_P
             else f"cannot tell (the order holds, but {len(rfs)} RFs cannot make it "
-            f"significant: the smallest p is {2 / math.factorial(len(rfs)):.2g})"
+            f"significant: the smallest p is {smallest_spearman_p(len(rfs)):.2g})"
         )
         if rho >= 0.999
         else "cannot tell"

@@ -29,18 +29,24 @@ from testbed.errors import TestbedError
 
 from . import phi as phi_mod
 from .results import Results, add_run_option, load, run_ids
-from .stats import SIGNIFICANT_P, mean_rtt, slopes, spearman_test, std_across_nodes
+from .stats import (
+    APART_SE,
+    SIGNIFICANT_P,
+    mean_rtt,
+    repetitions_to_tell,
+    slopes,
+    smallest_spearman_p,
+    spearman_test,
+    std_across_nodes,
+)
 
 PAPER_STD_CLAIM_MS = 1.5
 
 
-SEPARATED_SE = 2.0  # two RFs' excess slopes are told apart beyond this many standard errors
-
-
 def unresolved(rows: list[dict[str, Any]], repetitions: int = 1) -> list[dict[str, Any]]:
     """Neighbours in φ's order (RFs of distinct φ) whose excess slopes differ by less than
-    SEPARATED_SE standard errors of their difference, each with ``repetitions_needed``:
-    how many repetitions of every cell would make that difference SEPARATED_SE standard
+    APART_SE standard errors of their difference, each with ``repetitions_needed``:
+    how many repetitions of every cell would make that difference APART_SE standard
     errors, if it stays and its standard error shrinks as 1/√repetitions (None: the
     difference is nil or unknown, no number would)."""
     by_phi = sorted(rows, key=lambda r: r["phi"])
@@ -50,10 +56,8 @@ def unresolved(rows: list[dict[str, Any]], repetitions: int = 1) -> list[dict[st
             continue
         se = math.hypot(a["excess_se"], b["excess_se"])
         diff = abs(b["excess_slope"] - a["excess_slope"])
-        if not diff > SEPARATED_SE * se:  # NaN: unknown
-            need = None  # a nil difference, or an unknown error: no number would do
-            if diff > 0 and math.isfinite(se):
-                need = math.ceil(repetitions * (SEPARATED_SE * se / diff) ** 2 - 1e-9)
+        if not diff > APART_SE * se:  # NaN: unknown
+            need = repetitions_to_tell(diff, se, repetitions)
             out.append(
                 {"pair": f"RF {a['rf']} and RF {b['rf']}", "diff": diff, "se": se,
                  "repetitions_needed": need}
@@ -85,13 +89,13 @@ def verdict(rho: float, p: float, count: int, close: list[dict[str, Any]] | None
             pairs = ", ".join(c["pair"] for c in close)
             return (
                 f"cannot tell: the measured excess ranks the RFs as φ does, but {pairs} "
-                f"are not {SEPARATED_SE:g} standard errors apart; {_need(close)} ({sig})"
+                f"are not {APART_SE:g} standard errors apart; {_need(close)} ({sig})"
             )
         if p >= SIGNIFICANT_P:
             return (
                 f"cannot tell: the same order as φ's, but {count} RFs cannot make it "
                 f"significant ({sig}; the smallest p of {count} RFs is "
-                f"{2 / math.factorial(count):.2g})"
+                f"{smallest_spearman_p(count):.2g})"
             )
         return f"yes: φ orders the RFs exactly as the measured excess does ({sig})"
     if p >= SIGNIFICANT_P:

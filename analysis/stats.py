@@ -247,6 +247,23 @@ def ls_slope_se(x: Sequence[float], y: Sequence[float]) -> float:
 
 EXACT_UP_TO = 7  # points: 7! = 5040 pairings are cheap to enumerate
 SIGNIFICANT_P = 0.05  # where a verdict may call a rank correlation more than chance
+APART_SE = 2.0  # two estimates are told apart beyond this many standard errors of their difference
+
+
+def repetitions_to_tell(diff: float, se: float, repetitions: int = 1) -> int | None:
+    """How many repetitions of each cell would make a difference ``diff`` (standard error
+    ``se`` at ``repetitions``) APART_SE standard errors wide, if it is real and its error
+    shrinks as 1/sqrt(repetitions); None where no number would (a nil difference, an
+    unknown error)."""
+    if not (diff > 0 and math.isfinite(se)):
+        return None
+    return math.ceil(repetitions * (APART_SE * se / diff) ** 2 - 1e-9)
+
+
+def smallest_spearman_p(n: int) -> float:
+    """The smallest two-sided p-value an exact rank correlation of ``n`` points can have
+    (the perfect order and its reverse, of n! pairings)."""
+    return 2 / math.factorial(n)
 
 
 def spearman_test(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:

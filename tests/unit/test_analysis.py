@@ -356,7 +356,7 @@ def test_compare_does_not_order_rfs_its_data_cannot_tell_apart(tmp_path):
     assert "RF 2 and" not in high["verdict"] and "and RF 2" not in high["verdict"]
     # how many repetitions would separate them, if their difference stayed: 2 SE/diff, squared
     (close,) = compare_mod.unresolved([r for r in high["rfs"] if r["rf"] in (3, 4)])
-    expected = math.ceil((compare_mod.SEPARATED_SE * close["se"] / close["diff"]) ** 2)
+    expected = math.ceil((compare_mod.APART_SE * close["se"] / close["diff"]) ** 2)
     assert close["repetitions_needed"] == expected > 1
     assert f"about {expected} repetitions of each cell" in high["verdict"]
 
