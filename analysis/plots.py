@@ -64,12 +64,12 @@ def predicted_means(model: dict[str, Any] | None) -> dict[tuple, float]:
 
 
 def rtt_vs_latency(
-    results: Results, out: Path, model: dict[str, Any] | None = None
+    results: Results, out: Path, stats_: dict[tuple, dict[str, Any]], model: dict | None = None
 ) -> list[dict[str, Any]]:
     """Figures 2/3: one per (nodes, loss), with the model's prediction (dashed) beside
     each measured RF line when ``model`` (analysis.prediction.compare) is given; returns
     [{name, paths, series}]."""
-    groups = _by_panel(points(results.cells))
+    groups = _by_panel(stats_)
     predicted = predicted_means(model)
     made = []
     label = _label(results.cells)
@@ -155,12 +155,12 @@ FACETS = {  # name -> (statistic, y label): one faceted figure each
 
 
 def rtt_grids(
-    results: Results, out: Path, model: dict[str, Any] | None = None
+    results: Results, out: Path, stats_: dict[tuple, dict[str, Any]], model: dict | None = None
 ) -> list[dict[str, Any]]:
     """Figures 2/3 on one page: a panel per (nodes, loss), node counts in rows and losses
     in columns, sharing both axes; one figure of the mean (bands, the model) and one of
     the 99th percentile (where retransmissions show). Only with two or more panels."""
-    groups = _by_panel(points(results.cells))
+    groups = _by_panel(stats_)
     nodes = sorted({n for n, _ in groups})
     losses = sorted({loss for _, loss in groups})
     if len(groups) < 2:
@@ -423,7 +423,9 @@ SUMMARY_COLUMNS = (
 )  # fmt: skip
 
 
-def summary_table(results: Results, out: Path, model: dict[str, Any] | None = None) -> Path:
+def summary_table(
+    out: Path, stats_: dict[tuple, dict[str, Any]], model: dict[str, Any] | None = None
+) -> Path:
     """One row per grid point (repetitions pooled): its writes, errors, mean with its
     95 % CI (``ci_over`` "repetitions" where two or more, else "writes": the within-run
     CI), median, p95, p99, ``rep_sd_ms`` (the spread of the repetitions' means; empty with
@@ -433,7 +435,7 @@ def summary_table(results: Results, out: Path, model: dict[str, Any] | None = No
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(SUMMARY_COLUMNS)
-        for key, st in sorted(points(results.cells).items()):
+        for key, st in sorted(stats_.items()):
             stat = [st[k] for k in ("mean", "ci_low", "ci_high")]
             tail = [st[k] for k in ("median", "p95", "p99", "std", "rep_sd")]
             tail.append(predicted.get(key, np.nan))
@@ -462,8 +464,10 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     model = None
     if results.cells:  # the paper's writes
         model = _model(results, out)
-        summary_table(results, out, model)
-        made += rtt_grids(results, out, model) + rtt_vs_latency(results, out, model)
+        stats_ = points(results.cells)  # per grid point: the table's and the figures'
+        summary_table(out, stats_, model)
+        made += rtt_grids(results, out, stats_, model)
+        made += rtt_vs_latency(results, out, stats_, model)
         made += rtt_cdf(results, out)
         made += high_rf(results, out)
         made += phi_vs_excess(results, out)
