@@ -96,11 +96,10 @@ class Figures:
             self.failures.append(f"analysis.plots exit {code}")
             self.say(f"figures: analysis.plots failed (exit {code}); see {self.log}")
             return
-        what = (
-            ("first pass stored: figures" if self.first else "figures")
-            if first
-            else ("figures refreshed")
-        )
+        if not first:
+            what = "figures refreshed"
+        else:  # the first drawing: of a first pass, or of a sweep's end
+            what = "first pass stored: figures" if self.first else "figures"
         self.say(
             f"{what} ({self.written_with} cells) in {self.out / 'analysis'} and "
             f"{self.out / 'report.html'} ({time.monotonic() - t0:.0f} s)"
