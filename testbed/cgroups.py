@@ -36,7 +36,11 @@ from .errors import ConfigError, StateError
 from .state import Record
 
 ROOT = Path(os.environ.get("EDGETB_CGROUP_ROOT", "/sys/fs/cgroup"))
-PARENT = "edgetb"  # shared by every run: never removed (another run may be making a child)
+# Shared by every run of the machine (or of the v1 cgroup the run's process is in): made by
+# the first run that needs it, removed by the last one out (rmdir fails while another run
+# has a child in it; a run whose parent vanished between mkdirs makes it again).
+PARENT = "edgetb"
+MAKE_ATTEMPTS = 5
 NAME_RE = re.compile(r"^tb-([0-9a-f]{6})-([a-z][a-z0-9]{0,11})$")
 PERIOD_US = 100_000  # the CFS period the quota is a share of
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
@@ -347,25 +351,59 @@ def create(lay: Layout, name: str, res: Resources, data_dir: Path) -> dict[str, 
     ``clean`` knows."""
     dirs = lay.dirs(name)
     if lay.version == 2:
-        parent = dirs[""].parent
         check_v2_root(lay, needed_v2(res))
-        parent.mkdir(exist_ok=True)
-        _enable_v2(parent, needed_v2(res))
-    for ctrl, d in dirs.items():
-        if ctrl == "cpuset":  # v1: a cpuset has no CPUs until given its parent's
-            _inherit_cpuset(d.parent)
-        else:
-            d.parent.mkdir(parents=True, exist_ok=True)
-        d.mkdir(exist_ok=False)
-        if ctrl == "cpuset":
-            for f in ("cpuset.cpus", "cpuset.mems"):
-                _write(d / f, (d.parent / f).read_text().strip())
+    for _attempt in range(MAKE_ATTEMPTS):
+        if _make(lay, dirs, res):
+            break
+    else:
+        raise StateError(
+            f"cannot make cgroup {name}: its parent {PARENT}/ was removed {MAKE_ATTEMPTS} "
+            "times while it was being made (other runs starting and stopping)"
+        )
     try:
         apply(lay, dirs, res, data_dir)
     except BaseException:
         remove(dirs)
         raise
     return {ctrl: str(d) for ctrl, d in dirs.items()}
+
+
+def _make(lay: Layout, dirs: Mapping[str, Path], res: Resources) -> bool:
+    """Make ``dirs`` (and the shared parents they need); False, with nothing of ours left
+    made, when another run's ``remove`` took a parent away between two mkdirs."""
+    made: list[Path] = []
+    try:
+        if lay.version == 2:
+            parent = dirs[""].parent
+            parent.mkdir(exist_ok=True)
+            _enable_v2(parent, needed_v2(res))
+        for ctrl, d in dirs.items():
+            if ctrl == "cpuset":  # v1: a cpuset has no CPUs until given its parent's
+                _inherit_cpuset(d.parent)
+            else:
+                d.parent.mkdir(parents=True, exist_ok=True)
+            d.mkdir(exist_ok=False)
+            made.append(d)
+            if ctrl == "cpuset":
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    _write(d / f, (d.parent / f).read_text().strip())
+    except (FileNotFoundError, StateError) as exc:
+        for d in reversed(made):
+            _rmdir_quietly(d)
+        for d in dirs.values():
+            if d.parent.name == PARENT:
+                _rmdir_quietly(d.parent)
+        if isinstance(exc, StateError) and all(d.parent.exists() for d in dirs.values()):
+            raise
+        return False
+    return True
+
+
+def _rmdir_quietly(d: Path) -> None:
+    try:
+        os.rmdir(d)
+    except OSError:
+        pass
 
 
 def _inherit_cpuset(parent: Path) -> None:
@@ -493,6 +531,9 @@ def remove(dirs: Mapping[str, str | Path], *, timeout_s: float = 10.0) -> list[i
             except OSError:
                 busy.append(str(d))
         if not busy:
+            for d in dirs.values():  # the last run out removes the shared parent
+                if Path(d).parent.name == PARENT:
+                    _rmdir_quietly(Path(d).parent)
             return killed
         if time.monotonic() > deadline:
             raise StateError(f"cgroups still in use after {timeout_s:g} s: {', '.join(busy)}")

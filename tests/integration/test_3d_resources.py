@@ -84,10 +84,15 @@ def test_a_cpu_quota_caps_the_whole_node_and_down_removes_its_cgroup():
         # every process run in a host is in its cgroup (ip netns exec keeps it)
         inside = tb.exec("e0", ["cat", "/proc/self/cgroup"]).stdout
         assert f"tb-{run_id}-e0" in inside, inside
+        parents = {Path(d).parent for ds in tb.backend.cgroup_dirs.values() for d in ds.values()}  # type: ignore[union-attr]
     finally:
         tb.down()
     assert_no_residue(run_id)
     assert cgroups.find(run_id) == {}
+    # the shared edgetb/ parents go with the last run out: left only where another run
+    # still has a node in them
+    left = [p for p in parents if p.exists() and not any(p.glob("tb-*"))]
+    assert left == [], left
 
 
 def test_a_memory_limited_node_runs_cassandra_within_its_limit_and_clean_after_kill_9(
