@@ -7,6 +7,7 @@ under netns.
 from __future__ import annotations
 
 import subprocess
+import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -174,6 +175,7 @@ class RemoteBackend:
             )
             nodes_vars[host.name] = {
                 "dir": str(node.node_dir),
+                "conf_archive": str(self._conf_archive(host.name, node.node_dir / "conf")),
                 "argv": start_unit_argv(
                     [*_NO_MLOCK, self.java, *jvm],
                     node.node_dir,
@@ -192,6 +194,16 @@ class RemoteBackend:
             wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress, poll_s=1.0)
         )
         return timings
+
+    def _conf_archive(self, host: str, conf: Path) -> Path:
+        """``host``'s rendered settings as one tar file (the playbook unpacks it in one
+        module run, where copying file by file costs seconds each on a slow host)."""
+        path = self.ansible_dir / f"conf-{host}.tar"
+        self.ansible_dir.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(path, "w") as tar:
+            for f in sorted(conf.iterdir()):
+                tar.add(f, arcname=f.name)
+        return path
 
     def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
         """Nothing here: the hosts' units are stopped by ``destroy``."""

@@ -151,6 +151,5 @@ def test_jvm_temporary_files_stay_in_the_node_dir_every_backend_makes():
     creates (the playbook's list for VMs and inventory hosts) and removes."""
     assert "-Djava.io.tmpdir=/run/x/nodes/e0/tmp" in _jvm(CassandraSettings())
     book = Path(config.__file__).parents[1] / "playbooks" / "cassandra.yml"
-    plays = yaml.safe_load(book.read_text())
-    (task,) = [t for p in plays for t in p["tasks"] if t.get("name") == "node directories"]
-    assert tuple(task["loop"]) == config.NODE_DIRS
+    (play,) = yaml.safe_load(book.read_text())
+    assert tuple(play["vars"]["edgetb_node_dirs"]) == config.NODE_DIRS
