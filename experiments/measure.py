@@ -24,6 +24,7 @@ from emulation.trace import Replay
 from emulation.trace import load as load_trace
 from testbed import Testbed
 from workloads import ycsb
+from workloads.writes import TABLE as WRITES_TABLE
 from workloads.ycsb import client as ycsb_client
 
 from . import estimate, faults, nemesis, plan
@@ -61,6 +62,7 @@ class Shard(Protocol):
     tb: Testbed | None
     worker: Any  # workloads.WriteWorker, the endpoint's write process
     loaded: set[str]  # YCSB keyspaces loaded on this cluster
+    written: dict[str, set[str]]  # keyspace -> the keys its cells wrote, on this cluster
     fault: Any  # the running cell's nemesis.Runner
     restarts: Counter[str]  # nodes started again after they died, on this testbed
 
@@ -257,6 +259,19 @@ class PaperWrites:
         finished = time.time()
         requests = request_rows(sweep.run_id, cell, tb, rows)
         fault_log, trace_log = conditions.fault_log, conditions.trace_log
+        written = shard.written.setdefault(keyspace(cell.rf), set())
+        if fault_log is not None and conditions.fault is not None:
+            held = nemesis.writes_held(
+                tb, conditions.fault.fault, fault_log["events"], rows,
+                keyspace(cell.rf), WRITES_TABLE, written,
+            )  # fmt: skip
+            fault_log["recovery"]["writes_held"] = held
+            for node, h in held.items():
+                shard.note(
+                    f"fault {cell.fault}: {node} holds {h['held']} of {h['checked']} writes "
+                    f"checked of the {h['acknowledged']} acknowledged while it was away"
+                )
+        written.update(r["key"] for r in rows)
         row = cell_row(
             shard,
             cell,

@@ -199,6 +199,70 @@ class Runner:
         return {**out, "restarted": restarted}
 
 
+HELD_SAMPLE = 5  # keys checked per node that was away: one nodetool call each
+
+
+def away(fault: Fault, events: list[dict[str, Any]]) -> dict[str, tuple[int, int | None]]:
+    """The nodes a kill, pause or restart took away, each with when (wall clock, ns) it
+    went and came back (None: it was still away when the cell's writes ended)."""
+    made = next((e for e in events if e["step"] == "make"), None)
+    if fault.kind not in ("kill", "pause", "restart") or made is None:
+        return {}
+    back = None
+    for e in events:
+        if e["step"] == "heal" and fault.kind == "pause":
+            back = e["at_ns"]
+        elif e["step"] == "started" and "ready_s" in e:
+            back = e["at_ns"] + int(e["ready_s"] * 1e9)
+    return {n: (made["at_ns"], back) for n in fault.nodes}
+
+
+def writes_held(
+    tb: Any,
+    fault: Fault,
+    events: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    keyspace: str,
+    table: str,
+    written_before: set[str],
+) -> dict[str, dict[str, Any]]:
+    """After ``recover``: does each node that was away hold the writes acknowledged
+    without it (they reach it only as hints)? Up to HELD_SAMPLE of those keys, spread
+    over the outage, are looked up in the node's own SSTables after a flush
+    (``nodetool getsstables``: that node's data only, whichever node a read would ask).
+    Keys this keyspace had before the cell (``written_before``: an earlier cell's, the
+    same seed) are left out, as an SSTable of theirs proves nothing: such a cell reports
+    ``checked`` 0. Per node: how many writes were acknowledged while it was away, how
+    many were checked, how many it held, the keys it lacked."""
+    out: dict[str, dict[str, Any]] = {}
+    for node, (went, back) in away(fault, events).items():
+        addr = tb.address(node)
+        acked = [
+            r["key"]
+            for r in rows
+            if r["error"] is None
+            and addr in r["replicas"]
+            and r["t_start_ns"] >= went
+            and (back is None or r["t_start_ns"] < back)
+        ]
+        fresh = [k for k in acked if k not in written_before]
+        picked = fresh[:: max(1, len(fresh) // HELD_SAMPLE)][:HELD_SAMPLE]
+        missing: list[str] = []
+        entry: dict[str, Any] = {"acknowledged": len(acked), "checked": 0, "held": 0}
+        try:
+            if picked:
+                tb.nodetool(node, "flush", keyspace, table, timeout=120)
+            for key in picked:
+                found = tb.nodetool(node, "getsstables", keyspace, table, key, timeout=60)
+                if not found.strip():
+                    missing.append(key)
+            entry.update(checked=len(picked), held=len(picked) - len(missing))
+        except TestbedError as exc:  # a diagnostic: the cell was measured whole all the same
+            entry["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
+        out[node] = {**entry, "missing": missing}
+    return out
+
+
 def whole_again(
     tb: Any,
     dead: list[str],

@@ -213,6 +213,7 @@ class Shard:
         self.nodes: int | None = None
         self.rfs: list[int] = []
         self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster
+        self.written: dict[str, set[str]] = {}  # keyspace -> keys its cells wrote (cluster)
         self.unit: plan.Unit | None = None
         self.restarts: Counter[str] = Counter()  # nodes started again after they died
         self.thread = threading.Thread(target=self.main, name=f"shard-{name}", daemon=True)
@@ -248,7 +249,7 @@ class Shard:
 
     def up(self, nodes: int) -> None:
         cfg, sweep = self.config, self.sweep
-        self.loaded = set()
+        self.loaded, self.written = set(), {}
         assert sweep.gate is not None
         settings = CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile)
 
