@@ -1,6 +1,6 @@
 """YCSB on the shared 3-node cluster: the real YCSB engine with the project's CQL binding,
 run from the endpoint through real shaping. Percentiles per operation, the price of a
-QUORUM read at 20 ms links, throughput growing with client threads, bad input refused."""
+QUORUM read at 20 ms links, client threads that overlap, bad input refused."""
 
 from __future__ import annotations
 
@@ -46,10 +46,17 @@ def test_workload_a_records_reads_and_updates_with_percentiles(loaded, tmp_path)
     assert 0.4 < ops["READ"]["count"] / 3000 < 0.6  # workload A: half and half
     for op in ops.values():
         assert op["errors"] == 0, op
-        assert 0 < op["p50_ms"] <= op["p95_ms"] <= op["p99_ms"] <= op["p999_ms"] <= op["max_ms"]
+        assert op["min_ms"] <= op["p50_ms"] <= op["p95_ms"] <= op["p99_ms"] <= op["p999_ms"]
+        assert op["p999_ms"] <= op["max_ms"], op
         with open(op["hdr"]) as f:  # one HdrHistogram log per operation
             assert "#[StartTime:" in f.read(4096)
-    assert result.throughput_ops > 0
+    # Little's law for a closed loop: 4 threads each waiting for one operation at a time
+    # make threads / mean latency operations per second, less the client's own time
+    # between operations. The throughput is timed over the run's wall window, the
+    # latencies by YCSB's histograms: two independent measurements that must agree.
+    mean_s = sum(o["mean_ms"] * o["count"] for o in ops.values()) / 3000 / 1000
+    bound = 4 / mean_s
+    assert 0.5 * bound <= result.throughput_ops <= 1.05 * bound, (result.throughput_ops, bound)
     assert seen and seen[-1][1] == 3000 and all(d <= t for d, t in seen)
 
 
@@ -60,9 +67,7 @@ def _median_read_ms(runner, tmp_path, level: str) -> float:
     return result.ops["READ"]["p50_ms"]
 
 
-def test_quorum_read_waits_one_more_round_trip_and_threads_multiply_throughput(
-    cluster, loaded, tmp_path
-):
+def test_quorum_read_waits_one_more_round_trip_and_threads_run_at_once(cluster, loaded, tmp_path):
     """20 ms uniform links: every read goes ep -> coordinator -> ep (40 ms). RF 3 of 3
     nodes makes the coordinator a replica, so ONE answers from it; QUORUM also waits for
     one other replica: one more 40 ms round trip."""
@@ -72,12 +77,15 @@ def test_quorum_read_waits_one_more_round_trip_and_threads_multiply_throughput(
     assert 40 <= one <= 55, one
     assert 30 <= quorum - one <= 50, (one, quorum)
 
-    def throughput(threads: int) -> float:
-        spec = ycsb.Spec("c", records=RECORDS, operations=150 * threads, threads=threads)
-        return loaded.run(spec, KEYSPACE, tmp_path / f"t{threads}").throughput_ops
-
-    single, eight = throughput(1), throughput(8)
-    assert eight >= 4 * single, (single, eight)
+    # 8 client threads run at once: by Little's law (a closed loop) 8 threads each
+    # waiting for one read make up to 8 / mean latency reads per second, one thread at
+    # most 1 / mean latency. More than 2 / mean latency proves they overlap, whatever the
+    # machine's load does to both figures; how throughput scales with threads, and the
+    # client's own CPU, are benchmarks/ycsb.py's figures (timing, not asserted here).
+    spec = ycsb.Spec("c", records=RECORDS, operations=800, threads=8)
+    eight = loaded.run(spec, KEYSPACE, tmp_path / "t8")
+    mean_s = eight.ops["READ"]["mean_ms"] / 1000
+    assert 2 / mean_s <= eight.throughput_ops <= 1.05 * 8 / mean_s, (eight.throughput_ops, mean_s)
 
 
 @pytest.mark.parametrize(
