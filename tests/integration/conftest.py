@@ -1,4 +1,7 @@
-"""Integration fixtures: one real 3-node cluster shared by every test that needs it."""
+"""Integration fixtures: one real 3-node cluster shared by the tests that need it, up from
+its first user to its last (then `test_shared_cluster_down` takes it down: nothing of it
+runs beside the VM, fault, parallel and worker tests after it); its Cassandra logs
+scanned after each module that uses it."""
 
 import os
 import re
@@ -17,14 +20,29 @@ from testbed.state import home
 # None is expected from the shared cluster: no test kills or cuts off its nodes.
 LOG_PROBLEM = re.compile(r"^(ERROR|FATAL) |^\S*(Exception|Error)(: |$)|^Caused by: ")
 _shared: dict[str, Testbed] = {}
+_log_marks: dict[str, int] = {}  # node -> bytes of its log scanned so far
+_unscanned: list[str] = []  # the modules run since the shared cluster's logs were scanned
+DOWN_MODULE = "test_shared_cluster_down"
+
+
+def uses_cluster(item: pytest.Item) -> bool:
+    return "cluster" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(items):
-    """Integration tests need root; the unit tests collected in the same session do not."""
+    """Integration tests need root; the unit tests collected in the same session do not.
+    The shared cluster's teardown test runs right after the cluster's last other user."""
     here = Path(__file__).parent
     for item in items:
         if item.path.is_relative_to(here):
             item.add_marker(pytest.mark.root)
+    down = [i for i in items if i.path.stem == DOWN_MODULE]
+    rest = [i for i in items if i.path.stem != DOWN_MODULE]
+    users = [n for n, i in enumerate(rest) if uses_cluster(i)]
+    at = users[-1] + 1 if users else len(rest)
+    while at < len(rest) and rest[at].path == rest[at - 1].path:  # that module's end
+        at += 1
+    items[:] = rest[:at] + down + rest[at:]
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +52,7 @@ def cluster():
     _shared["cluster"] = tb
     yield tb
     _shared.pop("cluster", None)
+    _log_marks.clear()
     tb.down()
 
 
@@ -61,18 +80,27 @@ def log_problems(tb: Testbed, marks: dict[str, int]) -> list[str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def cassandra_logs_checked(request):
-    """After each module, the shared cluster's logs are scanned for ERROR lines and
-    exceptions (as cassandra-dtest does); its logs are kept when a test failed."""
+    """After each module that uses the shared cluster, its logs are scanned for ERROR
+    lines and exceptions (as cassandra-dtest does) written since the last scan: during
+    this module, or the modules without it that ran since (named with it); the logs are
+    kept when a test failed."""
     tb = _shared.get("cluster")
-    marks = _log_sizes(tb) if tb is not None and tb.state is not None else {}
+    if tb is not None and tb.state is not None and not _log_marks:
+        _log_marks.update(_log_sizes(tb))
     failed_before = request.session.testsfailed
     yield
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    _unscanned.append(module)
     tb = _shared.get("cluster")
-    if tb is None or tb.state is None:
+    mine = any(uses_cluster(i) for i in request.session.items if i.module is request.module)
+    if tb is None or tb.state is None or not mine:
         return
-    problems = log_problems(tb, marks)
+    problems = log_problems(tb, _log_marks)
+    _log_marks.update(_log_sizes(tb))
+    during = ", ".join(_unscanned)
+    _unscanned.clear()
     if problems or request.session.testsfailed > failed_before:
-        kept = home() / "logs" / f"{tb.run_id}-{request.module.__name__.rsplit('.', 1)[-1]}"
+        kept = home() / "logs" / f"{tb.run_id}-{module}"
         for name, node in tb.nodes.items():
             if node.system_log.parent.is_dir():
                 shutil.copytree(node.system_log.parent, kept / name, dirs_exist_ok=True)
@@ -80,7 +108,7 @@ def cassandra_logs_checked(request):
     if problems:
         pytest.fail(
             f"{len(problems)} ERROR/exception lines in the shared cluster's logs during "
-            f"{request.module.__name__}:\n" + "\n".join(problems[:20]),
+            f"{during}:\n" + "\n".join(problems[:20]),
             pytrace=False,
         )
 

@@ -1,4 +1,5 @@
-"""Runs last: tearing the shared cluster down leaves nothing of it behind."""
+"""Right after the shared cluster's last other user (tests/integration/conftest.py orders
+it there): tearing it down leaves nothing of it behind."""
 
 import os
 
