@@ -2,6 +2,7 @@
 killed build leaves no /proc, /sys or /dev mounted under the cache."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -176,30 +177,36 @@ def test_builds_take_turns_on_one_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGETB_CACHE", str(tmp_path))
     root = images.image_root()
     root.mkdir(parents=True)
-    ready = tmp_path / "ready"
-    holder = subprocess.Popen(  # another build: holds the lock for 0.6 s
+    holder = subprocess.Popen(  # another build: holds the lock until its stdin closes
         [
             sys.executable,
             "-c",
-            "import fcntl, pathlib, sys, time\n"
+            "import fcntl, sys\n"
             f"f = open({str(root / '.build.lock')!r}, 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
-            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(0.6)",
-        ]
+            "print('holding', flush=True); sys.stdin.read(); print('done', flush=True)",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 10
-        while not ready.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        said: list[str] = []
-        t0 = time.monotonic()
-        with images._build_lock(said.append):
-            waited = time.monotonic() - t0  # until the other build let go (it exited)
-        assert waited > 0.3 and said == ["another VM image build is running; waiting for it"]
-        assert holder.wait(5) == 0
-    finally:
-        holder.kill()
-        holder.wait()
+    with holder:
+        try:
+            stdin, stdout = holder.stdin, holder.stdout
+            assert stdin is not None and stdout is not None
+            assert stdout.readline() == b"holding\n"
+            said: list[str] = []
+
+            def waiting(message: str) -> None:
+                said.append(message)
+                stdin.close()  # the other build finishes while this one waits
+
+            with images._build_lock(waiting):
+                # taken once the other build let go: it said "done" before it exited
+                assert select.select([stdout], [], [], 0)[0]
+                assert stdout.readline() == b"done\n"
+            assert said == ["another VM image build is running; waiting for it"]
+            assert holder.wait(5) == 0
+        finally:
+            holder.kill()
 
 
 def test_publishing_at_once_never_fails(tmp_path):

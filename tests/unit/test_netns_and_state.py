@@ -1,8 +1,9 @@
+import errno
+import fcntl
 import json
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -314,7 +315,7 @@ UJ  10.77.0.13  ?          1       ?                 77aa       rack1
     }
 
 
-def test_a_lock_on_a_removed_run_is_not_taken(tmp_path: Path):
+def test_a_lock_on_a_removed_run_is_not_taken(tmp_path: Path, monkeypatch):
     run_dir = tmp_path / "runs" / "e00001"
     run_dir.mkdir(parents=True)
     lock = RunLock(run_dir)
@@ -329,6 +330,18 @@ def test_a_lock_on_a_removed_run_is_not_taken(tmp_path: Path):
     owner = RunLock(run_dir)
     assert owner.acquire(blocking=False)
     outcome: list[object] = []
+    blocked = threading.Event()  # the waiter found the lock taken: it waits on the file
+    flock = fcntl.flock
+
+    def flock_noting_a_wait(fd, operation) -> None:
+        try:
+            flock(fd, operation)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                blocked.set()
+            raise
+
+    monkeypatch.setattr(fcntl, "flock", flock_noting_a_wait)
 
     def wait() -> None:
         try:
@@ -338,7 +351,7 @@ def test_a_lock_on_a_removed_run_is_not_taken(tmp_path: Path):
 
     waiter_thread = threading.Thread(target=wait)
     waiter_thread.start()
-    time.sleep(0.3)
+    assert blocked.wait(10), "the waiter did not try the lock"
     shutil.rmtree(run_dir)
     owner.release()
     waiter_thread.join(10)

@@ -129,30 +129,47 @@ def test_units_carry_the_phase_of_their_cells():
     assert config.fingerprint() == plain.fingerprint()  # an order, not another measurement
 
 
+def until(condition, what: str, timeout_s: float = 10.0) -> None:
+    """Wait for ``condition()`` (state another thread changes), failing after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
 def test_gate_admits_by_demand_in_arrival_order_and_setup_apart():
     gate = plan.Gate(budget=1.0)
     log: list[str] = []
     seen: dict[str, tuple] = {}
+    leave = threading.Event()  # every holder stays in until the last one has arrived
 
-    def hold(name, kind, demand, wait_s):
+    def hold(name, kind, demand):
         with gate.hold(kind, demand):
             log.append(f"in:{name}")
             seen[name] = (gate.measuring, gate.setups, gate.measures)
-            time.sleep(wait_s)
-        log.append(f"out:{name}")
+            assert leave.wait(10)
+            log.append(f"out:{name}")  # still holding: before the next can be admitted
 
-    threads = [
-        threading.Thread(target=hold, args=("a", "measure", 0.6, 0.3)),
-        threading.Thread(target=hold, args=("b", "measure", 0.3, 0.3)),
-        threading.Thread(target=hold, args=("alone", "measure", plan.EXCLUSIVE, 0.1)),
-        threading.Thread(target=hold, args=("setup", "setup", 0.0, 0.1)),
-        threading.Thread(target=hold, args=("c", "measure", 0.2, 0.05)),
+    def arrived() -> int:  # admitted or waiting in the queue
+        with gate._cond:
+            return len(gate._queue) + sum(e.startswith("in:") for e in log)
+
+    arrivals = [
+        ("a", "measure", 0.6),
+        ("b", "measure", 0.3),
+        ("alone", "measure", plan.EXCLUSIVE),
+        ("setup", "setup", 0.0),
+        ("c", "measure", 0.2),
     ]
-    for t in threads:
-        t.start()
-        time.sleep(0.05)  # arrival order as listed
+    threads = []
+    for name, kind, demand in arrivals:  # arrival order as listed: each waits in turn
+        threads.append(threading.Thread(target=hold, args=(name, kind, demand)))
+        threads[-1].start()
+        until(lambda: arrived() == len(threads), f"{name} did not reach the gate")
+    leave.set()
     for t in threads:
         t.join(5)
+    assert not any(t.is_alive() for t in threads)
     entered = [e[3:] for e in log if e.startswith("in:")]
     assert entered == ["a", "b", "alone", "setup", "c"]
     assert seen["b"] == (pytest.approx(0.9), 0, 2)  # a and b together: 0.9 <= 1.0

@@ -1,10 +1,8 @@
 """The parallel sweep's shards without testbeds: signals while shards tear down, and the
 store's record of a testbed whose bring-up failed (fakes for Testbed, store, progress)."""
 
-import os
 import signal
 import threading
-import time
 from typing import Any, cast
 
 import pytest
@@ -15,13 +13,18 @@ from experiments.scheduler import Shard, Sweep
 
 
 class FakeProgress:
-    def __init__(self, note_s: float = 0.0) -> None:
-        self.note_s = note_s
+    def __init__(self, slow: bool = False) -> None:
         self.notes: list[str] = []
+        # a slow terminal (``slow``): a note prints until ``printed`` is set
+        self.slow = slow
+        self.printing = threading.Event()
+        self.printed = threading.Event()
 
     def note(self, message: str, shard: str | None = None) -> None:
         self.notes.append(message)
-        time.sleep(self.note_s)  # a slow terminal: a signal lands while this prints
+        if self.slow:
+            self.printing.set()
+            assert self.printed.wait(10), "the note was never let through"
 
     def shard_status(self, shard: str, text: str) -> None:
         pass
@@ -57,20 +60,42 @@ def test_ctrl_c_pressed_again_and_again_waits_for_every_shard(tmp_path, monkeypa
     """Three Ctrl-C while the shards tear down (the third while the "please wait" note
     prints): run() raises KeyboardInterrupt only once every shard has finished."""
     finished: list[str] = []
+    running = threading.Barrier(3, timeout=10)  # both shards and the Ctrl-C presser
+    torn_down = threading.Event()  # the shards' teardowns end after the last Ctrl-C
 
     def main(self: Shard) -> None:
-        while not self.sweep.abort.is_set():
-            time.sleep(0.01)
-        time.sleep(0.6)  # tearing its testbed down
+        running.wait()  # inside run(): Ctrl-C is the sweep's by now
+        assert self.sweep.abort.wait(10)
+        assert torn_down.wait(10)  # tearing its testbed down
         finished.append(self.name)
 
     monkeypatch.setattr(Shard, "main", main)
-    sweep = make_sweep(tmp_path, FakeProgress(note_s=0.3))
+    progress = FakeProgress(slow=True)
+    sweep = make_sweep(tmp_path, progress)
+    handled = [threading.Event() for _ in range(3)]  # the sweep's handler saw Ctrl-C n
+    stop_all = sweep.stop_all
+
+    def stop_all_counted() -> None:
+        stop_all()
+        next(e for e in handled if not e.is_set()).set()
+
+    monkeypatch.setattr(sweep, "stop_all", stop_all_counted)
+    problems: list[str] = []
+    main_thread = threading.get_ident()  # runs the signal handlers and sweep.run
 
     def interrupt() -> None:
-        for _ in range(3):
-            time.sleep(0.1)
-            os.kill(os.getpid(), signal.SIGINT)
+        try:
+            running.wait()
+            for n, done in enumerate(handled):
+                if n == 2 and not progress.printing.wait(10):
+                    problems.append("no note while the shards tear down")
+                # a terminal's Ctrl-C reaches the main thread, which runs the handlers
+                signal.pthread_kill(main_thread, signal.SIGINT)
+                if not done.wait(10):
+                    problems.append(f"Ctrl-C {n + 1} was not handled")
+        finally:
+            progress.printed.set()
+            torn_down.set()
 
     previous = signal.getsignal(signal.SIGINT)
     sender = threading.Thread(target=interrupt)
@@ -78,10 +103,11 @@ def test_ctrl_c_pressed_again_and_again_waits_for_every_shard(tmp_path, monkeypa
     try:
         with pytest.raises(KeyboardInterrupt):
             sweep.run(sweep.config.cells())
+        assert sorted(finished) == ["s0", "s1"]  # as run() left
+        assert not any(sh.thread.is_alive() for sh in sweep.shards)
     finally:
-        sender.join(5)
-    assert sorted(finished) == ["s0", "s1"]
-    assert not any(sh.thread.is_alive() for sh in sweep.shards)
+        sender.join(30)
+    assert problems == []
     assert signal.getsignal(signal.SIGINT) is previous  # restored
 
 

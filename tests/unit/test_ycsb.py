@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -145,8 +144,14 @@ def test_hdrhistogram_plus_raw_names_and_the_raw_file(tmp_path):
     ]
 
 
+# Says "alive" once its stdin closes, then sleeps: a process killed before that never says it.
+SLEEPER = "import sys, time; sys.stdin.read(); print('alive', flush=True); time.sleep(60)"
+
+
 def _tagged_sleeper(tag: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", tag])
+    return subprocess.Popen(
+        [sys.executable, "-c", SLEEPER, tag], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
 
 
 @pytest.mark.parametrize("same_tag", [True, False])
@@ -157,25 +162,28 @@ def test_the_remote_client_is_ended_by_its_pid_only_while_it_carries_the_runs_ta
     recorded PID is killed only when its command line has the run's tag as a whole
     argument; the phase's directory and the PID file go either way."""
     proc = _tagged_sleeper("-Dedgetb.run=abc123:ep" if same_tag else "-Dedgetb.run=abc124:ep")
-    try:
-        pidfile = tmp_path / "client.pid"
-        pidfile.write_text(f"{proc.pid}\n")
-        where = tmp_path / "1-run"
-        (where / "run-hdr").mkdir(parents=True)
-        subprocess.run(
-            ["sh", "-c", END_CLIENT, "sh", str(pidfile), "-Dedgetb.run=abc123:ep", str(where)],
-            check=True,
-            timeout=30,
-        )
-        if same_tag:
-            assert proc.wait(timeout=10) == -9
-        else:
-            time.sleep(0.3)
-            assert proc.poll() is None  # another run's process: left alone
-        assert not where.exists() and not pidfile.exists()
-    finally:
-        proc.kill()
-        proc.wait()
+    with proc:
+        try:
+            pidfile = tmp_path / "client.pid"
+            pidfile.write_text(f"{proc.pid}\n")
+            where = tmp_path / "1-run"
+            (where / "run-hdr").mkdir(parents=True)
+            subprocess.run(
+                ["sh", "-c", END_CLIENT, "sh", str(pidfile), "-Dedgetb.run=abc123:ep", str(where)],
+                check=True,
+                timeout=30,
+            )
+            if same_tag:
+                assert proc.wait(timeout=10) == -9
+            else:
+                # a kill sent by END_CLIENT would be pending by now: it could not answer
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.close()
+                assert proc.stdout.readline() == b"alive\n"  # another run's process: left alone
+                assert proc.poll() is None
+            assert not where.exists() and not pidfile.exists()
+        finally:
+            proc.kill()
 
 
 @pytest.mark.parametrize("remote", [False, True])
