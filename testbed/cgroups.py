@@ -370,30 +370,30 @@ def create(lay: Layout, name: str, res: Resources, data_dir: Path) -> dict[str, 
 
 def _make(lay: Layout, dirs: Mapping[str, Path], res: Resources) -> bool:
     """Make ``dirs`` (and the shared parents they need); False, with nothing of ours left
-    made, when another run's ``remove`` took a parent away between two mkdirs."""
+    made, when another run's ``remove`` took a parent away between two mkdirs. Once a
+    child of ours is in it, a parent stays (the kernel refuses to remove it): only then
+    are its settings made sure of, as another run may have made it anew meanwhile."""
     made: list[Path] = []
+    parents = {d.parent for d in dirs.values()}
     try:
-        if lay.version == 2:
-            parent = dirs[""].parent
-            parent.mkdir(exist_ok=True)
-            _enable_v2(parent, needed_v2(res))
         for ctrl, d in dirs.items():
-            if ctrl == "cpuset":  # v1: a cpuset has no CPUs until given its parent's
-                _inherit_cpuset(d.parent)
-            else:
-                d.parent.mkdir(parents=True, exist_ok=True)
+            d.parent.mkdir(parents=True, exist_ok=True)
             d.mkdir(exist_ok=False)
             made.append(d)
-            if ctrl == "cpuset":
+            if ctrl == "cpuset":  # v1: a cpuset has no CPUs until given its parent's
+                _inherit_cpuset(d.parent)
                 for f in ("cpuset.cpus", "cpuset.mems"):
                     _write(d / f, (d.parent / f).read_text().strip())
-    except (FileNotFoundError, StateError) as exc:
+        if lay.version == 2:
+            _enable_v2(dirs[""].parent, needed_v2(res))
+    except (FileNotFoundError, StateError):
+        vanished = not all(p.is_dir() for p in parents)  # before our own cleanup below
         for d in reversed(made):
             _rmdir_quietly(d)
-        for d in dirs.values():
-            if d.parent.name == PARENT:
-                _rmdir_quietly(d.parent)
-        if isinstance(exc, StateError) and all(d.parent.exists() for d in dirs.values()):
+        for p in parents:
+            if p.name == PARENT:
+                _rmdir_quietly(p)
+        if not vanished:
             raise
         return False
     return True
@@ -407,9 +407,7 @@ def _rmdir_quietly(d: Path) -> None:
 
 
 def _inherit_cpuset(parent: Path) -> None:
-    if not parent.exists():
-        _inherit_cpuset(parent.parent)
-        parent.mkdir(exist_ok=True)
+    """``parent``'s CPUs and memory nodes, where empty, from its own parent's."""
     for f in ("cpuset.cpus", "cpuset.mems"):
         if not (parent / f).read_text().strip():
             _write(parent / f, (parent.parent / f).read_text().strip())
