@@ -15,24 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from experiments.faults import parse
+from experiments.faults import window_ns as window_of_events
 
 
 def window_ns(cell: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """When the fault was made and healed (wall clock, ns) from the cell's log; the heal
     is None for a fault lasting to the cell's end."""
-    events = (cell.get("fault_log") or {}).get("events") or []
-    made = next((e["at_ns"] for e in events if e.get("step") == "make"), None)
-    healed = next((e["at_ns"] for e in events if e.get("step") == "heal"), None)
-    # a node started again (kill@A-B, restart) is back when it serves CQL, not when its
-    # start began: the fault lasts until the last one is back
-    back = [
-        e["at_ns"] + int(e["ready_s"] * 1e9)
-        for e in events
-        if e.get("step") == "started" and e.get("ready_s") is not None
-    ]
-    if back and (healed is not None or any(e.get("what") == "restart" for e in events)):
-        healed = max(back)
-    return made, healed
+    return window_of_events((cell.get("fault_log") or {}).get("events") or [])
 
 
 def faulty_nodes(text: str) -> set[str]:

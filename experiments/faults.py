@@ -199,3 +199,20 @@ def faulted_matrix(base: LinkMatrix, fault: Fault) -> LinkMatrix:
     return LinkMatrix(
         base.topology, {k: v for k, v in links.items() if v.shaped}, profile=base.profile
     )
+
+
+def window_ns(events: list[dict[str, Any]]) -> tuple[int | None, int | None]:
+    """When a cell's fault was made and healed (wall clock, ns) from its events; the heal
+    is None for a fault lasting to the cell's end."""
+    made = next((e["at_ns"] for e in events if e.get("step") == "make"), None)
+    healed = next((e["at_ns"] for e in events if e.get("step") == "heal"), None)
+    # a node started again (kill@A-B, restart) is back when it serves CQL, not when its
+    # start began: the fault lasts until the last one is back
+    back = [
+        e["at_ns"] + int(e["ready_s"] * 1e9)
+        for e in events
+        if e.get("step") == "started" and e.get("ready_s") is not None
+    ]
+    if back and (healed is not None or any(e.get("what") == "restart" for e in events)):
+        healed = max(back)
+    return made, healed

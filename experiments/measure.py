@@ -62,7 +62,7 @@ class Shard(Protocol):
     tb: Testbed | None
     worker: Any  # workloads.WriteWorker, the endpoint's write process
     loaded: set[str]  # YCSB keyspaces loaded on this cluster
-    written: dict[str, set[str]]  # keyspace -> the keys its cells wrote, on this cluster
+    seeds: dict[str, set[str]]  # keyspace -> the key seeds its cells used, on this cluster
     fault: Any  # the running cell's nemesis.Runner
     restarts: Counter[str]  # nodes started again after they died, on this testbed
 
@@ -233,6 +233,15 @@ def fault_runner(shard: Shard, cell: Cell) -> Any:
 # -- workloads -------------------------------------------------------------------------------
 
 
+def key_seed(cfg: SweepConfig, cell: Cell) -> str:
+    """The seed of a cell's keys: the same for every cell of a repetition (the same keys,
+    so the same replicas, at every latency and loss), except that a cell with a fault
+    writes keys of its own (its id's), so that what a node missed while it was away can
+    be told from what an earlier cell wrote (``nemesis.writes_held``)."""
+    seed = f"{cfg.seed}:r{cell.repetition}"
+    return seed if cell.fault == "none" else f"{seed}:{cell.cell_id}"
+
+
 class PaperWrites:
     """The seed paper's measurement: ``writes`` timed writes after ``warmup`` untimed ones,
     round robin over the nodes, one row per request with its coordinator and replicas."""
@@ -242,13 +251,16 @@ class PaperWrites:
         assert tb is not None and worker is not None
         sweep.progress.cell_started(shard.name, cell, cfg.writes)
         started = time.time()
+        seeds = shard.seeds.setdefault(keyspace(cell.rf), set())
+        fresh = key_seed(cfg, cell) not in seeds  # a cell tried again writes its keys again
+        seeds.add(key_seed(cfg, cell))  # before the writes: an attempt voided midway counts
         with Conditions(shard, cell) as conditions:
             rows = worker.run(
                 keyspace=keyspace(cell.rf),
                 cl=cfg.cl,
                 writes=cfg.writes,
                 warmup=cfg.warmup,
-                key_seed=f"{cfg.seed}:r{cell.repetition}",
+                key_seed=key_seed(cfg, cell),
                 warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
                 on_progress=conditions.wrote,
                 on_measuring=conditions.measuring,
@@ -259,26 +271,25 @@ class PaperWrites:
         finished = time.time()
         requests = request_rows(sweep.run_id, cell, tb, rows)
         fault_log, trace_log = conditions.fault_log, conditions.trace_log
-        written = shard.written.setdefault(keyspace(cell.rf), set())
         if fault_log is not None and conditions.fault is not None:
             held = nemesis.writes_held(
                 tb, conditions.fault.fault, fault_log["events"], rows,
-                keyspace(cell.rf), WRITES_TABLE, written,
+                keyspace(cell.rf), WRITES_TABLE, fresh,
             )  # fmt: skip
             fault_log["recovery"]["writes_held"] = held
             for node, h in held.items():
                 shard.note(
                     f"fault {cell.fault}: {node} holds {h['held']} of {h['checked']} writes "
                     f"checked of the {h['acknowledged']} acknowledged while it was away"
+                    + (f" ({h['skipped']})" if "skipped" in h else "")
                 )
-        written.update(r["key"] for r in rows)
         row = cell_row(
             shard,
             cell,
             shaping,
             writes=cfg.writes,
             warmup=cfg.warmup,
-            key_seed=f"{cfg.seed}:r{cell.repetition}",
+            key_seed=key_seed(cfg, cell),
             started=started,
             finished=finished,
             cpu_util=conditions.cpu,

@@ -17,7 +17,7 @@ from emulation import api as emulation_api
 from emulation.links import LinkMatrix
 from testbed.errors import TestbedError
 
-from .faults import Fault, FaultError, Offset, faulted_matrix
+from .faults import Fault, FaultError, Offset, faulted_matrix, window_ns
 
 RECOVERY_TIMEOUT_S = 300.0
 T = TypeVar("T")
@@ -200,21 +200,17 @@ class Runner:
 
 
 HELD_SAMPLE = 5  # keys checked per node that was away: one nodetool call each
+HELD_SETTLE_NS = 1_000_000_000  # writes this soon after the fault may have reached it
+HELD_PATIENCE_S = 40.0  # hints Cassandra still buffers are in no pending list: wait
 
 
 def away(fault: Fault, events: list[dict[str, Any]]) -> dict[str, tuple[int, int | None]]:
     """The nodes a kill, pause or restart took away, each with when (wall clock, ns) it
     went and came back (None: it was still away when the cell's writes ended)."""
-    made = next((e for e in events if e["step"] == "make"), None)
-    if fault.kind not in ("kill", "pause", "restart") or made is None:
+    went, back = window_ns(events)
+    if fault.kind not in ("kill", "pause", "restart") or went is None:
         return {}
-    back = None
-    for e in events:
-        if e["step"] == "heal" and fault.kind == "pause":
-            back = e["at_ns"]
-        elif e["step"] == "started" and "ready_s" in e:
-            back = e["at_ns"] + int(e["ready_s"] * 1e9)
-    return {n: (made["at_ns"], back) for n in fault.nodes}
+    return {n: (went, back) for n in fault.nodes}
 
 
 def writes_held(
@@ -224,43 +220,71 @@ def writes_held(
     rows: list[dict[str, Any]],
     keyspace: str,
     table: str,
-    written_before: set[str],
+    fresh: bool,
+    patience_s: float = HELD_PATIENCE_S,
 ) -> dict[str, dict[str, Any]]:
     """After ``recover``: does each node that was away hold the writes acknowledged
-    without it (they reach it only as hints)? Up to HELD_SAMPLE of those keys, spread
-    over the outage, are looked up in the node's own SSTables after a flush
+    without it (they reach it only as hints)? Up to HELD_SAMPLE of those keys, evenly
+    spread over the outage (less its first second, when a write may still have reached
+    the node itself), are looked up in the node's own SSTables after a flush
     (``nodetool getsstables``: that node's data only, whichever node a read would ask).
-    Keys this keyspace had before the cell (``written_before``: an earlier cell's, the
-    same seed) are left out, as an SSTable of theirs proves nothing: such a cell reports
-    ``checked`` 0. Per node: how many writes were acknowledged while it was away, how
-    many were checked, how many it held, the keys it lacked."""
+    A key not found yet is looked up again for ``patience_s``: Cassandra sends hints in
+    periods of 10 s and lists none while it still buffers them. The cell's keys must be
+    ``fresh`` on this cluster (never written before: an SSTable of an earlier write
+    proves nothing): else nothing is checked. Per node: how many writes were
+    acknowledged while it was away, how many were checked, how many it held, the keys
+    it lacked."""
     out: dict[str, dict[str, Any]] = {}
     for node, (went, back) in away(fault, events).items():
         addr = tb.address(node)
         acked = [
-            r["key"]
+            r
             for r in rows
             if r["error"] is None
             and addr in r["replicas"]
             and r["t_start_ns"] >= went
             and (back is None or r["t_start_ns"] < back)
         ]
-        fresh = [k for k in acked if k not in written_before]
-        picked = fresh[:: max(1, len(fresh) // HELD_SAMPLE)][:HELD_SAMPLE]
-        missing: list[str] = []
         entry: dict[str, Any] = {"acknowledged": len(acked), "checked": 0, "held": 0}
+        if not fresh:
+            out[node] = {**entry, "missing": [], "skipped": "the cell's keys were written before"}
+            continue
+        later = [r["key"] for r in acked if r["t_start_ns"] >= went + HELD_SETTLE_NS]
+        n = min(HELD_SAMPLE, len(later))
+        picked = [later[(2 * i + 1) * len(later) // (2 * n)] for i in range(n)]
         try:
-            if picked:
-                tb.nodetool(node, "flush", keyspace, table, timeout=120)
-            for key in picked:
-                found = tb.nodetool(node, "getsstables", keyspace, table, key, timeout=60)
-                if not found.strip():
-                    missing.append(key)
-            entry.update(checked=len(picked), held=len(picked) - len(missing))
+            missing = _not_in_sstables(tb, node, keyspace, table, picked, patience_s)
         except TestbedError as exc:  # a diagnostic: the cell was measured whole all the same
             entry["error"] = (str(exc).splitlines() or [type(exc).__name__])[0]
-        out[node] = {**entry, "missing": missing}
+            out[node] = {**entry, "missing": []}
+            continue
+        out[node] = {**entry, "checked": n, "held": n - len(missing), "missing": missing}
     return out
+
+
+def _not_in_sstables(
+    tb: Any, node: str, keyspace: str, table: str, keys: list[str], patience_s: float
+) -> list[str]:
+    """The ``keys`` that ``node``'s SSTables of the table still lack after ``patience_s``
+    (flushed first, each time)."""
+    deadline = time.monotonic() + patience_s
+    missing = list(keys)
+    while missing:
+        tb.nodetool(node, "flush", keyspace, table, timeout=120)
+        missing = [
+            key
+            for key in missing
+            if not any(
+                ln.strip().endswith("-Data.db")
+                for ln in tb.nodetool(
+                    node, "getsstables", keyspace, table, key, timeout=60
+                ).splitlines()
+            )
+        ]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    return missing
 
 
 def whole_again(

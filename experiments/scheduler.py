@@ -213,7 +213,7 @@ class Shard:
         self.nodes: int | None = None
         self.rfs: list[int] = []
         self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster
-        self.written: dict[str, set[str]] = {}  # keyspace -> keys its cells wrote (cluster)
+        self.seeds: dict[str, set[str]] = {}  # keyspace -> key seeds its cells used (cluster)
         self.unit: plan.Unit | None = None
         self.restarts: Counter[str] = Counter()  # nodes started again after they died
         self.thread = threading.Thread(target=self.main, name=f"shard-{name}", daemon=True)
@@ -249,7 +249,7 @@ class Shard:
 
     def up(self, nodes: int) -> None:
         cfg, sweep = self.config, self.sweep
-        self.loaded, self.written = set(), {}
+        self.loaded, self.seeds = set(), {}
         assert sweep.gate is not None
         settings = CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile)
 

@@ -233,3 +233,28 @@ def test_schema_versions_of_describecluster():
     ]
     agreed = DESCRIBECLUSTER.replace("\n\t\tUNREACHABLE: [10.0.0.4:7000]\n", "")
     assert nemesis.schema_versions(agreed) == ["2207c2a9-f598-3971-986b-2926e09e239d"]
+
+
+def test_the_nodes_away_and_a_fault_cells_own_keys():
+    from experiments.cells import Cell
+    from experiments.measure import key_seed
+
+    restart = [
+        {"step": "make", "what": "restart", "at_ns": 100},
+        {"step": "started", "what": "start e1", "at_ns": 100, "ready_s": 1.0},
+    ]
+    fault = faults.parse("restart:e1@30%")
+    assert fault is not None
+    assert nemesis.away(fault, restart) == {"e1": (100, 100 + 1_000_000_000)}
+    kill = faults.parse("kill:e1,e2@30%")  # started again only after the cell
+    assert kill is not None
+    assert nemesis.away(kill, restart[:1]) == {"e1": (100, None), "e2": (100, None)}
+    link = faults.parse("links:e0-e1:delay=100@30%-50%")
+    assert link is not None and nemesis.away(link, restart) == {}  # no node is away
+    cfg = SweepConfig()
+    plain = [Cell(3, 3, lat, 0.5, 1) for lat in (0.0, 20.0)]
+    assert key_seed(cfg, plain[0]) == key_seed(cfg, plain[1])  # same keys, same replicas
+    faulted = {
+        key_seed(cfg, Cell(3, 3, 0.0, 0.5, 1, fault=f)) for f in ("kill:e1@30%", "pause:e1@30%-60%")
+    }
+    assert len(faulted) == 2 and key_seed(cfg, plain[0]) not in faulted
