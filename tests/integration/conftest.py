@@ -90,8 +90,9 @@ def cassandra_logs_checked(request):
     failed_before = request.session.testsfailed
     yield
     module = request.module.__name__.rsplit(".", 1)[-1]
-    _unscanned.append(module)
     tb = _shared.get("cluster")
+    if tb is not None:  # the modules since the last scan, while the cluster was up
+        _unscanned.append(module)
     mine = any(uses_cluster(i) for i in request.session.items if i.module is request.module)
     if tb is None or tb.state is None or not mine:
         return

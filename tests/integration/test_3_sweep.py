@@ -163,6 +163,18 @@ def test_round_robin_coordinators_and_replica_fraction(small_grid):
         assert fraction == pytest.approx(rf / NODES, abs=0.15), (rf, fraction)
 
 
+def model_json(out) -> dict:
+    """`python -m analysis.model OUT --json` as a user runs it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "analysis.model", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_the_model_predicts_the_measured_cells(small_grid):
     """`python -m analysis.model` as a user runs it: the prediction at 20 ms (from the
     0 ms cells and the configured links, nothing fitted) agrees with the measurement.
@@ -175,14 +187,7 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     expected 0.8 that waited for TCP's 250 ms timer (a 4 % chance per cell; CI met it)
     move it by 16 %, with the model right."""
     out, *_ = small_grid
-    proc = subprocess.run(
-        [sys.executable, "-m", "analysis.model", str(out), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    data = model_json(out)
     at_20 = [c for c in data["cells"] if c["latency_ms"] == LATENCY]
     assert sorted(c["rf"] for c in at_20) == [1, 2, 3]
     for c in at_20:
@@ -302,7 +307,7 @@ def test_sighup_then_kill_9_mid_cell_and_the_sweep_resumes_whole(tmp_path):
     )
     try:
         wait_for_cells(proc, tmp_path, stored + 1, "it could be killed")
-        time.sleep(1.5)  # into the next cell's writes
+        time.sleep(0.5)  # into the next cell (a 10 ms one: 60 writes in ~2.4 s)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -324,3 +329,29 @@ def test_sighup_then_kill_9_mid_cell_and_the_sweep_resumes_whole(tmp_path):
             assert cells[cell_id] == started
         assert store.request_count() == 4 * 60  # the cut-off cell redone once, no duplicate
         assert store.testbeds_up() == []
+
+
+def test_five_nodes_on_the_paper_profile_are_what_the_model_predicts(tmp_path):
+    """The seed paper's own shape at its largest: 5 edge nodes on the paper's link profile
+    (edge links of L with the loss, a fixed delay towards the endpoint), RF 3 at
+    LOCAL_QUORUM. The 20 ms cell's median write is predicted from the 0 ms cell and the
+    configured links, nothing fitted: within 5 % (a round trip more or less is 25 %)."""
+    out = tmp_path / "results"
+    proc = sweep(
+        *("--nodes", "5", "--rf", "3", "--latency", "0,20", "--loss", "0.5"),
+        *("--profile", "paper", "--writes", "60", "--warmup", "10"),
+        *("--cluster-warmup", "100", "--verify-probes", "20", "--out", str(out)),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with Store(out, read_only=True) as store:
+        (run,) = store.runs()
+        cells = store.cells(run.run_id)
+        assert {(c["nodes"], c["rf"], c["profile"]) for c in cells} == {(5, 3, "paper")}
+        assert sorted(c["latency_ms"] for c in cells) == [0.0, 20.0]
+        for c in cells:
+            assert len(store.rtts_ns(run.run_id, c["cell_id"])) == 60
+        for cluster in run.manifest["clusters"].values():
+            assert cluster["nodes"] == 5
+            assert_no_residue(cluster["testbed_run"])
+    (at_20,) = [c for c in model_json(out)["cells"] if c["latency_ms"] == 20]
+    assert at_20["rf"] == 3 and abs(at_20["error_median"]) <= 0.05, at_20

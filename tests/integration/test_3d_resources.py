@@ -135,7 +135,7 @@ def test_a_memory_limited_node_runs_cassandra_within_its_limit_and_clean_after_k
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
-        while not cgroups.find():
+        while not _own_cgroups(tmp_path / "up.log"):  # this run's, not any on the machine
             assert up.poll() is None and time.monotonic() < deadline, (
                 tmp_path / "up.log"
             ).read_text()
@@ -151,3 +151,9 @@ def test_a_memory_limited_node_runs_cassandra_within_its_limit_and_clean_after_k
     assert clean.returncode == 0, clean.stderr
     assert_no_residue(killed)
     assert cgroups.find(killed) == {}
+
+
+def _own_cgroups(log: Path) -> dict:
+    """The cgroups of the run whose `up` writes ``log``, once it has said its id."""
+    match = re.search(r"\brun ([0-9a-f]{6})\b", log.read_text())
+    return cgroups.find(match.group(1)) if match else {}
