@@ -5,6 +5,7 @@ whose only replica is the dead node fail. The node is started again after each c
 the recovery timed. A partition made and healed through the shaper shows in the ping."""
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from experiments import faults, nemesis
 from experiments.store import Store
 from testbed import Testbed, Topology
 
-from .conftest import assert_no_residue
+from .conftest import assert_no_residue, rtt_tolerance_ms
 
 WRITES = 300
 
@@ -236,3 +237,116 @@ def test_a_sweep_replays_a_trace_in_its_cells_and_reports_the_schedule(tmp_path)
     assert "Link traces: the schedule held" in (out / "report.html").read_text()
     for cluster in run.manifest["clusters"].values():
         assert_no_residue(cluster["testbed_run"])
+
+
+# -- the other faults in a Cassandra sweep: pause, restart, partition, links ---------------
+
+OTHER_WRITES = 250  # ~40 ms each: the cell runs well past the fault's end (3 s) and settling
+OTHER_FAULTS = (
+    "pause:e2@1s-7s",  # writes are sequential: each one e2 coordinates waits 2 s
+    "restart:e1@1s",
+    "partition:e0|e1,e2@1s-3s",
+    "links:e0-e1,e0-e2:delay=100@1s-3s",
+)
+SETTLE_NS = 5_000_000_000  # after a heal: TCP's backed-off resends (0.2, 0.6, 1.4, 3 s)
+
+
+@pytest.fixture(scope="module")
+def other_faults(tmp_path_factory):
+    """RF 3 of 3 nodes at QUORUM (2 acks), 10 ms links, a cell per fault, timed in
+    seconds from the first measured write; a 2 s request timeout, so that a write stuck
+    on a paused or cut-off coordinator costs 2 s."""
+    out = tmp_path_factory.mktemp("other-faults") / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.sweep", "--nodes", "3", "--rf", "3",
+         "--latency", "10", "--loss", "0", "--profile", "uniform",
+         "--writes", str(OTHER_WRITES), "--warmup", "10", "--cluster-warmup", "30",
+         "--verify-probes", "0", "--cl", "QUORUM", "--timeout", "2",
+         "--fault", ",".join(OTHER_FAULTS), "--out", str(out)],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with Store(out, read_only=True) as store:
+        (run,) = store.runs()
+        cells = {
+            c["fault"]: (c, store.requests(run.run_id, c["cell_id"]))
+            for c in store.cells(run.run_id)
+        }
+    assert sorted(cells) == sorted(OTHER_FAULTS)
+    for cluster in run.manifest["clusters"].values():
+        assert_no_residue(cluster["testbed_run"])
+    return cells
+
+
+def _window(cell) -> tuple[int, int, float]:
+    """When the fault was in effect (wall clock, ns): made (once its change had landed),
+    then healed or back; and how long making it took (ms)."""
+    events = cell["fault_log"]["events"]
+    made = next(e for e in events if e["step"] == "make")
+    back = next(e for e in events if e["step"] in ("heal", "started"))
+    end = back["at_ns"] + int(back.get("ready_s", 0) * 1e9)
+    return made["at_ns"] + int(made["took_ms"] * 1e6), end, made["took_ms"]
+
+
+def _whole_again(cell) -> None:
+    rec = cell["fault_log"]["recovery"]
+    assert rec["nodetool"]["status"]["e0"] == {"e0": "UN", "e1": "UN", "e2": "UN"}, rec
+    for text in rec["nodetool"]["listpendinghints"].values():  # no line per target host
+        assert len([ln for ln in text.splitlines() if ln.strip()]) <= 1, rec
+
+
+@pytest.mark.parametrize("fault, node", [(OTHER_FAULTS[0], "e2"), (OTHER_FAULTS[1], "e1")])
+def test_a_paused_or_restarted_node_costs_only_its_own_writes_and_gets_the_rest(
+    other_faults, fault, node
+):
+    """The node stalls (SIGSTOP/SIGCONT) or restarts (SIGTERM, started again): writes it
+    coordinated in the meantime may fail (timed out, or cut off as it stopped); every
+    other write succeeds, 2 of 3 replicas being there; once back, it holds the writes
+    acknowledged without it (looked up in its own SSTables)."""
+    cell, reqs = other_faults[fault]
+    made, back, _ = _window(cell)
+    assert made < back
+    failed = [r for r in reqs if r["error"] is not None]
+    assert all(r["coordinator"] in (node, None) for r in failed), failed[:5]
+    during = [r for r in reqs if made <= r["t_start_ns"] < back]
+    assert during and sum(r["error"] is None for r in during) >= len(during) / 2, during
+    _whole_again(cell)
+    held = cell["fault_log"]["recovery"]["writes_held"][node]
+    assert held["acknowledged"] > 0 and held["checked"] > 0, held
+    assert held["held"] == held["checked"], held
+
+
+def test_a_partition_fails_only_the_cut_off_coordinators_writes_until_healed(other_faults):
+    """e0 cut off from e1 and e2 (the endpoint still reaches all three): a write e0
+    coordinates cannot get its second ack and times out; e1 and e2 still make QUORUM
+    together. Healed (and TCP's backed-off resends through), every write succeeds again."""
+    cell, reqs = other_faults[OTHER_FAULTS[2]]
+    made, healed, took_ms = _window(cell)
+    failed = [r for r in reqs if r["error"] is not None]
+    assert failed, "no write failed while e0 was cut off"
+    assert all(r["coordinator"] == "e0" for r in failed), failed[:5]
+    cut = made - int(took_ms * 1e6) - 2_000_000_000  # a write may be stuck from just before
+    assert all(cut <= r["t_start_ns"] < healed + SETTLE_NS for r in failed), failed[:5]
+    late = [r for r in reqs if r["t_start_ns"] >= healed + SETTLE_NS]
+    assert late and all(r["error"] is None for r in late), late[:5]
+    _whole_again(cell)
+
+
+def test_slow_links_slow_only_the_writes_that_cross_them(other_faults):
+    """e0's links to e1 and e2 at 100 ms for 2 s: a write e0 coordinates waits for a
+    remote ack across one (>= 2 x 100 ms on top of the endpoint's 2 x 10 ms); writes
+    coordinated by e1 or e2 get their second ack from each other over 10 ms links."""
+    cell, reqs = other_faults[OTHER_FAULTS[3]]
+    made, healed, _ = _window(cell)
+    assert all(r["error"] is None for r in reqs)
+    # started once the change had landed, finished before it was undone
+    inside = [r for r in reqs if made <= r["t_start_ns"] and
+              r["t_start_ns"] + r["rtt_ns"] <= healed]  # fmt: skip
+    slow = [r["rtt_ns"] / 1e6 for r in inside if r["coordinator"] == "e0"]
+    fast = [r["rtt_ns"] / 1e6 for r in inside if r["coordinator"] != "e0"]
+    assert slow and fast, (len(slow), len(fast))
+    assert min(slow) >= 2 * 100 + 2 * 10 - rtt_tolerance_ms(220), slow
+    assert statistics.median(fast) < 100, fast
+    outside = [r["rtt_ns"] / 1e6 for r in reqs if r["t_start_ns"] >= healed + 1e9]
+    assert outside and statistics.median(outside) < 100, outside
+    _whole_again(cell)
