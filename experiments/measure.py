@@ -251,16 +251,16 @@ class PaperWrites:
         assert tb is not None and worker is not None
         sweep.progress.cell_started(shard.name, cell, cfg.writes)
         started = time.time()
-        seeds = shard.seeds.setdefault(keyspace(cell.rf), set())
-        fresh = key_seed(cfg, cell) not in seeds  # a cell tried again writes its keys again
-        seeds.add(key_seed(cfg, cell))  # before the writes: an attempt voided midway counts
+        seed, seeds = key_seed(cfg, cell), shard.seeds.setdefault(keyspace(cell.rf), set())
+        fresh = seed not in seeds  # a cell tried again writes its keys again
+        seeds.add(seed)  # before the writes: an attempt voided midway counts
         with Conditions(shard, cell) as conditions:
             rows = worker.run(
                 keyspace=keyspace(cell.rf),
                 cl=cfg.cl,
                 writes=cfg.writes,
                 warmup=cfg.warmup,
-                key_seed=key_seed(cfg, cell),
+                key_seed=seed,
                 warmup_seed=f"{cfg.seed}:r{cell.repetition}:warmup:{cell.cell_id}",
                 on_progress=conditions.wrote,
                 on_measuring=conditions.measuring,
@@ -289,7 +289,7 @@ class PaperWrites:
             shaping,
             writes=cfg.writes,
             warmup=cfg.warmup,
-            key_seed=key_seed(cfg, cell),
+            key_seed=seed,
             started=started,
             finished=finished,
             cpu_util=conditions.cpu,
