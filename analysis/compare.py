@@ -16,19 +16,16 @@ Prints the comparison and saves it as RESULTS_DIR/analysis/compare.{txt,json}.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from collections import defaultdict
 from typing import Any
 
-from experiments.store import check_writable_dir
-from testbed.command import command, prog
-from testbed.errors import TestbedError
+from testbed.command import command
+from testbed.errors import ConfigError
 
 from . import phi as phi_mod
-from .results import Results, add_run_option, load, run_ids
+from .results import Results, command_parser, open_results, save_text_and_json
 from .stats import (
     APART_SE,
     SIGNIFICANT_P,
@@ -121,7 +118,7 @@ def repetitions(cells: list[dict[str, Any]], nodes: int, losses: tuple[float, ..
 def compare(results: Results) -> dict[str, Any]:
     cells = results.cells
     if not cells:
-        raise TestbedError("no measured cells to compare")
+        raise ConfigError("no measured cells to compare")
     levels = sorted({c["cl"] for c in cells})
     cl = levels[0]
     means = mean_rtt(cells)
@@ -250,31 +247,17 @@ def format_text(data: dict[str, Any]) -> str:
 
 @command("python -m analysis.compare")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog=prog("python -m analysis.compare"),
-        description="Compare measured RTT with φ's predictions.",
-    )
-    p.add_argument("results", help="results directory (holds results.sqlite)")
-    add_run_option(p)
-    p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
+    p = command_parser("analysis.compare", "Compare measured RTT with φ's predictions.")
     args = p.parse_args(argv)
-    try:
-        results = load(args.results, run_ids(args.run))
-        print(results.describe())
-        check_writable_dir(results.output_dir, "analysis directory")
-        data = compare(results)
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    results = open_results(args)
+    print(results.describe())
+    data = compare(results)
     text = format_text(data)
     print(text)
-    out = results.output_dir
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.txt").write_text(text + "\n")
-    (out / "compare.json").write_text(json.dumps(data, indent=1))
-    print(f"saved: {out / 'compare.txt'}, {out / 'compare.json'}")
+    txt, js = save_text_and_json(results.output_dir, "compare", text, data)
+    print(f"saved: {txt}, {js}")
     if not args.no_report:
-        from .report import write_report
+        from .report import write_report  # the report shows this comparison: it imports us
 
         print(f"report: {write_report(results)}")
     return 0

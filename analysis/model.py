@@ -23,7 +23,7 @@ from experiments.store import check_writable_dir
 from model import rtt
 from testbed import argtypes
 from testbed.command import command, prog
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
 
 from .prediction import (
@@ -32,11 +32,10 @@ from .prediction import (
     format_text,
     format_what_if,
     plot_what_if,
-    save,
     what_if,
 )
 from .report import write_report
-from .results import add_run_option, load, run_ids
+from .results import command_parser, open_results, save_text_and_json
 
 # -- command line ----------------------------------------------------------------------------
 
@@ -77,45 +76,41 @@ def _predict_main(argv: list[str]) -> int:
     p.add_argument("--out", default=".", help="where the plot goes (default .)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     args = p.parse_args(argv)
-    try:
-        if args.profile == "file" and not args.links:
-            raise ConfigError("--profile file needs --links FILE")
-        out = Path(args.out)
-        check_writable_dir(out, "--out")
-        nodes = _checked("--nodes", parse_list("--nodes", args.nodes, int), 1, MAX_EDGE_NODES)
-        rfs = (
-            _checked("--rf", parse_list("--rf", args.rf, int), 1, MAX_EDGE_NODES)
-            if args.rf
-            else tuple(range(1, max(nodes) + 1))
+    if args.profile == "file" and not args.links:
+        raise ConfigError("--profile file needs --links FILE")
+    out = Path(args.out)
+    check_writable_dir(out, "--out")
+    nodes = _checked("--nodes", parse_list("--nodes", args.nodes, int), 1, MAX_EDGE_NODES)
+    rfs = (
+        _checked("--rf", parse_list("--rf", args.rf, int), 1, MAX_EDGE_NODES)
+        if args.rf
+        else tuple(range(1, max(nodes) + 1))
+    )
+    lats = _checked(
+        "--latency", parse_list("--latency", args.latency, float), 0, links.MAX_DELAY_MS
+    )
+    losses = _checked("--loss", parse_list("--loss", args.loss, float), 0, 100)
+    size = len(nodes) * len(rfs) * len(lats) * len(losses)
+    if size > MAX_PREDICT_CELLS:  # before any is computed: ~1 ms each, jitter far more
+        raise ConfigError(
+            f"the grid has {size} cells, more than {MAX_PREDICT_CELLS}: "
+            f"use fewer --nodes, --rf, --latency or --loss values"
         )
-        lats = _checked(
-            "--latency", parse_list("--latency", args.latency, float), 0, links.MAX_DELAY_MS
+    rows = what_if(
+        nodes,
+        rfs,
+        lats,
+        losses,
+        profile=args.profile,
+        cl=args.cl,
+        policy=args.policy,
+        baseline_ms=args.baseline_ms,
+        links_file=args.links,
+    )
+    if not rows:
+        raise ConfigError(
+            f"no cell: every RF is above every node count or below the {args.cl} acks"
         )
-        losses = _checked("--loss", parse_list("--loss", args.loss, float), 0, 100)
-        size = len(nodes) * len(rfs) * len(lats) * len(losses)
-        if size > MAX_PREDICT_CELLS:  # before any is computed: ~1 ms each, jitter far more
-            raise ConfigError(
-                f"the grid has {size} cells, more than {MAX_PREDICT_CELLS}: "
-                f"use fewer --nodes, --rf, --latency or --loss values"
-            )
-        rows = what_if(
-            nodes,
-            rfs,
-            lats,
-            losses,
-            profile=args.profile,
-            cl=args.cl,
-            policy=args.policy,
-            baseline_ms=args.baseline_ms,
-            links_file=args.links,
-        )
-        if not rows:
-            raise ConfigError(
-                f"no cell: every RF is above every node count or below the {args.cl} acks"
-            )
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     if args.json:
         print(json.dumps({"cells": rows}, indent=1))
         return 0
@@ -131,36 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["predict"]:
         return _predict_main(argv[1:])
-    p = argparse.ArgumentParser(
-        prog=prog("python -m analysis.model"),
-        description="Measured write RTT against the model's prediction, cell by cell "
+    p = command_parser(
+        "analysis.model",
+        "Measured write RTT against the model's prediction, cell by cell "
         "('python -m analysis.model predict --help': a what-if table without results).",
     )
-    p.add_argument("results", help="results directory (holds results.sqlite)")
-    add_run_option(p)
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    try:
-        results = load(args.results, run_ids(args.run))
-        check_writable_dir(results.output_dir, "analysis directory")
-        data = compare(results)
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    results = open_results(args)
+    data = compare(results)
     text = format_text(data)
-    out = results.output_dir
-    save(data, out)
+    txt, js = save_text_and_json(results.output_dir, "model", text, data)
     if args.json:
         print(json.dumps(data, indent=1))
     else:
         print(results.describe())
         print(text)
-        print(
-            f"saved: {out / 'model.txt'}, {out / 'model.json'} "
-            f"({len(data['cells'])} cells in {time.monotonic() - t0:.1f} s)"
-        )
+        print(f"saved: {txt}, {js} ({len(data['cells'])} cells in {time.monotonic() - t0:.1f} s)")
     if not args.no_report:
         path = write_report(results)
         if not args.json:

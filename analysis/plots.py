@@ -15,7 +15,6 @@ Then refreshes the HTML report (analysis.report).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -26,14 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from experiments.store import check_writable_dir
-from testbed.command import command, prog
-from testbed.errors import TestbedError
+from testbed.command import command
+from testbed.errors import ConfigError
 
 from . import phi as phi_mod
 from . import prediction
 from .figsave import FORMATS, MODEL_STYLE, matplotlib, plt, save_figure, series_style
-from .results import Results, add_run_option, load, run_ids
+from .results import Results, command_parser, open_results
 from .stats import ci_label, high_rf_average, mean_rtt, points, pooled
 
 FIGURE_GLOBS = (
@@ -496,33 +494,22 @@ def make_all(results: Results) -> list[dict[str, Any]]:
 
 @command("python -m analysis.plots")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog=prog("python -m analysis.plots"),
-        description="Regenerate the figures from stored results.",
-    )
-    p.add_argument("results", help="results directory (holds results.sqlite)")
-    add_run_option(p)
-    p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
+    p = command_parser("analysis.plots", "Regenerate the figures from stored results.")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    try:
-        results = load(args.results, run_ids(args.run))
-        print(results.describe())
-        if not results.cells and not results.ycsb and not results.faults:
-            raise TestbedError(
-                f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
-            )
-        check_writable_dir(results.output_dir, "analysis directory")
-        made = make_all(results)
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    results = open_results(args)
+    print(results.describe())
+    if not results.cells and not results.ycsb and not results.faults:
+        raise ConfigError(
+            f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
+        )
+    made = make_all(results)
     for fig in made:
         kinds = "{" + ",".join(FORMATS) + "}"
         print(f"{fig['paths'][0].with_suffix('.' + kinds)}  ({fig['series']} series)")
     print(f"{len(made)} figures in {time.monotonic() - t0:.1f} s")
     if not args.no_report:
-        from .report import write_report
+        from .report import write_report  # the report shows these figures: it imports us
 
         print(f"report: {write_report(results)}")
     return 0

@@ -10,7 +10,6 @@ tolerance, which assumption the measurement contradicts.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from testbed.errors import ConfigError, TestbedError
 from testbed.topology import Topology
 
 from . import claims
-from .results import Results
+from .results import Results, save_text_and_json
 from .stats import bootstrap_mean_ci, points
 
 TOLERANCE = 0.10  # the issue's target: mean absolute relative error of the mean <= 10 %
@@ -391,9 +390,7 @@ def format_cells(data: dict[str, Any]) -> str:
 
 def save(data: dict[str, Any], out: Path) -> None:
     """model.txt and model.json in ``out`` (the results' analysis directory)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "model.txt").write_text(format_text(data) + "\n")
-    (out / "model.json").write_text(json.dumps(data, indent=1))
+    save_text_and_json(out, "model", format_text(data), data)
 
 
 # -- what-if ---------------------------------------------------------------------------------

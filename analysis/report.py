@@ -10,7 +10,6 @@ be copied or published as is.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -20,13 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.store import check_writable_dir
-from testbed.command import command, prog
-from testbed.errors import TestbedError
+from testbed.command import command
 
 from . import claims
 from . import phi as phi_mod
-from .results import Results, add_run_option, load, run_ids
+from .results import Results, command_parser, open_results
 from .stats import per_cell, slopes, std_across_nodes
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
@@ -368,18 +365,10 @@ def write_report(results: Results) -> Path:
 
 @command("python -m analysis.report")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog("python -m analysis.report"))
-    p.add_argument("results", help="results directory (holds results.sqlite)")
-    add_run_option(p)
-    args = p.parse_args(argv)
-    try:
-        results = load(args.results, run_ids(args.run))
-        print(results.describe())
-        check_writable_dir(results.directory)
-        print(write_report(results))
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    p = command_parser("analysis.report", "Write report.html from stored results.", report=False)
+    results = open_results(p.parse_args(argv), writes="results")
+    print(results.describe())
+    print(write_report(results))
     return 0
 
 

@@ -10,6 +10,8 @@ be incomplete.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.store import RunInfo, Store
+from experiments.store import RunInfo, Store, check_writable_dir
+from testbed.command import prog
 from testbed.errors import ConfigError
 
 from .stats import per_cell
@@ -131,6 +134,42 @@ def add_run_option(parser: argparse.ArgumentParser) -> None:
         help="analyse this run (repeatable or comma-separated; incomplete runs too). "
         "Default: the newest complete run and every complete run of its configuration",
     )
+
+
+def command_parser(
+    module: str, description: str, *, report: bool = True
+) -> argparse.ArgumentParser:
+    """The parser every analysis command of a results directory shares: RESULTS,
+    ``--run`` and (``report``) ``--no-report``."""
+    p = argparse.ArgumentParser(prog=prog(f"python -m {module}"), description=description)
+    p.add_argument("results", help="results directory (holds results.sqlite)")
+    add_run_option(p)
+    if report:
+        p.add_argument("--no-report", action="store_true", help="do not refresh report.html")
+    return p
+
+
+def open_results(args: argparse.Namespace, *, writes: str = "analysis") -> Results:
+    """The runs ``args`` chose (``command_parser``), after checking that where the
+    command writes (``writes``: the analysis directory, or the results directory itself)
+    can be written: a ConfigError, one line, before anything is made."""
+    results = load(args.results, run_ids(args.run))
+    if writes == "analysis":
+        check_writable_dir(results.output_dir, "analysis directory")
+    else:
+        check_writable_dir(results.directory)
+    return results
+
+
+def save_text_and_json(out: Path, stem: str, text: str, data: Any) -> tuple[Path, Path]:
+    """``stem``.txt (``text``) and ``stem``.json (``data``) in ``out``, each replaced whole."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = (out / f"{stem}.txt", out / f"{stem}.json")
+    for path, body in zip(paths, (text + "\n", json.dumps(data, indent=1)), strict=True):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(body)
+        os.replace(tmp, path)
+    return paths
 
 
 def run_ids(values: Sequence[str] | None) -> list[str] | None:
