@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"JVM heap per node in MB (default {DEFAULT_HEAP_MB})",
     )
     up.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="client-to-node and internode TLS with the run's own certificates (default: on "
+        "for hosts, off for netns and libvirt, where nothing leaves this machine)",
+    )
+    up.add_argument(
         "--jvm-profile",
         choices=JVM_PROFILES,
         default="fast",
@@ -225,12 +232,15 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"--yaml {'='.join(map(str, args.yaml[0]))} sets cassandra.yaml, but "
             f"--no-cassandra starts no Cassandra"
         )
+    if args.no_cassandra and args.tls:
+        raise ConfigError("--tls secures Cassandra, but --no-cassandra starts no Cassandra")
     if not args.no_cassandra:
         settings = CassandraSettings(
             cluster_name=args.cluster_name,
             heap_mb=args.heap_mb,
             jvm_profile=args.jvm_profile,
             overrides=dict(args.yaml),
+            tls=args.tls,
         )
     tb = Testbed(
         topology,

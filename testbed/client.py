@@ -5,7 +5,8 @@ endpoint did. The testbed calls it as a subprocess through ``exec``; researchers
 
 Contact points come from --hosts or from $EDGETB_EDGE_ADDRESSES (set by ``testbed exec``).
 On clusters with authentication (remote backends) the login comes from the 0600 file
-named by --credentials or $EDGETB_CREDENTIALS (also set by ``testbed exec``).
+named by --credentials or $EDGETB_CREDENTIALS (also set by ``testbed exec``); on clusters
+with TLS the client's certificate from the directory $EDGETB_TLS (set the same way).
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ def auth_provider(creds=None):
     return PlainTextAuthProvider(username=creds.username, password=creds.password)
 
 
+def tls_context():
+    """The run's TLS context ($EDGETB_TLS: the client's certificate and the run's CA), or
+    None on clusters without TLS."""
+    from .cassandra import tls
+
+    return tls.ssl_context()
+
+
 def connect(points: list[str], timeout_s: float, creds=None):
     """A driver Cluster and Session with an explicit round-robin policy, logged in with
     ``creds`` (default: the run's credentials, if any)."""
@@ -79,6 +88,7 @@ def connect(points: list[str], timeout_s: float, creds=None):
         connect_timeout=min(timeout_s, 10),
         control_connection_timeout=min(timeout_s, 10),
         auth_provider=auth_provider(creds),
+        ssl_context=tls_context(),
     )
     try:
         return cluster, cluster.connect()

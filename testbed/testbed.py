@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from . import state as st
 from .backends import Backend, backend_class, make_backend
 from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
+from .cassandra import tls as tls_mod
 from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
 from .cassandra.launch import CassandraLaunch
@@ -131,9 +133,14 @@ class Testbed:
                 for host, res in cgroups.resolve_spec(spec, topology).items():
                     if topology.host(host).is_edge:
                         res.check_heap(cassandra.heap_mb, host)
+            if cassandra.tls is None:  # the backend's default: on where hosts are real
+                cassandra = replace(cassandra, tls=bool(getattr(cls, "cassandra_tls", False)))
+                self.settings = cassandra
+            node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
             if self.auth:
-                node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
                 auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)
+            if cassandra.tls:
+                tls_mod.check_overrides({**cassandra.overrides, **node_keys})
             self.java = find_java(java)  # only runs `java -version`
         if os.geteuid() != 0:
             raise ConfigError(
@@ -355,11 +362,28 @@ class Testbed:
             cds_archive=use_archive,
             cds_dump_to=dump,
             credentials=self.credentials_path if self.auth else None,
+            **self._make_tls(),
         )
         t0 = time.monotonic()
         # filled as the nodes are made: a start that fails part-way stops those at teardown
         self.timings.update(self.backend.start_cassandra(launch, self.nodes))
         self.timings["cassandra"] = time.monotonic() - t0
+
+    def _make_tls(self) -> dict[str, Any]:
+        """The run's certificates, where TLS is on (``CassandraLaunch``'s tls fields): made
+        anew at each start, the client's copy in the run directory."""
+        assert self.state is not None and self.settings is not None
+        if not self.settings.tls:
+            return {}
+        made = tls_mod.make(self.run_id, {h.name: h.address for h in self.topology.edges})
+        return {"tls": made, "tls_dir": made.write_client(self.tls_dir)}
+
+    @property
+    def tls_dir(self) -> Path:
+        """The client's TLS files (on TLS clusters; the endpoint has a copy at the same path)."""
+        if self.state is None:
+            raise StateError("testbed is not up")
+        return self.state.run_dir / tls_mod.DIR
 
     @property
     def auth(self) -> bool:
@@ -458,15 +482,19 @@ class Testbed:
 
     def environment(self, host: str) -> dict[str, str]:
         """Variables set for commands run on a host: run id, host, edge addresses and, on
-        the endpoint of a cluster with authentication, the path of the login file (never
-        its content: these variables are on the command line)."""
+        the endpoint, the path of the login file (a cluster with authentication) and of
+        the TLS files (a cluster with TLS); never their content: these variables are on
+        the command line."""
         env = {
             "EDGETB_RUN": self.run_id,
             "EDGETB_HOST": host,
             "EDGETB_EDGE_ADDRESSES": ",".join(h.address for h in self.topology.edges),
         }
-        if self.settings is not None and self.auth and host == self.topology.endpoint.name:
-            env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only
+        if self.settings is not None and host == self.topology.endpoint.name:
+            if self.auth:
+                env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only
+            if self.settings.tls:
+                env[tls_mod.ENV] = str(self.tls_dir)  # the same
         return env
 
     def exec_argv(self, host: str, argv: Sequence[str], *, limited: bool = True) -> list[str]:

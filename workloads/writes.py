@@ -73,7 +73,7 @@ class Writer:
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import FallthroughRetryPolicy
 
-        from testbed.client import auth_provider
+        from testbed.client import auth_provider, tls_context
 
         profile = ExecutionProfile(
             load_balancing_policy=make_policy(policy),
@@ -87,6 +87,7 @@ class Writer:
             connect_timeout=10,
             control_connection_timeout=10,
             auth_provider=auth_provider(),  # the run's login ($EDGETB_CREDENTIALS), if any
+            ssl_context=tls_context(),  # the run's certificate ($EDGETB_TLS), if any
         )
         self.session = self.cluster.connect()
         deadline = time.monotonic() + 60

@@ -257,6 +257,7 @@ class HostsBackend(remote.RemoteBackend):
     """Existing machines from an Ansible inventory; exec over SSH with checked host keys."""
 
     name = "hosts"
+    cassandra_tls = True  # real networks: client and internode TLS unless --no-tls
 
     def __init__(self, topology: Topology, state: RunState):
         self.topology = topology

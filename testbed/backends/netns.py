@@ -262,7 +262,7 @@ class NetnsBackend:
         state = self.state
         for host in self.topology.edges:
             node = self.cassandra_node(host)
-            node.write_config(launch.settings, self.topology)
+            node.write_config(launch.settings, self.topology, tls=launch.tls)
             node.check_ports(self.exec_argv)
             nodes[host.name] = node
         launch.progress(

@@ -160,7 +160,7 @@ class RemoteBackend:
         nodes_vars = {}
         for host in self.topology.edges:
             node = self.cassandra_node(host)
-            node.write_config(launch.settings, self.topology, auth=auth)
+            node.write_config(launch.settings, self.topology, auth=auth, tls=launch.tls)
             node.check_ports(self.exec_argv)
             nodes[host.name] = node
             jvm = cfg.jvm_args(
@@ -187,8 +187,13 @@ class RemoteBackend:
             f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
             f"({self.name}, heap {launch.settings.heap_mb} MB)"
         )
+        endpoint_files = [launch.credentials] if launch.credentials is not None else []
+        if launch.tls_dir is not None:
+            endpoint_files += sorted(launch.tls_dir.iterdir())
         timings = {
-            "cassandra playbook": self.run_cassandra_playbook(nodes_vars, launch.credentials)
+            "cassandra playbook": self.run_cassandra_playbook(
+                nodes_vars, self._endpoint_archive(endpoint_files)
+            )
         }
         timings.update(
             wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress, poll_s=1.0)
@@ -205,6 +210,25 @@ class RemoteBackend:
                 tar.add(f, arcname=f.name)
         return path
 
+    def _endpoint_archive(self, files: list[Path]) -> Path | None:
+        """The run's files for its client (the login, the TLS certificates; all in the run
+        directory) as one tar, named relative to the run directory (None: none)."""
+        if not files:
+            return None
+        path = self.ansible_dir / "endpoint.tar"
+        self.ansible_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = self.state.run_dir
+        with tarfile.open(path, "w") as tar:
+            added: set[Path] = set()
+            for f in files:
+                rel = f.relative_to(run_dir)
+                for parent in reversed(rel.parents[:-1]):  # its directories, owner-only too
+                    if parent not in added:
+                        tar.add(run_dir / parent, arcname=str(parent), recursive=False)
+                        added.add(parent)
+                tar.add(f, arcname=str(rel))
+        return path
+
     def stop_cassandra(self, nodes: Sequence[CassandraNode]) -> None:
         """Nothing here: the hosts' units are stopped by ``destroy``."""
 
@@ -212,13 +236,12 @@ class RemoteBackend:
         """The java that runs nodetool on a host: the host's own."""
         return self.java
 
-    def run_cassandra_playbook(
-        self, nodes: dict[str, dict], credentials: Path | None = None
-    ) -> float:
+    def run_cassandra_playbook(self, nodes: dict[str, dict], endpoint: Path | None) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
-        {"dir": node directory, "argv": systemd-run command}) and the run's login file to
-        the endpoint (same path, 0600; the playbook copies it over SSH, its content is in
-        no command line or variable); returns seconds."""
+        {"dir": node directory, "argv": systemd-run command}), and unpack the run's files
+        for its client on the endpoint (``endpoint``: ``_endpoint_archive``; at the same
+        paths, owner-only; copied over SSH, their content in no command line or variable);
+        returns seconds."""
         return playbook(
             "cassandra",
             private_dir=self.ansible_dir,
@@ -226,7 +249,8 @@ class RemoteBackend:
             ssh=self.ssh,
             extravars={
                 "edgetb_nodes": nodes,
-                "edgetb_credentials": str(credentials) if credentials else "",
+                "edgetb_run_dir": str(self.state.run_dir),
+                "edgetb_endpoint_archive": str(endpoint) if endpoint else "",
                 "edgetb_unit": unit_name(self.state.run_id),
             },
         )

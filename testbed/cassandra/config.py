@@ -17,6 +17,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..topology import Host, Topology
+from . import tls
 from .auth import AUTH_SETTINGS, system_auth_properties
 
 CQL_PORT = 9042
@@ -186,6 +187,8 @@ class CassandraSettings:
             Cassandra's jvm17-server.options).
         overrides: extra cassandra.yaml settings for every node (cluster layer).
         node_overrides: extra settings per host name (node layer, wins over everything).
+        tls: client-to-node and internode TLS with the run's own certificates
+            (``testbed.cassandra.tls``); None: the backend's default (on for hosts).
     """
 
     cluster_name: str = "edge-testbed"
@@ -193,8 +196,11 @@ class CassandraSettings:
     jvm_profile: JvmProfile = "fast"
     overrides: Mapping[str, Any] = field(default_factory=dict)
     node_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tls: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.tls is not None and not isinstance(self.tls, bool):
+            raise ConfigError(f"tls must be true, false or unset, got {self.tls!r}")
         if (
             isinstance(self.heap_mb, bool)
             or not isinstance(self.heap_mb, int)
@@ -240,6 +246,7 @@ class CassandraSettings:
             "jvm_profile": self.jvm_profile,
             "overrides": dict(self.overrides),
             "node_overrides": {k: dict(v) for k, v in self.node_overrides.items()},
+            "tls": self.tls,
         }
 
     @classmethod
@@ -256,7 +263,8 @@ def node_settings(
     auth: bool = False,
 ) -> dict[str, Any]:
     """The complete cassandra.yaml settings of ``host``: base -> cluster -> node layers,
-    then, with ``auth``, the authentication layer (it wins over every override)."""
+    then, with ``auth``, the authentication layer and, with ``settings.tls``, the TLS
+    layer (they win over every override)."""
     return merge(
         BASE_SETTINGS,
         cluster_layer(topology, settings.cluster_name),
@@ -264,6 +272,7 @@ def node_settings(
         node_layer(topology, host, node_dir),
         settings.node_overrides.get(host.name, {}),
         AUTH_SETTINGS if auth else {},
+        tls.settings(node_dir / "conf") if settings.tls else {},
     )
 
 

@@ -12,6 +12,7 @@ from .config import CassandraSettings
 from .dist import CassandraDist
 from .java import Java
 from .readiness import Deadlines
+from .tls import RunTls
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,5 @@ class CassandraLaunch:
     cds_archive: Path | None = None  # start from this class-data-sharing archive
     cds_dump_to: Path | None = None  # the first node records one here (dist install)
     credentials: Path | None = None  # the run's login, on authenticated clusters
+    tls: RunTls | None = None  # the run's certificates, where TLS is on
+    tls_dir: Path | None = None  # the client's copy of them (the endpoint gets it too)

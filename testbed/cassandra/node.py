@@ -10,12 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import NodeError, PortInUseError
+from ..errors import ConfigError, NodeError, PortInUseError
 from ..topology import Host, Topology
 from . import config
 from .config import CassandraSettings
 from .dist import CassandraDist
 from .java import Java
+from .tls import RunTls
 
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
@@ -137,10 +138,21 @@ class CassandraNode:
         return config.marker_property(self.run_id, self.name)
 
     def write_config(
-        self, settings: CassandraSettings, topology: Topology, *, auth: bool = False
+        self,
+        settings: CassandraSettings,
+        topology: Topology,
+        *,
+        auth: bool = False,
+        tls: RunTls | None = None,
     ) -> None:
+        """The node's directories and settings; with ``settings.tls``, its certificate
+        (``tls``, the run's) beside them."""
         for sub in config.NODE_DIRS:
             (self.node_dir / sub).mkdir(parents=True, exist_ok=True)
+        if settings.tls:
+            if tls is None:
+                raise ConfigError(f"{self.name}: TLS is on but the run has no certificates")
+            tls.write_node(self.name, self.node_dir / "conf")
         values = config.node_settings(settings, topology, self.host, self.node_dir, auth=auth)
         (self.node_dir / "conf" / "cassandra.yaml").write_text(config.render_yaml(values))
         (self.node_dir / "conf" / "logback.xml").write_text(config.LOGBACK_XML)

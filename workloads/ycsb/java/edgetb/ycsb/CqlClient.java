@@ -48,7 +48,9 @@ import site.ycsb.StringByteIterator;
  * SimpleSnitch's), {@code cassandra.readconsistencylevel} and {@code
  * cassandra.writeconsistencylevel} (ONE), {@code edgetb.policy} (round-robin or
  * token-aware), {@code edgetb.timeout_ms} (12000), {@code edgetb.credentials} (a JSON
- * file with username and password; default $EDGETB_CREDENTIALS, none: no login).
+ * file with username and password; default $EDGETB_CREDENTIALS, none: no login), {@code
+ * edgetb.tls} (the directory of the run's client certificate, see Tls; default $EDGETB_TLS,
+ * none: no TLS).
  *
  * <p>At the end two lines go to stderr: the errors by exception class, {@code
  * EDGETB-ERRORS {"READ WriteTimeoutException": 3, ...}}, and the window in which
@@ -248,6 +250,14 @@ public class CqlClient extends DB {
         builder.withAuthCredentials(login.get("username").asText(), login.get("password").asText());
       } catch (Exception e) {
         throw new DBException("cannot read the login in " + creds + ": " + e);
+      }
+    }
+    String tls = p.getProperty("edgetb.tls", System.getenv("EDGETB_TLS"));
+    if (tls != null && !tls.isEmpty()) {
+      try {
+        builder.withSslContext(Tls.context(tls));
+      } catch (Exception e) {
+        throw new DBException("cannot read the TLS files in " + tls + ": " + e);
       }
     }
     try {
