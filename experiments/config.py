@@ -100,6 +100,15 @@ class SweepConfig:
     jvm_profile: JvmProfile = knob(
         "fast", "the JVMs' settings", str, choices=JVM_PROFILES, group="testbed"
     )
+    tls: str = knob(
+        "auto",
+        "client-to-node and internode TLS with the run's own certificates (auto: on for "
+        "hosts, off for netns and libvirt)",
+        str,
+        choices=("auto", "on", "off"),
+        group="testbed",
+        fingerprint="unless-default",
+    )
     request_timeout_s: float = knob(
         12.0, "driver request timeout in s", float, flag="--timeout", low=1, high=600
     )

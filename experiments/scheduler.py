@@ -251,7 +251,11 @@ class Shard:
         cfg, sweep = self.config, self.sweep
         self.loaded, self.seeds = set(), {}
         assert sweep.gate is not None
-        settings = CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile)
+        settings = CassandraSettings(
+            heap_mb=cfg.heap_mb,
+            jvm_profile=cfg.jvm_profile,
+            tls={"on": True, "off": False}.get(cfg.tls),  # auto: the backend's default
+        )
 
         def say(msg: str) -> None:
             sweep.check_abort()

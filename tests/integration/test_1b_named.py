@@ -1,6 +1,9 @@
 """A named testbed (`edgetb up --name`, as ccm names clusters) and the per-node verbs:
 the name works wherever a run id does, a second testbed cannot take it, and stopping
-and starting one node is seen by the other node's gossip."""
+and starting one node is seen by the other node's gossip. The testbed runs with TLS
+(`--tls`, issue 25): the run's client writes through it, a client without the run's
+certificate is refused on the CQL and the internode port, and a node started again
+rejoins over TLS."""
 
 import json
 import os
@@ -25,9 +28,44 @@ def states_from(tb_name: str, via: str) -> dict[str, str]:
     return {address: st for st, address in re.findall(r"^([UD][NLJM])\s+(\S+)", out.stdout, re.M)}
 
 
+# Run on the endpoint: a TLS handshake that trusts the run's CA but shows no certificate,
+# on each port; prints what each port answered.
+HANDSHAKE = """
+import json, os, socket, ssl, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.load_verify_locations(os.path.join(os.environ["EDGETB_TLS"], "ca.pem"))
+answers = {}
+for port in (9042, 7000):
+    try:
+        with ctx.wrap_socket(socket.create_connection((sys.argv[1], port), timeout=20)) as s:
+            s.sendall(bytes(9))
+            answers[port] = "read %r" % s.recv(16)  # TLS 1.3: a refusal comes after the handshake
+    except (ssl.SSLError, OSError) as exc:
+        answers[port] = "refused: %s" % exc
+print(json.dumps(answers))
+"""
+
+
+def tls_refuses_strangers(name: str, e0: str) -> None:
+    # the run's client (its certificate from $EDGETB_TLS) writes at QUORUM
+    ok = edgetb("exec", "--run", name, "ep", "--", sys.executable, "-m", "testbed.client",
+                "write", "--rf", "2", "--consistency", "QUORUM")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    # without it: refused, before any CQL
+    plain = edgetb("exec", "--run", name, "ep", "--", "env", "EDGETB_TLS=", sys.executable,
+                   "-m", "testbed.client", "--timeout", "10", "probe", "--expect", "2")  # fmt: skip
+    assert plain.returncode != 0 and "Unable to connect to any servers" in plain.stderr
+    assert plain.stderr.count("Connection reset by peer") == 2, plain.stderr  # both nodes
+    answers = edgetb("exec", "--run", name, "ep", "--", sys.executable, "-c", HANDSHAKE, e0)
+    assert answers.returncode == 0, answers.stderr
+    for port, answer in json.loads(answers.stdout).items():
+        assert answer.startswith("refused") and "CERTIFICATE_REQUIRED" in answer, (port, answer)
+
+
 def test_a_named_testbed_and_its_nodes_are_driven_by_name():
     name = f"lab-{os.getpid()}"
-    up = edgetb("up", "--name", name, "--nodes", "2", timeout=600)
+    up = edgetb("up", "--name", name, "--nodes", "2", "--tls", timeout=600)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     run_id = run_id_in(up.stdout)
     try:
@@ -43,6 +81,8 @@ def test_a_named_testbed_and_its_nodes_are_driven_by_name():
         assert status.returncode == 0, status.stderr
         addresses = {h["name"]: h["address"] for h in json.loads(status.stdout)["hosts"]}
         assert states_from(name, "e0") == {addresses["e0"]: "UN", addresses["e1"]: "UN"}
+
+        tls_refuses_strangers(name, addresses["e0"])
 
         stop = edgetb("node", "--run", name, "e1", "stop")
         assert stop.returncode == 0, stop.stderr
