@@ -16,7 +16,7 @@ from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..state import RunState
 from ..topology import Host, Topology
 from .provision import inventory, one_line, playbook
-from .ssh import SSH, RemoteHost, UnreachableError
+from .ssh import SSH, RemoteHost, UnreachableError, check_control_path
 
 
 def unit_name(run_id: str) -> str:
@@ -108,6 +108,7 @@ class RemoteBackend:
     name: str
     remote = True
     cassandra_auth = True  # PasswordAuthenticator; see testbed.cassandra.auth
+    check_runs_dir = staticmethod(check_control_path)  # its SSH sockets fit their limit
     python = GUEST_PYTHON
     java = GUEST_JAVA
     topology: Topology
@@ -175,6 +176,7 @@ class RemoteBackend:
             )
             nodes_vars[host.name] = {
                 "dir": str(node.node_dir),
+                "dirs": [str(node.node_dir / sub) for sub in cfg.NODE_DIRS],
                 "conf_archive": str(self._conf_archive(host.name, node.node_dir / "conf")),
                 "argv": start_unit_argv(
                     [*_NO_MLOCK, self.java, *jvm],
@@ -238,7 +240,8 @@ class RemoteBackend:
 
     def run_cassandra_playbook(self, nodes: dict[str, dict], endpoint: Path | None) -> float:
         """Copy each edge node's rendered settings and start its JVM (``nodes``: name ->
-        {"dir": node directory, "argv": systemd-run command}), and unpack the run's files
+        {"dir": node directory, "dirs": its directories, "conf_archive": its settings,
+        "argv": systemd-run command}), and unpack the run's files
         for its client on the endpoint (``endpoint``: ``_endpoint_archive``; at the same
         paths, owner-only; copied over SSH, their content in no command line or variable);
         returns seconds."""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TestbedError
+from ..errors import ConfigError, TestbedError
 from ..runner import run
 from ..tags import tagged_processes
 
@@ -37,6 +37,25 @@ def host_key_refused(ssh_stderr: str) -> bool:
         or "REMOTE HOST IDENTIFICATION HAS CHANGED" in ssh_stderr
         or ("host key for" in ssh_stderr.lower() and "has changed" in ssh_stderr.lower())
     )
+
+
+# A UNIX socket's path holds at most 107 bytes, and ssh makes the master's socket under
+# the ControlPath plus a random suffix of 17 characters before renaming it into place.
+MAX_CONTROL_PATH = 107 - 17
+LONGEST_ADDRESS = "255.255.255.255"
+
+
+def check_control_path(runs: Path) -> None:
+    """ConfigError, before anything is made, when the SSH control sockets of a run under
+    ``runs`` (``$EDGETB_HOME/runs``) would not fit a socket's path: ssh would refuse every
+    connection, and the run would wait out its SSH timeout."""
+    longest = SSH("000000", runs / "000000" / "ssh").control_path.replace("%h", LONGEST_ADDRESS)
+    if len(longest.encode()) > MAX_CONTROL_PATH:
+        raise ConfigError(
+            f"the runs directory {runs} is too long for SSH's control sockets "
+            f"({len(longest.encode())} bytes of at most {MAX_CONTROL_PATH} in {longest}): "
+            f"set EDGETB_HOME to a shorter directory"
+        )
 
 
 @dataclass(frozen=True)

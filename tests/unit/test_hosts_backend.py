@@ -216,3 +216,21 @@ def test_group_variables_count_and_a_hosts_own_win(tmp_path, key):
     assert inv["e0"]["ansible_ssh_private_key_file"] == str(key)
     assert str(inv["e0"]["ansible_port"]) == "22" and str(inv["e1"]["ansible_port"]) == "2200"
     hosts.validate_inventory(inv, ["e0", "e1"])
+
+
+def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(tmp_path):
+    # ssh's master socket is the ControlPath plus a 17-character suffix, under a 107-byte
+    # limit: a run under a long EDGETB_HOME would wait out its SSH timeout on every host
+    from testbed import Testbed
+    from testbed.backends.ssh import MAX_CONTROL_PATH, check_control_path
+
+    tail = len("/000000/ssh/edgetb.run=000000:255.255.255.255")
+    at_limit = Path("/" + "d" * (MAX_CONTROL_PATH - tail - 1))  # the longest that fits
+    assert len(str(at_limit)) + tail == MAX_CONTROL_PATH
+    check_control_path(at_limit)
+    with pytest.raises(ConfigError, match="too long for SSH's control sockets"):
+        check_control_path(Path(str(at_limit) + "d"))
+    home = tmp_path / ("x" * 80)
+    with pytest.raises(ConfigError, match="EDGETB_HOME"):
+        Testbed(Topology(edge_nodes=1), "libvirt", cassandra=None, base=home)
+    assert not home.exists()  # refused before anything was made
