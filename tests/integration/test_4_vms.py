@@ -12,10 +12,13 @@ import json
 import os
 import re
 import signal
+import socket
+import ssl
 import stat
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -217,6 +220,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     hosts_run = _run_id(proc.stdout)
     run_dir = home() / "runs" / hosts_run
+    hosts_run_left = True  # until the test's own teardown (failed, then retried) removed it
     try:
         # host keys: exactly those the libvirt run recorded (its inventory names the file)
         hosts_rec = RunState.load(run_dir).get(HostsRecord)
@@ -257,6 +261,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         assert refused.returncode != 0 and "AuthenticationFailed" in refused.stderr, refused.stderr
         anonymous = _client_on_ep(hosts_run, "env", "EDGETB_CREDENTIALS=")
         assert anonymous.returncode != 0 and "AuthenticationFailed" in anonymous.stderr
+        _tls_refuses_strangers(hosts_run, run_dir)
         # the JVM listens on e0's address for gossip and CQL only; JMX (and its RMI
         # port) on loopback; nodetool, run on the node itself, reports it UN
         listening = run_cli("exec", "--run", hosts_run, "e0", "--", "ss", "-Htlnp").stdout
@@ -292,9 +297,13 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         shaped = statistics.median(ping_ms(hosts_run, "ep", address(hosts_run)))
         assert abs(shaped - 30) <= rtt_tolerance_ms(30) + 2, shaped
         _ycsb_on_the_endpoint(hosts_run, tmp_path)
+        _a_second_run_leaves_the_first_alone(run_id, hosts_run, inv)
+        _a_failed_teardown_is_kept_and_clean_retries_it(run_id, hosts_run, run_dir)
+        hosts_run_left = False
     finally:
-        down = run_cli("down", "--run", hosts_run, timeout=600)
-    assert down.returncode == 0, down.stderr
+        if hosts_run_left:
+            down = run_cli("down", "--run", hosts_run, timeout=600)
+            assert down.returncode == 0, down.stderr
     # the machines outlive the run: their qdiscs are those recorded before it shaped them,
     # Cassandra is stopped, the run's directory (login included) is gone
     after = _qdiscs(run_id)
@@ -302,9 +311,10 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         assert qdisc.normalize(after[host]) == qdisc.normalize(before[host]), (host, after)
         assert "netem" not in after[host]
     unit = run_cli(
-        "exec", "--run", run_id, "e0", "--", "systemctl", "is-active", f"edgetb-cassandra-{run_id}"
-    )
-    assert unit.stdout.strip() != "active", unit.stdout
+        "exec", "--run", run_id, "e0", "--", "systemctl", "is-active",
+        f"edgetb-cassandra-{hosts_run}",
+    )  # fmt: skip
+    assert unit.stdout.strip() in ("inactive", "failed"), unit.stdout  # the run's own unit
     for host in ("e0", "ep"):
         left = run_cli("exec", "--run", run_id, host, "--", "ls", str(home() / "runs"))
         assert hosts_run not in left.stdout
@@ -314,6 +324,80 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
     )
     assert client.returncode == 1, client.stdout
     assert_no_residue(hosts_run)
+
+
+def _a_second_run_leaves_the_first_alone(vm_run: str, hosts_run: str, inv: Path) -> None:
+    """Another controller's run on the same hosts (issue 25; a home and a registry of its
+    own, so this machine's registry does not refuse it first): its Cassandra cannot start
+    where the first one's holds the ports, and its failure and teardown stop nothing of
+    the first (each run has a unit of its own); nothing of it is left in its home."""
+    unit = f"edgetb-cassandra-{hosts_run}"
+    pid = run_cli("exec", "--run", vm_run, "e0", "--", "systemctl", "show", "-p", "MainPID",
+                  "--value", unit).stdout.strip()  # fmt: skip
+    assert pid not in ("", "0"), pid
+    # a short home: its run's SSH sockets must fit their path limit (checked by `up`)
+    with tempfile.TemporaryDirectory(prefix="edgetb-other-") as other:
+        env = {**os.environ, "EDGETB_HOME": other, "EDGETB_REGISTRY": f"{other}/registry"}
+        second = subprocess.run(
+            [sys.executable, "-m", "testbed", "up", "--backend", "hosts", "--inventory",
+             str(inv), "--nodes", "1"],
+            capture_output=True, text=True, timeout=1800, env=env,
+        )  # fmt: skip
+        assert second.returncode != 0, second.stdout[-2000:]
+        assert "already in use" in second.stderr, second.stderr[-2000:]
+        assert not any(Path(other, "runs").iterdir()), list(Path(other, "runs").iterdir())
+    after = run_cli("exec", "--run", vm_run, "e0", "--", "systemctl", "show", "-p", "MainPID",
+                    "--value", unit).stdout.strip()  # fmt: skip
+    assert after == pid, (pid, after)  # the same JVM, never restarted
+    ok = _client_on_ep(hosts_run, timeout_s=60)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def _a_failed_teardown_is_kept_and_clean_retries_it(
+    vm_run: str, hosts_run: str, run_dir: Path
+) -> None:
+    """A teardown that fails on a host (here: a file of the run's directory on the endpoint
+    made immutable, so the directory cannot be removed) keeps the run, marked
+    teardown-failed; once the host is fixed, `clean --run` finishes it."""
+    pinned = str(run_dir / "tls" / "ca.pem")
+    assert run_cli("exec", "--run", vm_run, "ep", "--", "chattr", "+i", pinned).returncode == 0
+    try:
+        down = run_cli("down", "--run", hosts_run, timeout=600)
+        assert down.returncode != 0, down.stdout[-2000:]
+        assert RunState.load(run_dir).status == "teardown-failed"
+    finally:
+        run_cli("exec", "--run", vm_run, "ep", "--", "chattr", "-i", pinned)
+    clean = run_cli("clean", "--run", hosts_run, timeout=600)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    assert not run_dir.exists()
+
+
+def _tls_refuses_strangers(hosts_run: str, run_dir: Path) -> None:
+    """TLS is on by default on the hosts backend: the client's files are owner-only here
+    and on the endpoint; with the run's login but without its certificate a client is
+    refused on the CQL port, and a TLS handshake without a client certificate is refused
+    on both the CQL and the internode port (from this machine: a stranger on the network)."""
+    files = sorted(f.name for f in (run_dir / "tls").iterdir())
+    assert files == ["ca.pem", "client.key", "client.pem"], files
+    remote = run_cli(
+        "exec", "--run", hosts_run, "ep", "--", "stat", "-c", "%a %n",
+        str(run_dir / "tls"), *(str(run_dir / "tls" / f) for f in files),
+    )  # fmt: skip
+    assert [ln.split()[0] for ln in remote.stdout.splitlines()] == ["700", "600", "600", "600"]
+    plain = _client_on_ep(hosts_run, "env", "EDGETB_TLS=")
+    assert plain.returncode != 0 and "Connection reset by peer" in plain.stderr, plain.stderr
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(run_dir / "tls" / "ca.pem")  # it trusts the nodes, has no cert
+    for port in (9042, 7000):
+        with socket.create_connection((address(hosts_run), port), timeout=30) as raw:
+            with pytest.raises((ssl.SSLError, ConnectionError)) as refused:
+                with ctx.wrap_socket(raw) as s:
+                    s.settimeout(30)
+                    s.sendall(b"\x00" * 9)
+                    if not s.recv(16):  # TLS 1.3: the refusal comes after the handshake
+                        raise ConnectionError("closed")
+        assert "CERTIFICATE_REQUIRED" in str(refused.value), (port, refused.value)
 
 
 def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
