@@ -121,9 +121,6 @@ class Testbed:
             self._check_name_free(st.check_name(name))
         if subnet_pool is not None or topology.subnet is None:
             subnets.pool_from(subnet_pool)  # a bad pool is named before anything starts
-        check_runs_dir = getattr(cls, "check_runs_dir", None)
-        if check_runs_dir is not None:  # where the run's files will be (SSH sockets)
-            check_runs_dir(st.runs_dir(self.base))
         check_options = getattr(cls, "check_options", None)
         if check_options is not None:
             check_options(topology, self.backend_options)
@@ -152,6 +149,9 @@ class Testbed:
         validate = getattr(cls, "validate", None)
         if validate is not None:
             validate(topology, self.backend_options)
+        check_runs_dir = getattr(cls, "check_runs_dir", None)
+        if check_runs_dir is not None:  # the run's files (SSH sockets), after the input's errors
+            check_runs_dir(st.runs_dir(self.base))
         if cassandra is not None:
             self.dist = dist_mod.install(progress=self.progress)
 
