@@ -1,12 +1,13 @@
 """Per-run TLS for Cassandra: client-to-node and internode, both mutual (each side shows a
 certificate of the run's own certificate authority).
 
-On ``up`` (``make``) a CA is made in memory for the run, issues one certificate per node
-(its address in the subject alternative names) and one for the run's client, and is
-then forgotten: its key is never written, so nobody can issue another certificate that
-this cluster trusts. Each node gets its key and certificate in one PEM file and the CA's
-certificate in its ``conf`` directory (owner-only files), and cassandra.yaml says
-(``settings``):
+On ``up`` (``make``) two CAs are made in memory for the run: the nodes' CA issues one
+certificate per node (its address in the subject alternative names), the clients' CA
+one for the run's client; then both are forgotten: their keys are never written, so
+nobody can issue another certificate that this cluster trusts. Two, so that the client's
+certificate opens the CQL port and not the internode one. Each node gets its key and
+certificate in one PEM file and the two CAs' certificates in its ``conf`` directory
+(owner-only files), and cassandra.yaml says (``settings``):
 
 - ``client_encryption_options``: CQL on 9042 only over TLS, ``require_client_auth``: a
   client without the run's certificate is refused at the handshake, before any login;
@@ -14,7 +15,8 @@ certificate in its ``conf`` directory (owner-only files), and cassandra.yaml say
   start (until the run's role replaces it, ``testbed.cassandra.auth``) is out of reach
   of anyone but this run;
 - ``server_encryption_options``: internode traffic (7000) over TLS, each node showing its
-  certificate to the other: a stranger can neither read it nor join.
+  certificate (of the nodes' CA) to the other: neither a stranger nor the run's own
+  client can read it or join.
 
 The client's files live in ``<run dir>/tls`` on the controller and at the same path on
 the endpoint (copied by the ``cassandra`` playbook over SSH); tools find them through
@@ -43,19 +45,22 @@ from ..errors import ConfigError, StateError
 ENV = "EDGETB_TLS"
 DIR = "tls"  # in the run directory
 CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "client.pem", "client.key"
-NODE_KEYSTORE, NODE_CA = "tls-node.pem", "tls-ca.pem"  # in each node's conf directory
+# in each node's conf directory: its key and certificate, the nodes' CA, the clients' CA
+NODE_KEYSTORE, NODE_CA, CLIENTS_CA = "tls-node.pem", "tls-ca.pem", "tls-clients-ca.pem"
 TLS_KEYS = frozenset({"client_encryption_options", "server_encryption_options"})
 FACTORY = "org.apache.cassandra.security.PEMBasedSslContextFactory"
-VALID_DAYS = 30  # a run longer than a month makes new certificates at its next up
+VALID_DAYS = 10 * 365  # the CAs' keys are forgotten: a run's certificates cannot be renewed
 
 
 @dataclass(frozen=True)
 class RunTls:
-    """A run's certificates, PEM-encoded: the CA's certificate, the client's key and
-    certificate, and per node its key followed by its certificate (Cassandra's PEM
+    """A run's certificates, PEM-encoded: the nodes' CA (``ca``, what the client and the
+    internode port trust), the clients' CA (what the CQL port trusts), the client's key
+    and certificate, and per node its key followed by its certificate (Cassandra's PEM
     keystore). Keys never appear in ``repr``."""
 
     ca: bytes
+    clients_ca: bytes
     client_cert: bytes
     client_key: bytes = field(repr=False)
     nodes: Mapping[str, bytes] = field(repr=False, default_factory=dict)
@@ -71,11 +76,12 @@ class RunTls:
         return directory
 
     def write_node(self, host: str, conf: Path) -> None:
-        """``host``'s keystore and the CA in its conf directory, each 0600."""
+        """``host``'s keystore and the two CAs in its conf directory, each 0600."""
         if host not in self.nodes:
             raise ConfigError(f"no TLS certificate was made for {host}")
         _write_private(conf / NODE_KEYSTORE, self.nodes[host])
         _write_private(conf / NODE_CA, self.ca)
+        _write_private(conf / CLIENTS_CA, self.clients_ca)
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -91,16 +97,20 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def make(run_id: str, nodes: Mapping[str, str]) -> RunTls:
-    """A new CA for run ``run_id`` and the certificates it issues: one per node (``nodes``:
-    name -> address) and the client's. EC P-256 keys (a handshake costs a fraction of an
-    RSA one on a small board)."""
+    """Two new CAs for run ``run_id`` and the certificates they issue: the nodes' CA one
+    per node (``nodes``: name -> address; a server and an internode client), the clients'
+    CA the client's (a client only). Two CAs, so that the client's certificate opens CQL
+    and nothing else: the internode port trusts only the nodes' CA. EC P-256 keys (a
+    handshake costs a fraction of an RSA one on a small board)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     now = datetime.datetime.now(datetime.UTC)
-    start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=VALID_DAYS)
+    # from a day back (a board without a clock that runs behind) for years: the CAs' keys
+    # are gone after this, so a certificate can never be renewed, only made anew at `up`
+    start, end = now - datetime.timedelta(days=1), now + datetime.timedelta(days=VALID_DAYS)
 
     def name(common: str) -> x509.Name:
         return x509.Name(
@@ -110,36 +120,44 @@ def make(run_id: str, nodes: Mapping[str, str]) -> RunTls:
             ]
         )
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name(f"edgetb run {run_id} CA")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def issue(common: str, address: str | None) -> tuple[bytes, bytes]:
+    def authority(common: str) -> tuple[Any, x509.Name, x509.Certificate]:
         key = ec.generate_private_key(ec.SECP256R1())
+        subject = name(common)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=False,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        return key, subject, cert
+
+    def issue(
+        ca: tuple[Any, x509.Name, x509.Certificate], common: str, address: str | None
+    ) -> tuple[bytes, bytes]:
+        ca_key, ca_name, _ = ca
+        key = ec.generate_private_key(ec.SECP256R1())
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if address is not None:  # a node serves (CQL, internode) and connects (internode)
+            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
         builder = (
             x509.CertificateBuilder()
             .subject_name(name(common))
@@ -149,13 +167,7 @@ def make(run_id: str, nodes: Mapping[str, str]) -> RunTls:
             .not_valid_before(start)
             .not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                # a node is a server (CQL, internode) and a client (internode)
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
         if address is not None:
             builder = builder.add_extension(
@@ -170,13 +182,16 @@ def make(run_id: str, nodes: Mapping[str, str]) -> RunTls:
         )
         return key_pem, cert.public_bytes(serialization.Encoding.PEM)
 
+    node_ca = authority(f"edgetb run {run_id} nodes CA")
+    client_ca = authority(f"edgetb run {run_id} clients CA")
     node_files = {}
     for host, address in nodes.items():
-        key_pem, cert_pem = issue(f"{host} of run {run_id}", address)
+        key_pem, cert_pem = issue(node_ca, f"{host} of run {run_id}", address)
         node_files[host] = key_pem + cert_pem
-    client_key, client_cert = issue(f"client of run {run_id}", None)
+    client_key, client_cert = issue(client_ca, f"client of run {run_id}", None)
     return RunTls(
-        ca=ca.public_bytes(serialization.Encoding.PEM),
+        ca=node_ca[2].public_bytes(serialization.Encoding.PEM),
+        clients_ca=client_ca[2].public_bytes(serialization.Encoding.PEM),
         client_cert=client_cert,
         client_key=client_key,
         nodes=node_files,
@@ -189,12 +204,21 @@ def settings(conf: Path) -> dict[str, Any]:
     common = {
         "ssl_context_factory": {"class_name": FACTORY},
         "keystore": str(conf / NODE_KEYSTORE),
-        "truststore": str(conf / NODE_CA),
         "require_client_auth": True,
     }
     return {
-        "client_encryption_options": {"enabled": True, "optional": False, **common},
-        "server_encryption_options": {"internode_encryption": "all", "optional": False, **common},
+        "client_encryption_options": {
+            "enabled": True,
+            "optional": False,
+            "truststore": str(conf / CLIENTS_CA),  # CQL: the run's client
+            **common,
+        },
+        "server_encryption_options": {
+            "internode_encryption": "all",
+            "optional": False,
+            "truststore": str(conf / NODE_CA),  # internode: the run's nodes only
+            **common,
+        },
     }
 
 
@@ -228,9 +252,9 @@ def client_files(directory: str | os.PathLike) -> tuple[Path, Path, Path]:
 
 def ssl_context(directory: str | os.PathLike | None = None) -> ssl.SSLContext | None:
     """The client's TLS context for the run's cluster (``directory``, default
-    ``$EDGETB_TLS``; None where neither is set: a cluster without TLS). The run's CA is the
-    only one trusted; host names are not checked (the nodes are addressed by IP, and only
-    the run's nodes hold a certificate of its CA)."""
+    ``$EDGETB_TLS``; None where neither is set: a cluster without TLS). The run's nodes'
+    CA is the only one trusted; host names are not checked (the nodes are addressed by IP,
+    and only the run's nodes hold a certificate of that CA)."""
     directory = directory or os.environ.get(ENV) or None
     if directory is None:
         return None

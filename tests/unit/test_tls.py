@@ -1,7 +1,8 @@
 """The run's TLS material (testbed.cassandra.tls): what the CA issues, where the files go
 and with which modes, what cassandra.yaml gets, and what the client trusts. A real TLS
 handshake between two sockets checks that the run's client certificate is accepted and a
-stranger's is not (the cluster itself is checked in tests/integration/test_1_testbed.py)."""
+stranger's is not, and that the client trusts no server but the run's nodes (the cluster
+itself is checked in tests/integration/test_1b_named.py and, on VMs, test_4_vms.py)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def _certs(pem: bytes) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(pem)
 
 
-def test_the_run_ca_issues_one_certificate_per_node_with_its_address(made):
+def test_the_run_cas_issue_one_certificate_per_node_and_one_for_the_client(made):
     (ca,) = _certs(made.ca)
+    (clients_ca,) = _certs(made.clients_ca)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     assert "abc123" in ca.subject.rfc4514_string()
     for host, address in NODES.items():
@@ -45,7 +47,11 @@ def test_the_run_ca_issues_one_certificate_per_node_with_its_address(made):
         usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
         assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= set(usage)
     (client,) = _certs(made.client_cert)
-    client.verify_directly_issued_by(ca)
+    client.verify_directly_issued_by(clients_ca)
+    with pytest.raises(ValueError):  # not the nodes' CA: the internode port refuses it
+        client.verify_directly_issued_by(ca)
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]  # it cannot pose as a server
 
 
 def test_every_run_has_its_own_ca():
@@ -62,9 +68,11 @@ def test_keys_are_written_owner_only_and_never_shown(made, tmp_path):
     conf.mkdir()
     made.write_node("e1", conf)
     assert stat.S_IMODE(client.stat().st_mode) == 0o700
-    files = [*client.iterdir(), conf / tls.NODE_KEYSTORE, conf / tls.NODE_CA]
+    node_files = (tls.NODE_KEYSTORE, tls.NODE_CA, tls.CLIENTS_CA)
+    files = [*client.iterdir(), *(conf / f for f in node_files)]
     assert {stat.S_IMODE(f.stat().st_mode) for f in files} == {0o600}
     assert (conf / tls.NODE_KEYSTORE).read_bytes() == made.nodes["e1"]
+    assert (conf / tls.CLIENTS_CA).read_bytes() == made.clients_ca
     assert "PRIVATE" not in repr(made)
     with pytest.raises(ConfigError, match="e7"):
         made.write_node("e7", conf)
@@ -84,8 +92,13 @@ def test_a_node_file_is_replaced_not_followed(made, tmp_path):
 def test_cassandra_yaml_gets_mutual_tls_on_both_ports_and_it_wins_over_overrides(tmp_path):
     topo = Topology(edge_nodes=2)
     host = topo.edges[0]
-    on = config.node_settings(CassandraSettings(tls=True), topo, host, tmp_path)
+    tried = {"client_encryption_options": {"enabled": False}}  # what an override might say
+    on = config.node_settings(
+        CassandraSettings(tls=True, node_overrides={host.name: tried}), topo, host, tmp_path
+    )
     client, server = on["client_encryption_options"], on["server_encryption_options"]
+    assert client["truststore"] == str(tmp_path / "conf" / tls.CLIENTS_CA)  # CQL: the client
+    assert server["truststore"] == str(tmp_path / "conf" / tls.NODE_CA)  # 7000: nodes only
     assert client["enabled"] is True and client["optional"] is False
     assert server["internode_encryption"] == "all" and server["optional"] is False
     for side in (client, server):
@@ -119,11 +132,13 @@ def test_no_directory_means_no_tls(monkeypatch):
     assert tls.ssl_context() is None
 
 
-def _serve_once(made: tls.RunTls, tmp_path, results: list) -> tuple[int, threading.Thread]:
+def _serve_once(
+    made: tls.RunTls, tmp_path, results: list, connections: int = 2
+) -> tuple[int, threading.Thread]:
     """A TLS server with e0's certificate that requires a client certificate of the run's
-    CA, as Cassandra is configured to, for two connections; returns its port and thread."""
+    CA, as Cassandra is configured to, for ``connections``; returns its port and thread."""
     (tmp_path / "e0.pem").write_bytes(made.nodes["e0"])
-    (tmp_path / "ca.pem").write_bytes(made.ca)
+    (tmp_path / "ca.pem").write_bytes(made.clients_ca)  # as the CQL port trusts
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(tmp_path / "e0.pem")
     ctx.load_verify_locations(tmp_path / "ca.pem")
@@ -133,7 +148,7 @@ def _serve_once(made: tls.RunTls, tmp_path, results: list) -> tuple[int, threadi
 
     def serve() -> None:
         with listener:
-            for _ in range(2):
+            for _ in range(connections):
                 conn, _addr = listener.accept()
                 try:
                     with ctx.wrap_socket(conn, server_side=True) as s:
@@ -171,3 +186,15 @@ def test_the_runs_client_is_accepted_and_a_stranger_with_another_ca_is_not(made,
     assert not server.is_alive()  # has recorded it
     assert results[0] == ("accepted", b"ping")
     assert results[1][0] == "refused"
+
+
+def test_the_client_trusts_no_server_but_the_runs_nodes(made, tmp_path):
+    other = tls.make("other", {"e0": "127.0.0.1"})
+    results: list = []
+    port, server = _serve_once(other, tmp_path, results, connections=1)  # another run's node
+    ours = tls.ssl_context(made.write_client(tmp_path / "tls"))
+    assert ours is not None
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _talk(ours, port)
+    server.join(timeout=20)
+    assert results and results[0][0] == "refused"  # the server saw the client give up
