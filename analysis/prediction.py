@@ -22,7 +22,7 @@ import numpy as np
 from emulation import links
 from model import rtt as m
 from model.consistency import check_level, required_acks
-from testbed.errors import ConfigError, TestbedError
+from testbed.errors import ConfigError
 from testbed.topology import Topology
 
 from . import claims
@@ -133,7 +133,7 @@ def attribute(row: dict[str, Any], tcp: m.Tcp) -> str:
 def compare(results: Results, tcp: m.Tcp | None = None) -> dict[str, Any]:
     """Every cell's measured and predicted RTT, the error table and the explanations."""
     if not results.cells:
-        raise TestbedError("no measured cells to compare")
+        raise ConfigError("no measured cells to compare")
     tcp = tcp or run_tcp(results)
     baselines = _baselines(results, tcp)
     rows: list[dict[str, Any]] = []

@@ -167,8 +167,11 @@ def save_text_and_json(out: Path, stem: str, text: str, data: Any) -> tuple[Path
     paths = (out / f"{stem}.txt", out / f"{stem}.json")
     for path, body in zip(paths, (text + "\n", json.dumps(data, indent=1)), strict=True):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(body)
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(body)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # gone after the rename; left only by a failure
     return paths
 
 

@@ -218,7 +218,9 @@ def test_group_variables_count_and_a_hosts_own_win(tmp_path, key):
     hosts.validate_inventory(inv, ["e0", "e1"])
 
 
-def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(tmp_path, key):
+def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(
+    tmp_path, key, monkeypatch
+):
     # ssh's master socket is the ControlPath plus a 17-character suffix, under a 107-byte
     # limit: a run under a long EDGETB_HOME would wait out its SSH timeout on every host
     from testbed import Testbed
@@ -233,6 +235,7 @@ def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(tm
     inv = tmp_path / "inv.json"
     inv.write_text(json.dumps({"all": {"hosts": _good(key)}}))
     home = tmp_path / ("x" * 80)
+    monkeypatch.setattr("testbed.testbed.os.geteuid", lambda: 0)  # root's check comes first
     with pytest.raises(ConfigError, match="EDGETB_HOME"):  # a good inventory: this is all
         Testbed(
             Topology(edge_nodes=1),
