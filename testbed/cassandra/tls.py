@@ -70,9 +70,12 @@ class RunTls:
         client.key, each 0600."""
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(directory, 0o700)
-        for name, data in ((CA_FILE, self.ca), (CERT_FILE, self.client_cert)):
+        for name, data in (
+            (CA_FILE, self.ca),
+            (CERT_FILE, self.client_cert),
+            (KEY_FILE, self.client_key),
+        ):
             _write_private(directory / name, data)
-        _write_private(directory / KEY_FILE, self.client_key)
         return directory
 
     def write_node(self, host: str, conf: Path) -> None:
