@@ -283,7 +283,8 @@ def _window(cell) -> tuple[int, int, float]:
     then healed or back; and how long making it took (ms)."""
     events = cell["fault_log"]["events"]
     made = next(e for e in events if e["step"] == "make")
-    back = next(e for e in events if e["step"] in ("heal", "started"))
+    back = next((e for e in events if e["step"] in ("heal", "started")), None)
+    assert back is not None, f"the fault was never undone (healed, or its node back): {events}"
     end = back["at_ns"] + int(back.get("ready_s", 0) * 1e9)
     return made["at_ns"] + int(made["took_ms"] * 1e6), end, made["took_ms"]
 
@@ -310,6 +311,23 @@ def test_a_paused_or_restarted_node_costs_only_its_own_writes_and_gets_the_rest(
     assert all(r["coordinator"] in (node, None) for r in failed), failed[:5]
     during = [r for r in reqs if made <= r["t_start_ns"] < back]
     assert during and sum(r["error"] is None for r in during) >= len(during) / 2, during
+    if fault.startswith("pause"):
+        # a stalled coordinator cannot answer: with a 2 s timeout and a 6 s stall, the
+        # first write sent to it times out (the writes are sequential), and every write
+        # that failed was sent at most one timeout before the stall, or during it
+        assert failed, f"no write failed while {node} was stalled"
+        assert all(made - 2_000_000_000 <= r["t_start_ns"] < back for r in failed), failed[:5]
+    else:
+        # while the node was down (its JVM gone, until 2 s before the start saw it serve
+        # CQL again: the driver may reconnect a moment before) it coordinated nothing:
+        # the driver saw it go and sent the writes elsewhere
+        events = cell["fault_log"]["events"]
+        start = next((e for e in events if e["step"] == "started"), None)
+        assert start and start.get("stopped_s") is not None, f"{node} was not restarted: {events}"
+        down_from = start["at_ns"] + int(start["stopped_s"] * 1e9)
+        down = [r for r in reqs if down_from <= r["t_start_ns"] and
+                r["t_start_ns"] + r["rtt_ns"] <= back - 2_000_000_000]  # fmt: skip
+        assert down and not [r for r in down if r["coordinator"] == node], down[:5]
     _whole_again(cell)
     held = cell["fault_log"]["recovery"]["writes_held"][node]
     assert held["acknowledged"] > 0 and held["checked"] > 0, held
