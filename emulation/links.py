@@ -7,6 +7,9 @@ Creates nothing; a shaper applies it. Profiles build a matrix from a few numbers
 - ``paper``: what the seed paper's scripts did: every edge node shapes its egress toward
   every other edge node with (L, p) and toward the endpoint with a fixed 10 ms, no loss;
   the endpoint's own egress is not shaped.
+- ``sites``: an edge deployment of several sites (a topology with sites): hosts of one
+  site talk over its LAN (``LAN_DELAY_MS`` each way, no loss), hosts of different sites
+  over the WAN (delay L, jitter, loss p, each way); the endpoint is on its site's LAN.
 - ``file``: a matrix read from a TOML file (see ``from_toml``).
 """
 
@@ -24,7 +27,8 @@ from testbed.topology import MAX_EDGE_NODES, Topology
 
 MAX_DELAY_MS = 10_000.0
 PAPER_ENDPOINT_DELAY_MS = 10.0
-PROFILES = ("uniform", "paper", "file")
+LAN_DELAY_MS = 0.25  # one way: a round trip of 0.5 ms inside a site
+PROFILES = ("uniform", "paper", "sites", "file")
 
 
 def _number(name: str, value: object, low: float, high: float) -> float:
@@ -154,6 +158,27 @@ def paper(
     return LinkMatrix(topology, links, profile="paper")
 
 
+def sites(
+    topology: Topology,
+    delay_ms: float,
+    loss_pct: float,
+    jitter_ms: float = 0.0,
+    lan_delay_ms: float = LAN_DELAY_MS,
+) -> LinkMatrix:
+    """Every pair of hosts on one site's LAN (``lan_delay_ms`` each way) or across the WAN
+    between sites (``delay_ms``, ``jitter_ms``, ``loss_pct`` each way)."""
+    if topology.sites is None:
+        raise ConfigError("profile 'sites' needs a topology of sites (--sites, e.g. 3x3)")
+    lan, wan = Link(lan_delay_ms), Link(delay_ms, jitter_ms, loss_pct)
+    links = {
+        (s.name, d.name): lan if s.site == d.site else wan
+        for s in topology.hosts
+        for d in topology.hosts
+        if s != d
+    }
+    return LinkMatrix(topology, links, profile="sites")
+
+
 def read_toml(path: Path | str, what: str) -> dict:
     """A TOML file's contents; ConfigError naming ``what`` and the path when it is missing,
     not a regular file, unreadable, not UTF-8 text or not valid TOML."""
@@ -245,9 +270,12 @@ def build(
     jitter_ms: float = 0.0,
     path: Path | str | None = None,
 ) -> LinkMatrix:
-    """The matrix of ``profile`` (uniform, paper, file); ConfigError for anything invalid."""
+    """The matrix of ``profile`` (uniform, paper, sites, file); ConfigError for anything
+    invalid."""
     if profile == "uniform":
         return uniform(topology, delay_ms, loss_pct, jitter_ms)
+    if profile == "sites":
+        return sites(topology, delay_ms, loss_pct, jitter_ms)
     if profile == "paper":
         return paper(topology, delay_ms, loss_pct, jitter_ms)
     if profile == "file":

@@ -69,6 +69,11 @@ def _grid(config: Any) -> None:
                 f"first_pass latency {extra[0]:g} ms is not in the grid's latencies "
                 f"({', '.join(f'{x:g}' for x in config.latency_ms)})"
             )
+    if config.profile == "sites":
+        raise ConfigError(
+            "profile 'sites' needs a topology of sites, which sweeps do not build yet: "
+            "use `edgetb up --sites 3x3` and `python -m emulation set --profile sites`"
+        )
     if config.profile == "file":
         if not config.links_file:
             raise ConfigError("profile 'file' needs links_file (--links FILE)")

@@ -107,3 +107,13 @@ def node_resources(args: argparse.Namespace) -> dict | None:
     }
     spec = cgroups.spec_from({k: v for k, v in values.items() if v})
     return spec or None
+
+
+def sites(text: str) -> tuple[int, ...]:
+    """Nodes per site: SITESxNODES (3x3) or a list (2,3)."""
+    from .topology import parse_sites
+
+    try:
+        return parse_sites(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -65,8 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--nodes",
         type=argtypes.integer(1, MAX_EDGE_NODES),
-        default=3,
-        help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3)",
+        default=None,
+        help=f"edge nodes running Cassandra, 1..{MAX_EDGE_NODES} (default 3, or the sites' sum)",
+    )
+    up.add_argument(
+        "--sites",
+        type=argtypes.sites,
+        default=None,
+        help="edge sites, each a Cassandra datacenter: SITESxNODES (3x3) or nodes per site "
+        "(2,3); nodes are numbered site by site (default: one site)",
+    )
+    up.add_argument(
+        "--endpoint-site",
+        default=None,
+        help="the site whose LAN the endpoint is on (default the first: dc1)",
     )
     up.add_argument(
         "--backend",
@@ -224,7 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    topology = Topology(edge_nodes=args.nodes, subnet=args.subnet)
+    nodes = args.nodes if args.nodes is not None else sum(args.sites or (3,))
+    topology = Topology(
+        edge_nodes=nodes, subnet=args.subnet, sites=args.sites, endpoint_site=args.endpoint_site
+    )
     options = backend_options(args)
     settings = None
     if args.no_cassandra and args.yaml:
@@ -282,9 +297,12 @@ def backend_options(args: argparse.Namespace) -> dict:
 
 
 def _print_hosts(hosts: list[dict]) -> None:
-    print(f"{'host':<6} {'role':<9} {'address':<15} cassandra")
+    sites = any("site" in h for h in hosts)
+    site = f"{'site':<12} " if sites else ""
+    print(f"{'host':<6} {'role':<9} {'address':<15} {site}cassandra")
     for h in hosts:
-        print(f"{h['name']:<6} {h['role']:<9} {h['address']:<15} {h.get('cassandra') or '-'}")
+        site = f"{h.get('site', '-'):<12} " if sites else ""
+        print(f"{h['name']:<6} {h['role']:<9} {h['address']:<15} {site}{h.get('cassandra') or '-'}")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

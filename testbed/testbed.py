@@ -117,6 +117,10 @@ class Testbed:
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
         cls = backend_class(backend)
+        if topology.sites is not None and backend != "netns":
+            # VMs and inventory hosts take the same node files, but their logins
+            # (system_auth) and inventories do not know sites yet
+            raise ConfigError(f"sites run on the netns backend only so far, not on {backend}")
         if name is not None:
             self._check_name_free(st.check_name(name))
         if subnet_pool is not None or topology.subnet is None:
@@ -539,16 +543,22 @@ class Testbed:
     def status(self) -> list[dict[str, Any]]:
         """Per host: name, role, address, and Cassandra's state as one live node sees it."""
         ring: dict[str, str] = {}
+        dcs: dict[str, str] = {}
         for node in self.nodes.values():
             if node.alive():
                 try:
-                    ring = parse_nodetool_status(self.nodetool(node.name, "status"))
+                    text = self.nodetool(node.name, "status")
+                    ring, dcs = parse_nodetool_status(text), parse_nodetool_datacenters(text)
                     break
                 except CommandError as exc:
                     log.debug("nodetool on %s failed: %s", node.name, exc)
         hosts = []
         for host in self.topology.hosts:
             entry: dict[str, Any] = {"name": host.name, "role": host.role, "address": host.address}
+            if host.site is not None:
+                entry["site"] = host.site
+            if host.is_edge and host.address in dcs:
+                entry["datacenter"] = dcs[host.address]  # as Cassandra sees it
             if host.is_edge:
                 edge = self.nodes.get(host.name)
                 alive = bool(edge and edge.alive())
@@ -659,6 +669,20 @@ def state_problems(state: st.RunState) -> list[str]:
     if check is not None:
         found += check(state)
     return found
+
+
+def parse_nodetool_datacenters(text: str) -> dict[str, str]:
+    """Map address -> datacenter from `nodetool status` output (a "Datacenter: NAME"
+    line heads each datacenter's nodes)."""
+    result, dc = {}, None
+    for line in text.splitlines():
+        if line.startswith("Datacenter:"):
+            dc = line.split(":", 1)[1].strip()
+            continue
+        for address in parse_nodetool_status(line):
+            if dc is not None:
+                result[address] = dc
+    return result
 
 
 def parse_nodetool_status(text: str) -> dict[str, str]:

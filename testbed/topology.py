@@ -6,6 +6,10 @@ edge node i .11+i), explicit per-host ``addresses`` (machines of the hosts backe
 their own), or neither: then it is not *placed* yet and the Testbed gives it a free subnet
 of the pool (``testbed.subnets``) when it builds it. Until then its hosts are numbered in
 ``PROVISIONAL_SUBNET`` so names and roles can be checked; nothing is built from those.
+
+An edge deployment of several *sites* (``sites=(3, 3, 3)``: three sites of three nodes)
+makes each site a Cassandra datacenter of one rack; the edge nodes are numbered site by
+site (e0..e2 in the first), and the endpoint is attached to one named site (its LAN).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Literal
 from .errors import ConfigError
 
 MAX_EDGE_NODES = 9
+DEFAULT_RACK = "rack1"
 PROVISIONAL_SUBNET = "10.77.0.0/24"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 _RESERVED_NAMES = frozenset({"sw", "lo"})
@@ -36,6 +41,7 @@ class Host:
     role: Role
     address: str
     prefixlen: int
+    site: str | None = None  # its datacenter, in a topology of sites
 
     @property
     def is_edge(self) -> bool:
@@ -57,6 +63,10 @@ class Topology:
         addresses: host name -> IPv4 address for every host (instead of a subnet).
         edge_names: optional names for the edge nodes (default e0..e{k-1}).
         endpoint_name: name of the client host (default ep).
+        sites: nodes per site, summing to ``edge_nodes`` (None: one site, as Cassandra's
+            SimpleSnitch sees a cluster); each site is a datacenter.
+        site_names: the sites' (datacenters') names (default dc1, dc2, ...).
+        endpoint_site: the site whose LAN the endpoint is on (default the first).
 
     Raises ConfigError on construction when anything is invalid.
     """
@@ -66,6 +76,9 @@ class Topology:
     edge_names: tuple[str, ...] | None = None
     endpoint_name: str = "ep"
     addresses: Mapping[str, str] | None = None
+    sites: tuple[int, ...] | None = None
+    site_names: tuple[str, ...] | None = None
+    endpoint_site: str | None = None
     hosts: tuple[Host, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -95,14 +108,21 @@ class Topology:
         duplicates = sorted({n for n in all_names if all_names.count(n) > 1})
         if duplicates:
             raise ConfigError(f"duplicate host names: {', '.join(duplicates)}")
+        site_of = self._place_sites(names)
 
         if self.addresses is not None:
             if self.subnet is not None:
                 raise ConfigError("a topology has a subnet or per-host addresses, not both")
             addresses = _check_addresses(self.addresses, all_names)
             object.__setattr__(self, "addresses", addresses)
-            edges = tuple(Host(n, "edge", addresses[n], 32) for n in names)
-            endpoint = Host(self.endpoint_name, "endpoint", addresses[self.endpoint_name], 32)
+            edges = tuple(Host(n, "edge", addresses[n], 32, site_of.get(n)) for n in names)
+            endpoint = Host(
+                self.endpoint_name,
+                "endpoint",
+                addresses[self.endpoint_name],
+                32,
+                site_of.get(self.endpoint_name),
+            )
             object.__setattr__(self, "hosts", (*edges, endpoint))
             return
         text = PROVISIONAL_SUBNET if self.subnet is None else self.subnet
@@ -118,12 +138,71 @@ class Topology:
                 f"subnet {text} is too small for {len(all_names)} hosts (needs /"
                 f"{32 - (needed - 1).bit_length()} or larger)"
             )
-        endpoint = Host(self.endpoint_name, "endpoint", str(net[_FIRST_HOST_OFFSET]), net.prefixlen)
+        endpoint = Host(
+            self.endpoint_name,
+            "endpoint",
+            str(net[_FIRST_HOST_OFFSET]),
+            net.prefixlen,
+            site_of.get(self.endpoint_name),
+        )
         edges = tuple(
-            Host(n, "edge", str(net[_FIRST_HOST_OFFSET + 1 + i]), net.prefixlen)
+            Host(n, "edge", str(net[_FIRST_HOST_OFFSET + 1 + i]), net.prefixlen, site_of.get(n))
             for i, n in enumerate(names)
         )
         object.__setattr__(self, "hosts", (*edges, endpoint))
+
+    def _place_sites(self, names: tuple[str, ...]) -> dict[str, str]:
+        """Host name -> site name (empty without sites); checks and normalizes the three
+        site fields."""
+        if self.sites is None:
+            if self.site_names is not None or self.endpoint_site is not None:
+                raise ConfigError("site_names and endpoint_site need sites")
+            return {}
+        sizes = tuple(self.sites)
+        if not sizes or any(isinstance(n, bool) or not isinstance(n, int) for n in sizes):
+            raise ConfigError(f"sites must be node counts per site, got {self.sites!r}")
+        if any(n < 1 for n in sizes):
+            raise ConfigError(f"every site needs at least one node, got {format_sites(sizes)}")
+        if sum(sizes) != self.edge_nodes:
+            raise ConfigError(
+                f"sites {format_sites(sizes)} hold {sum(sizes)} nodes, not {self.edge_nodes}"
+            )
+        site_names = self.site_names
+        if site_names is None:
+            site_names = tuple(f"dc{i + 1}" for i in range(len(sizes)))
+        site_names = tuple(site_names)
+        if len(site_names) != len(sizes):
+            raise ConfigError(f"{len(site_names)} site names for {len(sizes)} sites")
+        for name in site_names:
+            if not isinstance(name, str) or not _NAME_RE.match(name):
+                raise ConfigError(
+                    f"invalid site name {name!r}: use 1-12 lowercase letters/digits "
+                    f"starting with a letter"
+                )
+        if len(set(site_names)) != len(site_names):
+            raise ConfigError(f"duplicate site names: {', '.join(site_names)}")
+        endpoint_site = self.endpoint_site if self.endpoint_site is not None else site_names[0]
+        if endpoint_site not in site_names:
+            raise ConfigError(
+                f"the endpoint's site {endpoint_site!r} is not a site "
+                f"(sites: {', '.join(site_names)})"
+            )
+        object.__setattr__(self, "sites", sizes)
+        object.__setattr__(self, "site_names", site_names)
+        object.__setattr__(self, "endpoint_site", endpoint_site)
+        out: dict[str, str] = {}
+        it = iter(names)
+        for size, site in zip(sizes, site_names, strict=True):
+            for _ in range(size):
+                out[next(it)] = site
+        out[self.endpoint_name] = endpoint_site
+        return out
+
+    def site_nodes(self, site: str) -> tuple[Host, ...]:
+        """The edge nodes of ``site`` (ConfigError naming the sites for another name)."""
+        if site not in (self.site_names or ()):
+            raise ConfigError(f"unknown site {site!r} (sites: {', '.join(self.site_names or ())})")
+        return tuple(h for h in self.edges if h.site == site)
 
     @property
     def placed(self) -> bool:
@@ -146,6 +225,9 @@ class Topology:
                 self.edge_names,
                 self.endpoint_name,
                 tuple(sorted((self.addresses or {}).items())),
+                self.sites,
+                self.site_names,
+                self.endpoint_site,
             )
         )
 
@@ -166,24 +248,39 @@ class Topology:
         raise ConfigError(f"unknown host {name!r} (hosts: {known})")
 
     def to_dict(self) -> dict:
-        return {
+        out: dict[str, object] = {
             "edge_nodes": self.edge_nodes,
             "subnet": self.subnet,
             "addresses": dict(self.addresses) if self.addresses is not None else None,
             "edge_names": list(self.edge_names or ()),
             "endpoint_name": self.endpoint_name,
         }
+        if self.sites is not None:  # a one-site topology keeps the shape states had
+            out["sites"] = {
+                "sizes": list(self.sites),
+                "names": list(self.site_names or ()),
+                "endpoint": self.endpoint_site,
+            }
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Topology:
         """The inverse of ``to_dict`` (a state without ``addresses`` too); ConfigError
         for a dict of another shape."""
         keys = {"edge_nodes", "subnet", "edge_names", "endpoint_name"}
-        if not isinstance(data, dict) or not keys <= set(data) <= keys | {"addresses"}:
+        if not isinstance(data, dict) or not keys <= set(data) <= keys | {"addresses", "sites"}:
             raise ConfigError(f"a topology has exactly the keys {sorted(keys)}, got {data!r}")
         if not isinstance(data["edge_names"], (list, tuple)):
             raise ConfigError(f"edge_names must be a list, got {data['edge_names']!r}")
+        sites = data.get("sites")
+        if sites is not None and (
+            not isinstance(sites, dict) or set(sites) != {"sizes", "names", "endpoint"}
+        ):
+            raise ConfigError(f"sites has the keys endpoint, names and sizes, got {sites!r}")
         return cls(
+            sites=tuple(sites["sizes"]) if sites else None,
+            site_names=tuple(sites["names"]) if sites else None,
+            endpoint_site=sites["endpoint"] if sites else None,
             edge_nodes=data["edge_nodes"],
             subnet=data["subnet"],
             edge_names=tuple(data["edge_names"]),
@@ -215,3 +312,39 @@ def _check_addresses(addresses: object, names: tuple[str, ...]) -> dict[str, str
             raise ConfigError(f"{seen[addr]} and {name} have the same address {addr}")
         seen[addr] = name
     return out
+
+
+_SITES_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
+
+
+def parse_sites(text: str) -> tuple[int, ...]:
+    """``"3x3"`` (three sites of three nodes) or ``"2,3"`` (a site of 2, one of 3) as node
+    counts per site; ConfigError naming the forms for anything else."""
+    match = _SITES_RE.match(str(text))
+    if match and int(match.group(1)) < 1:
+        raise ConfigError(f"sites {text!r}: a topology of sites has at least one site")
+    try:
+        if match:
+            sizes = (int(match.group(2)),) * int(match.group(1))
+        else:
+            sizes = tuple(int(part) for part in str(text).split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes:
+        raise ConfigError(
+            f"sites {text!r}: give SITESxNODES (e.g. 3x3) or nodes per site (e.g. 2,3)"
+        )
+    if any(n < 1 for n in sizes):
+        raise ConfigError(f"every site needs at least one node, got {text!r}")
+    if sum(sizes) > MAX_EDGE_NODES:
+        raise ConfigError(
+            f"sites {text!r} hold {sum(sizes)} nodes; a testbed has at most {MAX_EDGE_NODES}"
+        )
+    return sizes
+
+
+def format_sites(sizes: tuple[int, ...]) -> str:
+    """The short form of node counts per site: 3x3 when equal, else 2,3."""
+    if len(sizes) > 1 and len(set(sizes)) == 1:
+        return f"{len(sizes)}x{sizes[0]}"
+    return ",".join(map(str, sizes))

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import ConfigError
-from ..topology import Host, Topology
+from ..topology import DEFAULT_RACK, Host, Topology
 from . import tls
 from .auth import AUTH_SETTINGS, system_auth_properties
 
@@ -119,6 +119,7 @@ PROTECTED_SETTINGS: dict[str, str] = {
         "a node's files live in its run directory, which `down` removes",
     ),
     "cluster_name": "set it with cluster_name (--cluster-name)",
+    "endpoint_snitch": "the testbed's sites are the datacenters (--sites)",
 }
 _SETTING_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -135,6 +136,10 @@ def check_override(key: object) -> None:
             f"cassandra.yaml setting {key} is the testbed's own and cannot be overridden "
             f"({PROTECTED_SETTINGS[key]})"
         )
+
+
+SIMPLE_SNITCH_DC = "datacenter1"  # the one datacenter SimpleSnitch puts every node in
+RACKDC_FILE = "cassandra-rackdc.properties"
 
 
 def initial_token(index: int, count: int) -> int:
@@ -158,15 +163,36 @@ def cluster_layer(topology: Topology, cluster_name: str) -> dict[str, Any]:
     }
 
 
+def node_token(topology: Topology, host: Host) -> int:
+    """``host``'s token. One site: evenly spaced over the ring. Sites: evenly spaced within
+    each site, the site's index added (the usual multi-datacenter layout: each
+    datacenter's replicas are placed by its own tokens, so each must be even on its own;
+    the offset keeps tokens unique across datacenters)."""
+    if host.site is None:
+        return initial_token(topology.edges.index(host), topology.edge_nodes)
+    mates = topology.site_nodes(host.site)
+    site_index = (topology.site_names or ()).index(host.site)
+    return initial_token(mates.index(host), len(mates)) + site_index
+
+
+def rackdc_properties(host: Host) -> str:
+    """cassandra-rackdc.properties of a node: its site and rack, which the
+    GossipingPropertyFileSnitch of a topology of sites gossips; without sites, the names
+    SimpleSnitch gives (the file is then unread)."""
+    return f"dc={host.site or SIMPLE_SNITCH_DC}\nrack={DEFAULT_RACK}\nprefer_local=false\n"
+
+
 def node_layer(topology: Topology, host: Host, node_dir: Path) -> dict[str, Any]:
-    """Settings of one node: its own addresses only, its token, its directories."""
+    """Settings of one node: its own addresses only, its token, its directories; in a
+    topology of sites, the snitch that reads its site from its rackdc file."""
     if not host.is_edge:
         raise ConfigError(f"{host.name} is not an edge node")
-    index = topology.edges.index(host)
+    snitch = {} if host.site is None else {"endpoint_snitch": "GossipingPropertyFileSnitch"}
     return {
+        **snitch,
         "listen_address": host.address,
         "rpc_address": host.address,
-        "initial_token": str(initial_token(index, topology.edge_nodes)),
+        "initial_token": str(node_token(topology, host)),
         "data_file_directories": [str(node_dir / "data")],
         "commitlog_directory": str(node_dir / "commitlog"),
         "hints_directory": str(node_dir / "hints"),
@@ -455,6 +481,7 @@ def jvm_args(
         # start and deletes it only on a clean exit) go with the node, not to /tmp
         f"-Djava.io.tmpdir={node_dir / 'tmp'}",
         f"-Dlogback.configurationFile=file://{node_dir / 'conf' / 'logback.xml'}",
+        f"-Dcassandra-rackdc.properties=file://{node_dir / 'conf' / RACKDC_FILE}",
         f"-Dcassandra.jmx.local.port={JMX_PORT}",
         *(system_auth_properties(system_auth_rf) if system_auth_rf is not None else []),
         "-Dcassandra-foreground=yes",

@@ -156,6 +156,9 @@ class CassandraNode:
         values = config.node_settings(settings, topology, self.host, self.node_dir, auth=auth)
         (self.node_dir / "conf" / "cassandra.yaml").write_text(config.render_yaml(values))
         (self.node_dir / "conf" / "logback.xml").write_text(config.LOGBACK_XML)
+        (self.node_dir / "conf" / config.RACKDC_FILE).write_text(
+            config.rackdc_properties(self.host)
+        )
 
     def check_ports(self, exec_argv: ExecArgv) -> None:
         """Raise PortInUseError if a port this node needs is already bound in its host."""

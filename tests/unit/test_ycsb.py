@@ -14,6 +14,7 @@ import pytest
 from model.consistency import check_read_level
 from testbed import tags
 from testbed.errors import ConfigError
+from testbed.topology import Topology
 from workloads import ycsb
 from workloads.ycsb import client as ycsb_client
 from workloads.ycsb.client import END_CLIENT
@@ -197,10 +198,7 @@ def test_the_client_jvm_carries_the_runs_tag_and_the_endpoints_java(remote):
         backend=backend,
         java=SimpleNamespace(path="/host/java"),
         run_id="abc123",
-        topology=SimpleNamespace(
-            endpoint=SimpleNamespace(name="ep"),
-            edges=[SimpleNamespace(address="10.0.0.11"), SimpleNamespace(address="10.0.0.12")],
-        ),
+        topology=Topology(edge_nodes=2, subnet="10.0.0.0/24"),
     )
     dist = ycsb.dist.YcsbDist(Path("/d"), {"lib/a.jar": "0"})
     runner = ycsb_client.Ycsb(tb, dist=dist)  # type: ignore[arg-type]
@@ -208,6 +206,11 @@ def test_the_client_jvm_carries_the_runs_tag_and_the_endpoints_java(remote):
     assert argv[0] == ("/guest/java" if remote else "/host/java")
     assert tags.tag_of("\0".join(argv).encode()) == "abc123"
     assert "hosts=10.0.0.11,10.0.0.12" in argv and "exportfile=/o/run.json" in argv
+    assert "cassandra.localdc=datacenter1" in argv  # SimpleSnitch's one datacenter
+    # on a testbed of sites, the driver's local datacenter is the endpoint's site
+    tb.topology = Topology(edge_nodes=2, subnet="10.0.0.0/24", sites=(1, 1), endpoint_site="dc2")
+    argv = runner.argv("run", ycsb.Spec("a", records=10, operations=10), "ks", Path("/o"))
+    assert "cassandra.localdc=dc2" in argv
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.cassandra.config import SIMPLE_SNITCH_DC
 from testbed.errors import ConfigError
 from testbed.testbed import Testbed
 
@@ -89,6 +90,8 @@ class Ycsb:
         props = spec.properties()
         ours = {
             "hosts": ",".join(h.address for h in self.tb.topology.edges),
+            # the driver routes to the endpoint's own datacenter (its site, if any)
+            "cassandra.localdc": self.tb.topology.endpoint.site or SIMPLE_SNITCH_DC,
             "cassandra.keyspace": keyspace,
             "cassandra.readconsistencylevel": spec.read_cl.upper(),
             "cassandra.writeconsistencylevel": spec.write_cl.upper(),

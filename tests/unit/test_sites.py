@@ -1,0 +1,171 @@
+"""Edge sites as Cassandra datacenters: the topology's sites, their tokens and the
+snitch's files (pure logic; tests/integration/test_1c_sites.py brings a cluster up)."""
+
+from pathlib import Path
+
+import pytest
+
+from testbed.cassandra import config
+from testbed.errors import ConfigError
+from testbed.topology import Topology, format_sites, parse_sites
+
+RING = 2**64
+
+
+@pytest.mark.parametrize(
+    "text, sizes",
+    [("3x3", (3, 3, 3)), ("2,3", (2, 3)), ("1x4", (4,)), (" 2 x 2 ", (2, 2)), ("5", (5,))],
+)
+def test_sites_are_parsed_in_both_forms(text, sizes):
+    assert parse_sites(text) == sizes
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0x3", "at least one site"),
+        ("3x0", "every site needs at least one node"),
+        ("2,0", "every site needs at least one node"),
+        ("4x3", "at most 9"),
+        ("three", "give SITESxNODES"),
+        ("", "give SITESxNODES"),
+    ],
+)
+def test_bad_sites_are_one_line_naming_the_problem(text, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        parse_sites(text)
+    assert "\n" not in str(err.value)
+
+
+def test_nodes_are_numbered_site_by_site_and_the_endpoint_joins_a_named_site():
+    topo = Topology(edge_nodes=5, sites=(2, 3), endpoint_site="dc2")
+    assert [(h.name, h.site) for h in topo.hosts] == [
+        ("e0", "dc1"), ("e1", "dc1"), ("e2", "dc2"), ("e3", "dc2"), ("e4", "dc2"), ("ep", "dc2"),
+    ]  # fmt: skip
+    assert [h.name for h in topo.site_nodes("dc2")] == ["e2", "e3", "e4"]
+    assert format_sites(topo.sites or ()) == "2,3" and format_sites((3, 3, 3)) == "3x3"
+    with pytest.raises(ConfigError, match="unknown site 'dc3'"):
+        topo.site_nodes("dc3")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"edge_nodes": 3, "sites": (2, 2)}, "hold 4 nodes, not 3"),
+        ({"edge_nodes": 2, "sites": (2, 0)}, "at least one node"),
+        ({"edge_nodes": 4, "sites": (2, 2), "endpoint_site": "dc3"}, "not a site"),
+        ({"edge_nodes": 4, "sites": (2, 2), "site_names": ("a", "a")}, "duplicate site"),
+        ({"edge_nodes": 4, "sites": (2, 2), "site_names": ("a",)}, "1 site names for 2"),
+        ({"edge_nodes": 4, "sites": (2, 2), "site_names": ("A", "b")}, "invalid site name"),
+        ({"edge_nodes": 3, "endpoint_site": "dc1"}, "need sites"),
+    ],
+)
+def test_inconsistent_sites_are_refused(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        Topology(**kwargs)
+
+
+def test_a_topology_of_sites_survives_its_state_and_one_site_keeps_the_old_shape():
+    topo = Topology(edge_nodes=4, sites=(1, 3), site_names=("north", "south"), subnet="10.1.2.0/24")
+    assert Topology.from_dict(topo.to_dict()) == topo
+    assert Topology.from_dict(topo.to_dict()).host("e3").site == "south"
+    plain = Topology(edge_nodes=3)
+    assert "sites" not in plain.to_dict() and Topology.from_dict(plain.to_dict()) == plain
+    assert plain.host("e0").site is None
+    # placing a topology keeps its sites
+    placed = topo.on_subnet("10.9.9.0/24").with_addresses(
+        {h.name: f"192.168.1.{i + 1}" for i, h in enumerate(topo.hosts)}
+    )
+    assert placed.sites == (1, 3) and placed.host("ep").site == "north"
+
+
+def _tokens(topo: Topology) -> dict[str, int]:
+    return {h.name: config.node_token(topo, h) for h in topo.edges}
+
+
+def test_each_site_has_its_own_even_tokens_and_no_token_is_shared():
+    topo = Topology(edge_nodes=9, sites=(3, 3, 3))
+    tokens = _tokens(topo)
+    assert len(set(tokens.values())) == 9
+    for site in ("dc1", "dc2", "dc3"):
+        ring = sorted(tokens[h.name] for h in topo.site_nodes(site))
+        gaps = [(b - a) % RING for a, b in zip(ring, ring[1:] + ring[:1], strict=True)]
+        # each datacenter's replicas follow its own tokens: each owns a third of the ring
+        assert max(gaps) - min(gaps) <= 2, (site, gaps)
+    # one site: the tokens of before (evenly spaced over all nodes)
+    plain = Topology(edge_nodes=3)
+    assert list(_tokens(plain).values()) == [config.initial_token(i, 3) for i in range(3)]
+
+
+def test_a_node_of_a_site_gets_the_gossiping_snitch_and_its_rackdc_file(tmp_path: Path):
+    topo = Topology(edge_nodes=4, sites=(2, 2), subnet="10.1.2.0/24")
+    e2 = topo.host("e2")
+    values = config.node_settings(config.CassandraSettings(), topo, e2, tmp_path)
+    assert values["endpoint_snitch"] == "GossipingPropertyFileSnitch"
+    assert values["initial_token"] == str(config.initial_token(0, 2) + 1)
+    assert config.rackdc_properties(e2).splitlines() == [
+        "dc=dc2",
+        "rack=rack1",
+        "prefer_local=false",
+    ]
+    plain = Topology(edge_nodes=2, subnet="10.1.2.0/24")
+    values = config.node_settings(config.CassandraSettings(), plain, plain.host("e0"), tmp_path)
+    assert values["endpoint_snitch"] == "SimpleSnitch"
+    assert config.rackdc_properties(plain.host("e0")).startswith("dc=datacenter1\n")
+    args = config.jvm_args(
+        settings=config.CassandraSettings(),
+        classpath="cp",
+        node_dir=tmp_path,
+        run_id="r",
+        host="e2",
+    )
+    assert (
+        f"-Dcassandra-rackdc.properties=file://{tmp_path}/conf/cassandra-rackdc.properties" in args
+    )
+
+
+def test_the_snitch_is_the_testbeds_own():
+    with pytest.raises(ConfigError, match="sites are the datacenters"):
+        config.check_override("endpoint_snitch")
+
+
+NODETOOL_STATUS_2DC = """Datacenter: dc1
+===============
+Status=Up/Down
+|/ State=Normal/Leaving/Joining/Moving
+--  Address     Load       Tokens  Owns (effective)  Host ID                               Rack
+UN  10.1.2.11   70.2 KiB   1       50.0%             2f0c8a4e-7a53-4a39-9d65-0c2c8f0b7c11  rack1
+UN  10.1.2.12   69.9 KiB   1       50.0%             3a1d9b5f-8b64-4b4a-ae76-1d3d9f1c8d22  rack1
+
+Datacenter: dc2
+===============
+Status=Up/Down
+|/ State=Normal/Leaving/Joining/Moving
+--  Address     Load       Tokens  Owns (effective)  Host ID                               Rack
+UN  10.1.2.13   70.1 KiB   1       50.0%             4b2e0c6a-9c75-4c5b-bf87-2e4e0a2d9e33  rack1
+DN  10.1.2.14   ?          1       50.0%             5c3f1d7b-0d86-4d6c-c098-3f5f1b3e0f44  rack1
+"""
+
+
+def test_nodetool_status_of_two_datacenters_is_read_per_node():
+    from testbed.testbed import parse_nodetool_datacenters, parse_nodetool_status
+
+    assert parse_nodetool_datacenters(NODETOOL_STATUS_2DC) == {
+        "10.1.2.11": "dc1", "10.1.2.12": "dc1", "10.1.2.13": "dc2", "10.1.2.14": "dc2",
+    }  # fmt: skip
+    assert parse_nodetool_status(NODETOOL_STATUS_2DC)["10.1.2.14"] == "DN"
+
+
+def test_the_sites_profile_puts_a_lan_inside_each_site_and_the_wan_between_them():
+    from emulation import links
+
+    topo = Topology(edge_nodes=5, sites=(2, 3), endpoint_site="dc2")
+    m = links.build("sites", topo, delay_ms=50, loss_pct=2.5, jitter_ms=5)
+    assert m.rtt_ms("e0", "e1") == m.rtt_ms("e2", "e4") == 2 * links.LAN_DELAY_MS
+    assert m.rtt_ms("e1", "e2") == m.rtt_ms("e4", "e0") == 100
+    assert m.rtt_ms("ep", "e3") == 2 * links.LAN_DELAY_MS  # the endpoint's own site
+    assert m.rtt_ms("ep", "e0") == 100
+    assert m.link("e0", "e2").loss_pct == 2.5 and m.link("e0", "e2").jitter_ms == 5
+    assert m.link("e0", "e1").loss_pct == 0 and m.link("ep", "e2").jitter_ms == 0
+    with pytest.raises(ConfigError, match="needs a topology of sites"):
+        links.build("sites", Topology(edge_nodes=3), delay_ms=50, loss_pct=0)
