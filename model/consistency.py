@@ -5,6 +5,8 @@ Pure functions shared by the sweep (validation, duration estimates) and the anal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from testbed.errors import ConfigError
 
 # Levels a plain (non-LWT) INSERT accepts. SERIAL and LOCAL_SERIAL only order the Paxos
@@ -56,6 +58,38 @@ def required_acks(level: str, rf: int) -> int:
     if level == "ALL":
         return rf
     return rf // 2 + 1  # QUORUM, LOCAL_QUORUM, EACH_QUORUM (one datacenter)
+
+
+def site_acks(level: str, rf: Mapping[str, int], local: str) -> tuple[int, int]:
+    """On a testbed of sites: (acks a write at ``level`` waits for in all, the fewest of
+    them that must come from other sites than the coordinator's ``local`` one), with
+    ``rf`` replicas per site (NetworkTopologyStrategy). LOCAL_* count the local site's
+    replicas only; EACH_QUORUM a quorum in every site; ALL every replica; the others
+    count replicas anywhere, so only what the local ones cannot make is remote. A
+    remote ack costs the write a WAN round trip. ConfigError for a level the keyspace
+    cannot serve (a LOCAL_ level without replicas in the local site, more acks than
+    replicas)."""
+    level = check_level(level)
+    sites = {s: int(n) for s, n in rf.items() if int(n) > 0}
+    if not sites:
+        raise ConfigError("a keyspace of sites needs replicas in at least one site")
+    total, here = sum(sites.values()), sites.get(local, 0)
+    if level in ("LOCAL_ONE", "LOCAL_QUORUM"):
+        if not here:
+            raise ConfigError(
+                f"{level} needs replicas in the coordinator's site {local!r}; the keyspace "
+                f"has them in {', '.join(sorted(sites))}"
+            )
+        return (1 if level == "LOCAL_ONE" else here // 2 + 1), 0
+    if level == "EACH_QUORUM":
+        each = {s: n // 2 + 1 for s, n in sites.items()}
+        return sum(each.values()), sum(n for s, n in each.items() if s != local)
+    if level == "ALL":
+        return total, total - here
+    need = required_acks(level, total)  # ANY, ONE, TWO, THREE, QUORUM: anywhere
+    if need > total:
+        raise ConfigError(f"{level} needs {need} replicas; the keyspace has {total}")
+    return need, max(0, need - here)
 
 
 def remote_round_trip_probability(level: str, rf: int, nodes: int) -> float:

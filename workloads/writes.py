@@ -7,7 +7,9 @@ or pool warm-up inside a measurement.
 
 Commands:
     {"op": "schema", "keyspace": K, "rf": R}       create K (SimpleStrategy, R) + table,
-                                                   refresh the driver's token map for K
+                                                   refresh the driver's token map for K;
+                                                   R a map {DC: n} on a testbed of sites:
+                                                   NetworkTopologyStrategy, n per DC
     {"op": "run", "keyspace": K, "cl": CL, "writes": N, "warmup": W,
      "key_seed": S, "warmup_seed": S2}             W unrecorded writes, then N recorded:
                                                    one {"r": [...]} line per request
@@ -21,6 +23,9 @@ request the coordinator that answered and the replica set of its key are recorde
 Retries are off (FallthroughRetryPolicy): a timeout or unavailable is recorded as such.
 On clusters with authentication (remote backends) it logs in with the run's credentials
 (the 0600 file named by $EDGETB_CREDENTIALS, which ``testbed exec`` sets on the endpoint).
+On a testbed of sites (``--local-dc``, or $EDGETB_LOCAL_DC, which ``testbed exec`` sets to
+the endpoint's site) coordinators are chosen in that datacenter only, as the driver's
+DC-aware policy does: a client uses the nodes of its own site.
 """
 
 from __future__ import annotations
@@ -52,31 +57,51 @@ def keys(seed: str):
         yield uuid.UUID(int=rng.getrandbits(128), version=4)
 
 
-def make_policy(name: str):
-    from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy
+def make_policy(name: str, local_dc: str | None = None):
+    """The load balancing ``name`` (round-robin, token-aware); with ``local_dc`` (a testbed
+    of sites) over that datacenter's nodes only (DCAwareRoundRobinPolicy, no remote
+    hosts), else over every node."""
+    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
 
+    child = DCAwareRoundRobinPolicy(local_dc) if local_dc else RoundRobinPolicy()
     if name == "round-robin":
-        return RoundRobinPolicy()
+        return child
     if name == "token-aware":
-        # The driver's own default wraps DCAwareRoundRobinPolicy; one datacenter here, so
+        # The driver's own default wraps DCAwareRoundRobinPolicy; in one datacenter
         # RoundRobin as the child is equivalent. shuffle_replicas stays at its default
         # (False): the primary replica coordinates.
-        return TokenAwarePolicy(RoundRobinPolicy())
+        return TokenAwarePolicy(child)
     raise SystemExit(f"unknown policy {name!r}")
+
+
+def replication(rf: int | dict[str, int]) -> str:
+    """The replication map of a keyspace with ``rf`` replicas, or ``{DC: n}`` per
+    datacenter (NetworkTopologyStrategy)."""
+    if isinstance(rf, dict):
+        per_dc = ", ".join(f"'{dc}': {int(n)}" for dc, n in sorted(rf.items()))
+        return f"{{'class': 'NetworkTopologyStrategy', {per_dc}}}"
+    return f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}"
 
 
 REFRESH_ATTEMPTS = 3  # schema refreshes before the workload's schema step fails
 
 
 class Writer:
-    def __init__(self, points: list[str], policy: str, timeout_s: float, expect: int):
+    def __init__(
+        self,
+        points: list[str],
+        policy: str,
+        timeout_s: float,
+        expect: int,
+        local_dc: str | None = None,
+    ):
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
         from cassandra.policies import FallthroughRetryPolicy
 
         from testbed.client import auth_provider, tls_context
 
         profile = ExecutionProfile(
-            load_balancing_policy=make_policy(policy),
+            load_balancing_policy=make_policy(policy, local_dc),
             retry_policy=FallthroughRetryPolicy(),
             request_timeout=timeout_s,
         )
@@ -89,15 +114,25 @@ class Writer:
             auth_provider=auth_provider(),  # the run's login ($EDGETB_CREDENTIALS), if any
             ssl_context=tls_context(),  # the run's certificate ($EDGETB_TLS), if any
         )
+        self.local_dc = local_dc
         self.session = self.cluster.connect()
+        if local_dc:  # its datacenter's nodes, as the cluster's metadata lists them
+            expect = len(self.used_hosts())
+            if not expect:
+                raise RuntimeError(f"no node of datacenter {local_dc!r} in the cluster")
         deadline = time.monotonic() + 60
-        while sum(h.is_up for h in self.cluster.metadata.all_hosts()) < expect:
+        while sum(bool(h.is_up) for h in self.used_hosts()) < expect:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"driver sees fewer than {expect} hosts up after 60 s")
             time.sleep(0.1)
         self.records = load_records()
         self.prepared: dict[tuple[str, str], object] = {}
         self.said: set[str] = set()
+
+    def used_hosts(self) -> list:
+        """The hosts this client coordinates through: its datacenter's, or all."""
+        hosts = self.cluster.metadata.all_hosts()
+        return [h for h in hosts if not self.local_dc or h.datacenter == self.local_dc]
 
     def hello(self) -> dict:
         import cassandra
@@ -108,13 +143,13 @@ class Writer:
             "protocol_version": self.cluster.protocol_version,
             "hosts": sorted(h.address for h in self.cluster.metadata.all_hosts()),
             "records": len(self.records),
+            "local_dc": self.local_dc,
         }
 
-    def schema(self, keyspace: str, rf: int) -> dict:
+    def schema(self, keyspace: str, rf: int | dict[str, int]) -> dict:
         t0 = time.monotonic()
         self.session.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}"
+            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication(rf)}"
         )
         self.session.execute(
             f"CREATE TABLE IF NOT EXISTS {keyspace}.{TABLE} (id uuid PRIMARY KEY, "
@@ -125,9 +160,10 @@ class Writer:
         self.refresh_schema()
         probe = uuid.UUID(int=0, version=4)
         replicas = self.cluster.metadata.get_replicas(keyspace, probe.bytes)
-        if len(replicas) != rf:
+        want = sum(rf.values()) if isinstance(rf, dict) else rf
+        if len(replicas) != want:
             raise RuntimeError(
-                f"token map of {keyspace} gives {len(replicas)} replicas for a key, expected {rf}"
+                f"token map of {keyspace} gives {len(replicas)} replicas for a key, expected {want}"
             )
         return {"keyspace": keyspace, "rf": rf, "took_s": time.monotonic() - t0}
 
@@ -229,7 +265,9 @@ def serve(writer: Writer, inp, out) -> None:
         cmd = json.loads(line)
         try:
             if cmd["op"] == "schema":
-                emit(out, writer.schema(cmd["keyspace"], int(cmd["rf"])))
+                rf = cmd["rf"]
+                rf = {str(k): int(v) for k, v in rf.items()} if isinstance(rf, dict) else int(rf)
+                emit(out, writer.schema(cmd["keyspace"], rf))
             elif cmd["op"] == "run":
                 emit(
                     out,
@@ -256,13 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", default=os.environ.get("EDGETB_EDGE_ADDRESSES", ""))
     parser.add_argument("--policy", default="round-robin")
     parser.add_argument("--timeout", type=float, default=12.0)
+    parser.add_argument("--local-dc", default=os.environ.get("EDGETB_LOCAL_DC") or None)
     args = parser.parse_args(argv)
     points = [h for h in args.hosts.split(",") if h]
     if not points:
         print("error: no contact points (--hosts or $EDGETB_EDGE_ADDRESSES)", file=sys.stderr)
         return 2
     try:
-        writer = Writer(points, args.policy, args.timeout, expect=len(points))
+        writer = Writer(points, args.policy, args.timeout, len(points), args.local_dc)
     except Exception as exc:  # noqa: BLE001
         emit(sys.stdout, {"error": f"{type(exc).__name__}: {exc}"})
         return 1

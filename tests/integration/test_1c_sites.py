@@ -2,7 +2,9 @@
 Cassandra datacenter, as Cassandra itself reports it; a keyspace replicated per
 datacenter is placed evenly inside each one (the tokens are per site), writes at
 LOCAL_QUORUM and EACH_QUORUM succeed from the endpoint, the `sites` link profile puts a
-LAN inside each site and the WAN between them, and nothing is left after down."""
+LAN inside each site and the WAN between them, the sweep's writer coordinates through
+the endpoint's own site, where LOCAL_QUORUM costs no WAN round trip and EACH_QUORUM and
+QUORUM one (as model.consistency.site_acks says), and nothing is left after down."""
 
 import json
 import re
@@ -11,6 +13,7 @@ import subprocess
 import sys
 
 from emulation import links
+from model.consistency import site_acks
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli, run_id_in
 
@@ -28,6 +31,49 @@ def _median_rtt_ms(run_id: str, address: str) -> float:
     )  # fmt: skip
     assert probe.returncode == 0, probe.stderr
     return statistics.median(json.loads(probe.stdout)["rtt_us"]) / 1000
+
+
+RF = {"dc1": 2, "dc2": 2}
+LEVELS = {lv: site_acks(lv, RF, "dc2") for lv in ("LOCAL_QUORUM", "EACH_QUORUM", "QUORUM")}
+
+
+def _write_medians_ms(run_id: str, wan_ms: float) -> dict[str, float]:
+    """The sites profile at ``wan_ms`` each way between the sites, then 40 writes at each
+    level by the sweep's writer (workloads.writes) on the endpoint: median RTT per level."""
+    shaped = run_cli(
+        "set", "--profile", "sites", "--latency", str(wan_ms), "--loss", "0",
+        module="emulation", run=run_id, timeout=300,
+    )  # fmt: skip
+    assert shaped.returncode == 0, shaped.stderr
+    commands = [{"op": "schema", "keyspace": "writes", "rf": RF}] + [
+        {"op": "run", "keyspace": "writes", "cl": level, "writes": 40, "warmup": 20,
+         "key_seed": f"{level}{wan_ms}", "warmup_seed": f"w{level}{wan_ms}"}
+        for level in LEVELS
+    ] + [{"op": "quit"}]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed", "exec", "--run", run_id, "ep", "--",
+         sys.executable, "-m", "workloads.writes"],
+        input="".join(json.dumps(c) + "\n" for c in commands),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert lines[0]["hello"]["local_dc"] == "dc2", lines[0]
+    assert not [x for x in lines if "error" in x], lines
+    rows = [r for x in lines if "r" in x for r in x["r"]]
+    assert len(rows) == 40 * len(LEVELS) and not [r for r in rows if r[5]], rows[:3]
+    e2_e3 = {e["address"] for e in _edges(run_id) if e["site"] == "dc2"}
+    assert {r[2] for r in rows} <= e2_e3  # every coordinator in the endpoint's site
+    medians = {}
+    for i, level in enumerate(LEVELS):
+        medians[level] = statistics.median(r[4] for r in rows[40 * i : 40 * (i + 1)]) / 1e6
+    return medians
+
+
+def _edges(run_id: str) -> list[dict]:
+    status = edgetb("status", "--run", run_id, "--json")
+    assert status.returncode == 0, status.stderr
+    return [h for h in json.loads(status.stdout)["hosts"] if h["role"] == "edge"]
 
 
 def test_two_sites_are_two_datacenters_each_with_even_replicas():
@@ -65,17 +111,28 @@ def test_two_sites_are_two_datacenters_each_with_even_replicas():
         assert owns.returncode == 0, owns.stderr
         effective = dict(re.findall(r"^UN\s+(\S+)\s.*?\s([\d.]+)%", owns.stdout, re.M))
         assert sorted(effective.values()) == ["50.0"] * 4, owns.stdout
-        # the sites profile: the endpoint (on dc2's LAN) reaches e2 over the LAN, e0
-        # over the WAN (20 ms each way)
-        shaped = run_cli(
-            "set", "--profile", "sites", "--latency", "20", "--loss", "0",
-            module="emulation", run=run_id, timeout=300,
-        )  # fmt: skip
-        assert shaped.returncode == 0, shaped.stderr
+        # the sweep's writer, DC-aware from the endpoint's site, at three levels: LAN only
+        # (WAN 0 ms), then 20 ms each way between the sites
+        baseline = _write_medians_ms(run_id, wan_ms=0)
+        shaped = _write_medians_ms(run_id, wan_ms=20)
+        # the endpoint (on dc2's LAN) reaches e2 over the LAN, e0 over the WAN
         lan, wan = (_median_rtt_ms(run_id, hosts[n]["address"]) for n in ("e2", "e0"))
         lan_rtt = 2 * links.LAN_DELAY_MS  # shaped too: never below it
         assert lan_rtt <= lan < lan_rtt + rtt_tolerance_ms(lan_rtt), lan
         assert abs(wan - 40) <= rtt_tolerance_ms(40), wan
+        # what a level waits for (model.consistency.site_acks): LOCAL_QUORUM a quorum of
+        # dc2's replicas, nothing across the WAN: within a few ms of its LAN-only median.
+        # EACH_QUORUM and QUORUM (3 of 4) at least one ack from dc1: never before a WAN
+        # round trip (40 ms) and the endpoint's LAN one, at most one WAN round trip more
+        # than over the LAN alone (the local replicas' work overlaps the wait: measured
+        # +32..+35 ms, not +40)
+        floor = 2 * 20 + 2 * links.LAN_DELAY_MS
+        for level, (_acks, remote) in LEVELS.items():
+            if remote:
+                ceiling = baseline[level] + 40 + rtt_tolerance_ms(40)
+                assert floor <= shaped[level] <= ceiling, (level, baseline, shaped)
+            else:
+                assert abs(shaped[level] - baseline[level]) <= 5, (level, baseline, shaped)
     finally:
         down = edgetb("down", "--run", run_id)
     assert down.returncode == 0, down.stderr

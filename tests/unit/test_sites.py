@@ -169,3 +169,50 @@ def test_the_sites_profile_puts_a_lan_inside_each_site_and_the_wan_between_them(
     assert m.link("e0", "e1").loss_pct == 0 and m.link("ep", "e2").jitter_ms == 0
     with pytest.raises(ConfigError, match="needs a topology of sites"):
         links.build("sites", Topology(edge_nodes=3), delay_ms=50, loss_pct=0)
+
+
+@pytest.mark.parametrize(
+    "level, local, want",
+    [
+        ("LOCAL_QUORUM", "dc1", (2, 0)),  # a quorum of dc1's 3: no WAN
+        ("LOCAL_ONE", "dc2", (1, 0)),
+        ("EACH_QUORUM", "dc1", (6, 4)),  # 2 in each of 3 sites: 4 across the WAN
+        ("QUORUM", "dc1", (5, 2)),  # 5 of 9: dc1's 3 cannot make it alone
+        ("ALL", "dc3", (9, 6)),
+        ("ONE", "dc1", (1, 0)),
+        ("TWO", "dc1", (2, 0)),
+    ],
+)
+def test_acks_per_level_on_three_sites_of_three_replicas(level, local, want):
+    from model.consistency import site_acks
+
+    assert site_acks(level, {"dc1": 3, "dc2": 3, "dc3": 3}, local) == want
+
+
+def test_levels_a_keyspace_of_sites_cannot_serve_are_refused():
+    from model.consistency import site_acks
+
+    with pytest.raises(ConfigError, match="needs replicas in the coordinator's site 'dc2'"):
+        site_acks("LOCAL_QUORUM", {"dc1": 3, "dc2": 0}, "dc2")
+    with pytest.raises(ConfigError, match="THREE needs 3 replicas; the keyspace has 2"):
+        site_acks("THREE", {"dc1": 1, "dc2": 1}, "dc1")
+    assert site_acks("QUORUM", {"dc1": 1, "dc2": 1}, "dc1") == (2, 1)
+    assert site_acks("QUORUM", {"dc1": 5, "dc2": 1}, "dc1") == (4, 0)  # local alone
+
+
+def test_the_writer_replicates_per_site_and_coordinates_through_its_own_site():
+    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+
+    from workloads import writes
+
+    assert writes.replication({"dc2": 2, "dc1": 3}) == (
+        "{'class': 'NetworkTopologyStrategy', 'dc1': 3, 'dc2': 2}"
+    )
+    assert writes.replication(3) == "{'class': 'SimpleStrategy', 'replication_factor': 3}"
+    local = writes.make_policy("round-robin", "dc2")
+    assert isinstance(local, DCAwareRoundRobinPolicy) and local.local_dc == "dc2"
+    assert local.used_hosts_per_remote_dc == 0  # never a coordinator of another site
+    aware = writes.make_policy("token-aware", "dc2")
+    assert isinstance(aware, TokenAwarePolicy)
+    assert isinstance(aware._child_policy, DCAwareRoundRobinPolicy)
+    assert type(writes.make_policy("round-robin")) is RoundRobinPolicy  # one site: as before
