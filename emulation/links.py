@@ -168,7 +168,10 @@ def sites(
     """Every pair of hosts on one site's LAN (``lan_delay_ms`` each way) or across the WAN
     between sites (``delay_ms``, ``jitter_ms``, ``loss_pct`` each way)."""
     if topology.sites is None:
-        raise ConfigError("profile 'sites' needs a topology of sites (--sites, e.g. 3x3)")
+        raise ConfigError(
+            "profile 'sites' needs a topology of sites (a testbed made with "
+            "`edgetb up --sites 3x3`)"
+        )
     lan, wan = Link(lan_delay_ms), Link(delay_ms, jitter_ms, loss_pct)
     links = {
         (s.name, d.name): lan if s.site == d.site else wan

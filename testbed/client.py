@@ -74,13 +74,25 @@ def tls_context():
     return tls.ssl_context()
 
 
-def connect(points: list[str], timeout_s: float, creds=None):
-    """A driver Cluster and Session with an explicit round-robin policy, logged in with
-    ``creds`` (default: the run's credentials, if any)."""
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
+LOCAL_DC_ENV = "EDGETB_LOCAL_DC"  # set by `testbed exec` on a host of a site
 
-    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=timeout_s)
+
+def round_robin(local_dc: str | None = None):
+    """Round robin over every node, or with ``local_dc`` (a testbed of sites) over that
+    datacenter's nodes only, as the driver's DC-aware policy does (no remote hosts)."""
+    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy
+
+    return DCAwareRoundRobinPolicy(local_dc) if local_dc else RoundRobinPolicy()
+
+
+def connect(points: list[str], timeout_s: float, creds=None, local_dc: str | None = None):
+    """A driver Cluster and Session with an explicit round-robin policy (over ``local_dc``
+    only, if given), logged in with ``creds`` (default: the run's credentials, if any)."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+
+    profile = ExecutionProfile(
+        load_balancing_policy=round_robin(local_dc), request_timeout=timeout_s
+    )
     cluster = Cluster(
         contact_points=points,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
@@ -247,11 +259,12 @@ def write_probe(points: list[str], rf: int, consistency: str, timeout_s: float) 
 
 
 def run_cql(points: list[str], statements: list[str], consistency: str, timeout_s: float) -> int:
-    """Execute CQL statements in order and print their rows as JSON lines."""
+    """Execute CQL statements in order and print their rows as JSON lines; on a host of a
+    site, coordinated by that site's nodes (LOCAL_ levels are then its own)."""
     from cassandra import ConsistencyLevel
     from cassandra.query import SimpleStatement
 
-    cluster, session = connect(points, timeout_s)
+    cluster, session = connect(points, timeout_s, local_dc=os.environ.get(LOCAL_DC_ENV) or None)
     try:
         for text in statements:
             stmt = SimpleStatement(text, consistency_level=getattr(ConsistencyLevel, consistency))

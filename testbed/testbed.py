@@ -497,8 +497,9 @@ class Testbed:
             "EDGETB_HOST": host,
             "EDGETB_EDGE_ADDRESSES": ",".join(h.address for h in self.topology.edges),
         }
-        if self.topology.endpoint.site is not None:  # clients use their own site's nodes
-            env["EDGETB_LOCAL_DC"] = self.topology.endpoint.site
+        site = self.topology.host(host).site
+        if site is not None:  # a client uses the nodes of its own host's site
+            env["EDGETB_LOCAL_DC"] = site
         if self.settings is not None and host == self.topology.endpoint.name:
             if self.auth:
                 env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only

@@ -323,6 +323,8 @@ def parse_sites(text: str) -> tuple[int, ...]:
     match = _SITES_RE.match(str(text))
     if match and int(match.group(1)) < 1:
         raise ConfigError(f"sites {text!r}: a topology of sites has at least one site")
+    if match and int(match.group(1)) > MAX_EDGE_NODES:  # before a tuple of that length
+        raise ConfigError(f"sites {text!r}: a testbed has at most {MAX_EDGE_NODES} nodes")
     try:
         if match:
             sizes = (int(match.group(2)),) * int(match.group(1))

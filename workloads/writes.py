@@ -39,6 +39,8 @@ import time
 import uuid
 from pathlib import Path
 
+from testbed.client import LOCAL_DC_ENV
+
 DATA = Path(__file__).resolve().parent / "data" / "nobel_laureates.json"
 ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")
 FLUSH_EVERY_S = 0.5
@@ -61,9 +63,11 @@ def make_policy(name: str, local_dc: str | None = None):
     """The load balancing ``name`` (round-robin, token-aware); with ``local_dc`` (a testbed
     of sites) over that datacenter's nodes only (DCAwareRoundRobinPolicy, no remote
     hosts), else over every node."""
-    from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
+    from cassandra.policies import TokenAwarePolicy
 
-    child = DCAwareRoundRobinPolicy(local_dc) if local_dc else RoundRobinPolicy()
+    from testbed.client import round_robin
+
+    child = round_robin(local_dc)
     if name == "round-robin":
         return child
     if name == "token-aware":
@@ -116,7 +120,10 @@ class Writer:
         )
         self.local_dc = local_dc
         self.session = self.cluster.connect()
-        if local_dc:  # its datacenter's nodes, as the cluster's metadata lists them
+        if local_dc:  # every node known to the cluster; then its own site's, all up
+            known = len(self.cluster.metadata.all_hosts())
+            if known < expect:
+                raise RuntimeError(f"the cluster knows {known} nodes, expected {expect}")
             expect = len(self.used_hosts())
             if not expect:
                 raise RuntimeError(f"no node of datacenter {local_dc!r} in the cluster")
@@ -294,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", default=os.environ.get("EDGETB_EDGE_ADDRESSES", ""))
     parser.add_argument("--policy", default="round-robin")
     parser.add_argument("--timeout", type=float, default=12.0)
-    parser.add_argument("--local-dc", default=os.environ.get("EDGETB_LOCAL_DC") or None)
+    parser.add_argument("--local-dc", default=os.environ.get(LOCAL_DC_ENV) or None)
     args = parser.parse_args(argv)
     points = [h for h in args.hosts.split(",") if h]
     if not points:

@@ -119,7 +119,6 @@ PROTECTED_SETTINGS: dict[str, str] = {
         "a node's files live in its run directory, which `down` removes",
     ),
     "cluster_name": "set it with cluster_name (--cluster-name)",
-    "endpoint_snitch": "the testbed's sites are the datacenters (--sites)",
 }
 _SETTING_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -172,7 +171,9 @@ def node_token(topology: Topology, host: Host) -> int:
         return initial_token(topology.edges.index(host), topology.edge_nodes)
     mates = topology.site_nodes(host.site)
     site_index = (topology.site_names or ()).index(host.site)
-    return initial_token(mates.index(host), len(mates)) + site_index
+    # rounded once (i * 2^64 // n, not i * (2^64 // n)): the same ring position then gets
+    # the same base in every site, and the offsets keep the tokens apart
+    return -(2**63) + mates.index(host) * 2**64 // len(mates) + site_index
 
 
 def rackdc_properties(host: Host) -> str:
@@ -256,7 +257,16 @@ class CassandraSettings:
                 check_override(key)
 
     def check_hosts(self, topology: Topology) -> None:
-        """Raise ConfigError if node_overrides names a host that is not an edge node."""
+        """Raise ConfigError if node_overrides names a host that is not an edge node, or
+        an override sets the snitch of a topology of sites (its sites are its
+        datacenters)."""
+        if topology.sites is not None:
+            layers = [self.overrides, *self.node_overrides.values()]
+            if any("endpoint_snitch" in layer for layer in layers):
+                raise ConfigError(
+                    "cassandra.yaml setting endpoint_snitch is the testbed's own on a "
+                    "testbed of sites (its sites are the datacenters)"
+                )
         edge_names = {h.name for h in topology.edges}
         unknown = sorted(set(self.node_overrides) - edge_names)
         if unknown:

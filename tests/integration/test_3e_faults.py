@@ -324,6 +324,7 @@ def test_a_paused_or_restarted_node_costs_only_its_own_writes_and_gets_the_rest(
         events = cell["fault_log"]["events"]
         start = next((e for e in events if e["step"] == "started"), None)
         assert start and start.get("stopped_s") is not None, f"{node} was not restarted: {events}"
+        assert start.get("ready_s") is not None and "error" not in start, start
         down_from = start["at_ns"] + int(start["stopped_s"] * 1e9)
         down = [r for r in reqs if down_from <= r["t_start_ns"] and
                 r["t_start_ns"] + r["rtt_ns"] <= back - 2_000_000_000]  # fmt: skip

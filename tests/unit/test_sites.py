@@ -124,9 +124,34 @@ def test_a_node_of_a_site_gets_the_gossiping_snitch_and_its_rackdc_file(tmp_path
     )
 
 
-def test_the_snitch_is_the_testbeds_own():
-    with pytest.raises(ConfigError, match="sites are the datacenters"):
-        config.check_override("endpoint_snitch")
+def test_the_snitch_is_the_testbeds_own_on_a_testbed_of_sites():
+    sites = Topology(edge_nodes=4, sites=(2, 2))
+    for settings in (
+        config.CassandraSettings(overrides={"endpoint_snitch": "SimpleSnitch"}),
+        config.CassandraSettings(node_overrides={"e1": {"endpoint_snitch": "SimpleSnitch"}}),
+    ):
+        with pytest.raises(ConfigError, match="sites are the datacenters"):
+            settings.check_hosts(sites)
+        settings.check_hosts(Topology(edge_nodes=4))  # one site: a user's choice, as before
+
+
+def _layouts(total: int, most: int = 9):
+    """Every list of site sizes summing to ``total``."""
+    if total == 0:
+        yield ()
+        return
+    for first in range(1, min(total, most) + 1):
+        for rest in _layouts(total - first, most):
+            yield (first, *rest)
+
+
+def test_no_layout_of_sites_gives_two_nodes_one_token():
+    # one rounding of i * 2^64 / n per token: i * (2^64 // n) gave 3,6 and 2,1,6 a shared
+    # token (found by review)
+    for total in range(1, 10):
+        for sizes in _layouts(total):
+            tokens = _tokens(Topology(edge_nodes=total, sites=sizes))
+            assert len(set(tokens.values())) == total, (sizes, tokens)
 
 
 NODETOOL_STATUS_2DC = """Datacenter: dc1

@@ -213,15 +213,23 @@ class Spec:
 def create_table(
     tb: Testbed, keyspace: str, rf: int, fieldcount: int = 10, timeout_s: float = 60
 ) -> None:
-    """YCSB's table in ``keyspace`` (SimpleStrategy, ``rf``), if not there yet."""
+    """YCSB's table in ``keyspace`` (SimpleStrategy, ``rf``; on a testbed of sites
+    NetworkTopologyStrategy, ``rf`` in each site), if not there yet."""
+    from workloads.writes import replication
+
     if not re.fullmatch(r"[a-z][a-z0-9_]{0,47}", keyspace):
         raise ConfigError(f"keyspace {keyspace!r}: lower-case letters, digits and _ only")
+    topo = tb.topology
+    per_site: int | dict[str, int] = rf
+    if topo.sites is not None:
+        if rf > min(topo.sites):
+            raise ConfigError(f"rf {rf} in each site: the smallest site has {min(topo.sites)}")
+        per_site = dict.fromkeys(topo.site_names or (), rf)
     columns = ", ".join(f"field{i} varchar" for i in range(fieldcount))
     tb.client(
         [
             "cql",
-            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}",
+            f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {replication(per_site)}",
             f"CREATE TABLE IF NOT EXISTS {keyspace}.{TABLE} (y_id varchar PRIMARY KEY, {columns})",
         ],
         timeout_s=timeout_s,
