@@ -85,6 +85,15 @@ def round_robin(local_dc: str | None = None):
     return DCAwareRoundRobinPolicy(local_dc) if local_dc else RoundRobinPolicy()
 
 
+def replication(rf: int | dict[str, int]) -> str:
+    """The replication map of a keyspace with ``rf`` replicas, or ``{DC: n}`` per
+    datacenter (NetworkTopologyStrategy)."""
+    if isinstance(rf, dict):
+        per_dc = ", ".join(f"'{dc}': {int(n)}" for dc, n in sorted(rf.items()))
+        return f"{{'class': 'NetworkTopologyStrategy', {per_dc}}}"
+    return f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}"
+
+
 def connect(points: list[str], timeout_s: float, creds=None, local_dc: str | None = None):
     """A driver Cluster and Session with an explicit round-robin policy (over ``local_dc``
     only, if given), logged in with ``creds`` (default: the run's credentials, if any)."""
@@ -243,8 +252,7 @@ def write_probe(points: list[str], rf: int, consistency: str, timeout_s: float) 
     cluster, session = connect(points, timeout_s)
     try:
         session.execute(
-            "CREATE KEYSPACE IF NOT EXISTS edgetb_probe WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}"
+            f"CREATE KEYSPACE IF NOT EXISTS edgetb_probe WITH replication = {replication(rf)}"
         )
         session.execute("CREATE TABLE IF NOT EXISTS edgetb_probe.kv (k uuid PRIMARY KEY, v text)")
         stmt = SimpleStatement(

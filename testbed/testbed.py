@@ -33,6 +33,7 @@ from .cassandra.java import Java, find_java
 from .cassandra.launch import CassandraLaunch
 from .cassandra.node import CassandraNode
 from .cassandra.readiness import Deadlines
+from .client import LOCAL_DC_ENV
 from .errors import (
     CommandError,
     ConfigError,
@@ -499,7 +500,7 @@ class Testbed:
         }
         site = self.topology.host(host).site
         if site is not None:  # a client uses the nodes of its own host's site
-            env["EDGETB_LOCAL_DC"] = site
+            env[LOCAL_DC_ENV] = site
         if self.settings is not None and host == self.topology.endpoint.name:
             if self.auth:
                 env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only
@@ -560,9 +561,9 @@ class Testbed:
             entry: dict[str, Any] = {"name": host.name, "role": host.role, "address": host.address}
             if host.site is not None:
                 entry["site"] = host.site
-            if host.is_edge and host.address in dcs:
-                entry["datacenter"] = dcs[host.address]  # as Cassandra sees it
             if host.is_edge:
+                if host.address in dcs:
+                    entry["datacenter"] = dcs[host.address]  # as Cassandra sees it
                 edge = self.nodes.get(host.name)
                 alive = bool(edge and edge.alive())
                 entry["cassandra"] = ring.get(host.address, "?") if alive else "stopped"

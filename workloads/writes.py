@@ -39,7 +39,7 @@ import time
 import uuid
 from pathlib import Path
 
-from testbed.client import LOCAL_DC_ENV
+from testbed.client import LOCAL_DC_ENV, replication
 
 DATA = Path(__file__).resolve().parent / "data" / "nobel_laureates.json"
 ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")
@@ -76,15 +76,6 @@ def make_policy(name: str, local_dc: str | None = None):
         # (False): the primary replica coordinates.
         return TokenAwarePolicy(child)
     raise SystemExit(f"unknown policy {name!r}")
-
-
-def replication(rf: int | dict[str, int]) -> str:
-    """The replication map of a keyspace with ``rf`` replicas, or ``{DC: n}`` per
-    datacenter (NetworkTopologyStrategy)."""
-    if isinstance(rf, dict):
-        per_dc = ", ".join(f"'{dc}': {int(n)}" for dc, n in sorted(rf.items()))
-        return f"{{'class': 'NetworkTopologyStrategy', {per_dc}}}"
-    return f"{{'class': 'SimpleStrategy', 'replication_factor': {int(rf)}}}"
 
 
 REFRESH_ATTEMPTS = 3  # schema refreshes before the workload's schema step fails

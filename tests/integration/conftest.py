@@ -114,6 +114,13 @@ def cassandra_logs_checked(request):
         )
 
 
+def edgetb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `edgetb ARGS` (the project's command) as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "edgetb", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
 def run_cli(
     *args: str, module: str = "testbed", run: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:

@@ -8,17 +8,10 @@ rejoins over TLS."""
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
-from .conftest import assert_no_residue, run_cli, run_id_in
-
-
-def edgetb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetb", *args], capture_output=True, text=True, timeout=timeout
-    )
+from .conftest import assert_no_residue, edgetb, run_cli, run_id_in
 
 
 def states_from(tb_name: str, via: str) -> dict[str, str]:

@@ -15,13 +15,7 @@ import sys
 from emulation import links
 from model.consistency import site_acks
 
-from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli, run_id_in
-
-
-def edgetb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "edgetb", *args], capture_output=True, text=True, timeout=timeout
-    )
+from .conftest import assert_no_residue, edgetb, rtt_tolerance_ms, run_cli, run_id_in
 
 
 def _median_rtt_ms(run_id: str, address: str) -> float:

@@ -228,12 +228,13 @@ def test_levels_a_keyspace_of_sites_cannot_serve_are_refused():
 def test_the_writer_replicates_per_site_and_coordinates_through_its_own_site():
     from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy, TokenAwarePolicy
 
+    from testbed import client
     from workloads import writes
 
-    assert writes.replication({"dc2": 2, "dc1": 3}) == (
+    assert client.replication({"dc2": 2, "dc1": 3}) == (
         "{'class': 'NetworkTopologyStrategy', 'dc1': 3, 'dc2': 2}"
     )
-    assert writes.replication(3) == "{'class': 'SimpleStrategy', 'replication_factor': 3}"
+    assert client.replication(3) == "{'class': 'SimpleStrategy', 'replication_factor': 3}"
     local = writes.make_policy("round-robin", "dc2")
     assert isinstance(local, DCAwareRoundRobinPolicy) and local.local_dc == "dc2"
     assert local.used_hosts_per_remote_dc == 0  # never a coordinator of another site

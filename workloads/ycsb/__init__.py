@@ -215,7 +215,7 @@ def create_table(
 ) -> None:
     """YCSB's table in ``keyspace`` (SimpleStrategy, ``rf``; on a testbed of sites
     NetworkTopologyStrategy, ``rf`` in each site), if not there yet."""
-    from workloads.writes import replication
+    from testbed.client import replication
 
     if not re.fullmatch(r"[a-z][a-z0-9_]{0,47}", keyspace):
         raise ConfigError(f"keyspace {keyspace!r}: lower-case letters, digits and _ only")
