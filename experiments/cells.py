@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from emulation.trace import load as load_trace
+from testbed.topology import Topology, parse_sites
 
 from .faults import parse as parse_fault
 
@@ -38,6 +39,8 @@ class Cell:
     records: int | None = None
     fault: str = "none"  # experiments.faults: what happens to the testbed during the cell
     trace: str = "none"  # emulation.trace: a link trace replayed during the cell
+    cl: str | None = None  # the writes' level where the sweep has several (else its one)
+    sites: str | None = None  # nodes per site (3x3, 2,3); rf is then the replicas per site
 
     @property
     def ycsb(self) -> bool:
@@ -47,9 +50,10 @@ class Cell:
     def cell_id(self) -> str:
         """The cell's identity, in the store and on resume: one to one with its grid
         values as SweepConfig makes them canonical (it refuses two values with one id)."""
-        base = (
-            f"n{self.nodes}-rf{self.rf}-l{id_number(self.latency_ms)}-p{id_number(self.loss_pct)}"
-        )
+        where = f"n{self.nodes}" + (f"-s{self.sites.replace(',', '_')}" if self.sites else "")
+        base = f"{where}-rf{self.rf}-l{id_number(self.latency_ms)}-p{id_number(self.loss_pct)}"
+        if self.cl is not None:  # only sweeps of several levels: the others keep their ids
+            base += f"-c{self.cl}"
         if self.ycsb:  # the writes cells keep the ids of runs stored before YCSB
             rate = f"-o{id_number(self.target)}" if self.target is not None else ""
             base += (
@@ -91,18 +95,38 @@ def workload_label(workload: str) -> str:
 
 def rfs(config: Any, nodes: int) -> tuple[int, ...]:
     """Replication factors measured on ``nodes`` nodes, ascending ("k" is ``nodes``;
-    larger ones are skipped)."""
+    larger ones are skipped). With sites, replicas in each site: up to the smallest
+    site ("k")."""
+    sizes = site_sizes(config)
+    top = min(sizes) if sizes else nodes
     if config.rf is None:
-        return tuple(range(1, nodes + 1))
-    wanted = {nodes if r == "k" else r for r in config.rf}
-    return tuple(sorted(r for r in wanted if r <= nodes))
+        return tuple(range(1, top + 1))
+    wanted = {top if r == "k" else r for r in config.rf}
+    return tuple(sorted(r for r in wanted if r <= top))
 
 
 def skipped(config: Any) -> list[tuple[int, int]]:
     """(nodes, rf) pairs of an explicit rf list that a node count cannot hold."""
-    if config.rf is None:
+    if config.rf is None or config.sites:  # sites: refused, not skipped (checks)
         return []
     return [(n, r) for n in config.nodes for r in config.rf if r != "k" and r > n]
+
+
+def site_sizes(config: Any) -> tuple[int, ...] | None:
+    """Nodes per site of a sweep of sites (None: one site)."""
+    return parse_sites(config.sites) if config.sites else None
+
+
+def topology(config: Any, nodes: int) -> Topology:
+    """The topology of the sweep's ``nodes``-node testbeds (sites: the endpoint in the
+    first)."""
+    sizes = site_sizes(config)
+    return Topology(edge_nodes=nodes, sites=sizes) if sizes else Topology(edge_nodes=nodes)
+
+
+def level(config: Any, cell: Cell) -> str:
+    """The consistency level of a cell's paper writes (YCSB cells: their write level)."""
+    return cell.write_cl or cell.cl or config.levels[0]
 
 
 def cells(config: Any) -> list[Cell]:
@@ -117,14 +141,22 @@ def cells(config: Any) -> list[Cell]:
         for r in rfs(config, n)
         for f in config.fault
         for tr in config.trace
-        for cell in workload_cells(config, Cell(n, r, lat, loss, rep, fault=f, trace=tr))
+        for cell in workload_cells(
+            config, Cell(n, r, lat, loss, rep, fault=f, trace=tr, sites=config.sites)
+        )
     ]
 
 
 def workload_cells(config: Any, cell: Cell) -> list[Cell]:
     """The cells of every workload at one (nodes, RF, network, repetition): the
-    writes cell, then per records count (one keyspace load each) the YCSB cells."""
-    out = [cell] if WRITES in config.workload else []
+    writes cells (one per level), then per records count (one keyspace load each) the
+    YCSB cells."""
+    several = len(config.levels) > 1
+    out = (
+        [replace(cell, cl=cl if several else None) for cl in config.levels]
+        if WRITES in config.workload
+        else []
+    )
     for k in config.records:
         for w in config.ycsb_workloads():
             for threads in config.threads:

@@ -13,12 +13,12 @@ from typing import Any
 
 from emulation import links
 from emulation.trace import load as load_trace
-from model.consistency import check_level, required_acks
+from model.consistency import check_level, required_acks, site_acks
 from testbed import cgroups
 from testbed.backends import backend_class
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
-from testbed.topology import Topology
+from testbed.topology import format_sites, parse_sites
 from workloads.ycsb import Spec
 
 from .cells import WRITES, fault_label, id_number, workload_label
@@ -34,6 +34,7 @@ def validate(config: Any, knobs: dict, defaults: dict) -> None:
     set_ = object.__setattr__
     for name, knob_ in knobs.items():
         set_(config, name, check_knob(name, knob_, getattr(config, name), defaults[name]))
+    _sites(config, defaults["nodes"])
     _grid(config)
     _testbeds(config)
     pairs = [(n, r) for n in config.nodes for r in config.rfs(n)]
@@ -69,16 +70,11 @@ def _grid(config: Any) -> None:
                 f"first_pass latency {extra[0]:g} ms is not in the grid's latencies "
                 f"({', '.join(f'{x:g}' for x in config.latency_ms)})"
             )
-    if config.profile == "sites":
-        raise ConfigError(
-            "profile 'sites' needs a topology of sites, which sweeps do not build yet: "
-            "use `edgetb up --sites 3x3` and `python -m emulation set --profile sites`"
-        )
     if config.profile == "file":
         if not config.links_file:
             raise ConfigError("profile 'file' needs links_file (--links FILE)")
         for n in config.nodes:  # the whole file, for every topology, before anything starts
-            links.from_toml(Topology(edge_nodes=n), config.links_file)
+            links.from_toml(config.topology(n), config.links_file)
         if len(config.latency_ms) != 1 or len(config.loss_pct) != 1:
             raise ConfigError(
                 "profile 'file' takes its delays and losses from the links "
@@ -86,9 +82,60 @@ def _grid(config: Any) -> None:
             )
     elif config.links_file:
         raise ConfigError(f"links_file is only used with profile 'file', not {config.profile!r}")
-    set_(config, "cl", check_level(config.cl))
+    set_(config, "cl", ",".join(levels(config.cl)))
     for name in ("latency_ms", "loss_pct", "target"):  # %g in cell ids: one id each
         _one_id_each(name, getattr(config, name) or (), id_number)
+
+
+def levels(value: Any) -> tuple[str, ...]:
+    """The writes' levels: a name, a comma-separated list or a list of names, each a
+    level a plain write takes, each once."""
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    names = strings("cl", value, upper=True)
+    return tuple(check_level(v) for v in names)
+
+
+def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
+    """A sweep of sites: its layout, the node count it makes, the sites profile, RFs
+    that every site can hold, levels that every keyspace can serve."""
+    set_ = object.__setattr__
+    if config.sites is None:
+        if config.profile == "sites":
+            raise ConfigError("profile 'sites' needs sites (e.g. --sites 3x3)")
+        return
+    sizes = parse_sites(config.sites)
+    set_(config, "sites", format_sites(sizes))
+    total = sum(sizes)
+    if tuple(config.nodes) not in ((total,), default_nodes):
+        raise ConfigError(
+            f"sites {config.sites} hold {total} nodes: drop nodes "
+            f"({', '.join(map(str, config.nodes))}), or give nodes = {total}"
+        )
+    set_(config, "nodes", (total,))
+    if config.profile == "paper":  # the default: a sweep of sites shapes its WAN
+        set_(config, "profile", "sites")
+    if config.profile != "sites":
+        raise ConfigError(
+            f"a sweep of sites shapes with profile 'sites' (a LAN in each site, the "
+            f"latency and loss between sites), not {config.profile!r}"
+        )
+    if config.backend != "netns":
+        raise ConfigError(f"sites run on the netns backend so far, not {config.backend!r}")
+    if config.rf is not None:
+        set_(config, "rf", rf_values(config.rf))
+        big = [r for r in config.rf if r != "k" and r > min(sizes)]
+        if big:
+            raise ConfigError(
+                f"rf {big[0]} is above the size of site "
+                f"{sizes.index(min(sizes)) + 1} ({min(sizes)} nodes): with sites, rf is "
+                f"the replicas in each site (k: the smallest site's size)"
+            )
+    topo = config.topology(total)
+    names = topo.site_names or ()
+    for level in levels(config.cl):
+        for r in config.rfs(total):
+            site_acks(level, {site: r for site in names}, str(topo.endpoint_site))
 
 
 def _testbeds(config: Any) -> None:
@@ -98,9 +145,7 @@ def _testbeds(config: Any) -> None:
     options = config.backend_options()
     if options.get("resources"):  # every node count's nodes, with the sweep's heap
         for n in config.nodes:
-            for host, res in cgroups.resolve_spec(
-                options["resources"], Topology(edge_nodes=n)
-            ).items():
+            for host, res in cgroups.resolve_spec(options["resources"], config.topology(n)).items():
                 if host != "ep":
                     res.check_heap(config.heap_mb, host)
     if config.backend == "hosts" and not config.inventory:
@@ -121,10 +166,13 @@ def _testbeds(config: Any) -> None:
 
 def _size(config: Any, pairs: list[tuple[int, int]]) -> None:
     """A grid of a sane size, every write of which can succeed at the level."""
-    per_point = (WRITES in config.workload) + len(config.ycsb_workloads()) * math.prod(
+    ycsb_cells = math.prod(
         len(v or (None,))
         for v in (config.records, config.threads, config.target, config.read_cl, config.write_cl)
     )
+    per_point = (WRITES in config.workload) * len(config.levels) + len(
+        config.ycsb_workloads()
+    ) * ycsb_cells
     count = (
         len(pairs) * config.repetitions * len(config.latency_ms) * len(config.loss_pct) * per_point
     )
@@ -133,13 +181,16 @@ def _size(config: Any, pairs: list[tuple[int, int]]) -> None:
             f"the grid has {count} cells, more than {MAX_CELLS} (at 1000 writes of ~10 ms, "
             f"{MAX_CELLS} cells take about 12 days); check --repetitions and the lists"
         )
-    short = sorted({r for _, r in pairs if required_acks(config.cl, r) > r})
-    if short:
-        raise ConfigError(
-            f"consistency level {config.cl} needs {required_acks(config.cl, short[0])} "
-            f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
-            f"every write would fail; drop those RFs or choose another level"
-        )
+    if config.sites:  # every level against every site's keyspace: _sites
+        return
+    for level in config.levels:
+        short = sorted({r for _, r in pairs if required_acks(level, r) > r})
+        if short:
+            raise ConfigError(
+                f"consistency level {level} needs {required_acks(level, short[0])} "
+                f"replica acks but rf {', '.join(map(str, short))} has fewer replicas: "
+                f"every write would fail; drop those RFs or choose another level"
+            )
 
 
 def faults(config: Any) -> None:
@@ -161,7 +212,7 @@ def faults(config: Any) -> None:
         if f is None:
             continue
         for n in config.nodes:
-            f.check(Topology(edge_nodes=n))
+            f.check(config.topology(n))
         if f.kind in ("partition", "links") and config.profile == "file":
             raise ConfigError(f"fault {f.text!r}: not with profile 'file' (its matrix is fixed)")
 
@@ -189,7 +240,7 @@ def traces(config: Any) -> None:
     for t in named:
         trace = load_trace(t)
         for n in config.nodes:
-            trace.check(Topology(edge_nodes=n))
+            trace.check(config.topology(n))
 
 
 def ycsb(config: Any, pairs: list[tuple[int, int]]) -> None:

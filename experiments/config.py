@@ -69,11 +69,26 @@ class SweepConfig:
     loss_pct: tuple[float, ...] = grid_knob(
         (0.5, 2.5, 7.5), "packet loss in %", float, flag="--loss", low=0, high=99.999, decimals=3
     )
+    sites: str | None = knob(
+        None,
+        "edge sites as Cassandra datacenters: 3x3 (three sites of three nodes) or 2,3; "
+        "nodes is their sum, the latency and loss are the WAN's (profile sites), rf is "
+        "the replicas in each site, the endpoint is in the first site",
+        str,
+        metavar="SITES",
+        fingerprint="unless-default",
+    )
     profile: str = knob("paper", "link profile", str, choices=PROFILES)
     links_file: str | None = knob(
         None, "link matrix TOML for --profile file", str, flag="--links", metavar="FILE", path=True
     )
-    cl: str = knob("LOCAL_QUORUM", "consistency level of the writes", str)
+    cl: str = knob(
+        "LOCAL_QUORUM",
+        "consistency levels of the writes, e.g. LOCAL_QUORUM,EACH_QUORUM (several: a grid "
+        "dimension)",
+        "levels",
+        upper=True,
+    )
     writes: int = knob(1000, "recorded writes per cell", int, low=1)
     warmup: int = knob(50, "unrecorded writes before each cell", int, low=0)
     repetitions: int = knob(1, "repetitions of the grid", int, low=1)
@@ -228,9 +243,14 @@ class SweepConfig:
     def __post_init__(self) -> None:
         checks.validate(self, KNOBS, DEFAULTS)
 
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The writes' consistency levels (``cl``: one, or several as a grid dimension)."""
+        return tuple(self.cl.split(","))
+
     def write_cls(self, read: str) -> tuple[str, ...]:
         """The write levels paired with the read level ``read``."""
-        return tuple(read if w == "READ" else w for w in self.write_cl or (self.cl,))
+        return tuple(read if w == "READ" else w for w in self.write_cl or self.levels)
 
     def ycsb_workloads(self) -> tuple[str, ...]:
         return tuple(w for w in self.workload if w != WRITES)
@@ -259,6 +279,9 @@ class SweepConfig:
 
     rfs = grid.rfs
     skipped = grid.skipped
+    level = grid.level
+    topology = grid.topology
+    site_sizes = grid.site_sizes
     cells = grid.cells
     preview = grid.preview
     phase = grid.phase

@@ -29,7 +29,6 @@ from scipy import stats
 from emulation import links
 from model import rtt
 from testbed.errors import ConfigError
-from testbed.topology import Topology
 
 from . import plan
 from .cells import Cell
@@ -204,7 +203,7 @@ def write_ms(config: SweepConfig, cell: Cell) -> float:
     """Expected time of one write of ``cell``: the mean of model.rtt's exact
     computation (independent writes) with the service time COSTS.base_write_ms; with
     jitter, its simulation."""
-    topo = Topology(edge_nodes=cell.nodes)
+    topo = config.topology(cell.nodes)
     matrix = links.build(
         config.profile,
         topo,
@@ -212,7 +211,7 @@ def write_ms(config: SweepConfig, cell: Cell) -> float:
         loss_pct=cell.loss_pct,
         path=config.links_file,
     )
-    level = cell.write_cl or config.cl  # YCSB cells: its writes' level stands for its ops
+    level = config.level(cell)  # YCSB cells: its writes' level stands for its ops
     scenario = rtt.Scenario(matrix, cell.rf, level, config.policy, _tcp())
     method = "simulation" if scenario.jittered else "exact"
     service = rtt.Service.constant(COSTS.base_write_ms)

@@ -78,7 +78,8 @@ def cell_row(shard: Shard, cell: Cell, shaping: dict[str, Any], **values: Any) -
         "cell_id": cell.cell_id,
         "nodes": cell.nodes,
         "rf": cell.rf,
-        "cl": cfg.cl,
+        "cl": cfg.level(cell),
+        "sites": cell.sites,
         "policy": cfg.policy,
         "profile": cfg.profile,
         "latency_ms": cell.latency_ms,
@@ -118,7 +119,7 @@ class PaperWrites:
         with Conditions(shard, cell) as conditions:
             rows = worker.run(
                 keyspace=keyspace(cell.rf),
-                cl=cfg.cl,
+                cl=cfg.level(cell),
                 writes=cfg.writes,
                 warmup=cfg.warmup,
                 key_seed=seed,
@@ -209,7 +210,7 @@ class YcsbRun:
             threads=cell.threads,
             target=cell.target,
             read_cl=cell.read_cl or "ONE",
-            write_cl=cell.write_cl or cfg.cl,
+            write_cl=cfg.level(cell),
             raw=cfg.ycsb_raw,
         )
         out = Path(cfg.out) / "ycsb" / sweep.run_id / cell.cell_id

@@ -47,9 +47,10 @@ def describe(cell: Cell) -> str:
     if cell.ycsb:
         rate = f" {cell.target:g} ops/s" if cell.target is not None else ""
         ycsb = f" {cell.workload} {cell.threads}t{rate} {cell.read_cl}/{cell.write_cl}"
+    where = f"sites {cell.sites} RF{cell.rf}/site" if cell.sites else f"n={cell.nodes} RF{cell.rf}"
+    level = f" {cell.cl}" if cell.cl else ""
     return (
-        f"n={cell.nodes} RF{cell.rf} L={cell.latency_ms:g}ms p={cell.loss_pct:g}%{ycsb} "
-        f"rep {cell.repetition}"
+        f"{where} L={cell.latency_ms:g}ms p={cell.loss_pct:g}%{level}{ycsb} rep {cell.repetition}"
     )
 
 

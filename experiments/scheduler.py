@@ -25,7 +25,7 @@ from typing import Any
 from emulation import api as emulation
 from emulation import links, shapers
 from model.rtt import tcp_from_proc
-from testbed import CassandraSettings, Testbed, Topology
+from testbed import CassandraSettings, Testbed
 from testbed.backends.libvirt import LibvirtRecord
 from testbed.clean import clean
 from testbed.command import stop_signals
@@ -268,7 +268,7 @@ class Shard:
             self.testbed_run = testbed_run
 
         tb = Testbed(
-            Topology(edge_nodes=nodes),
+            cfg.topology(nodes),
             cfg.backend,
             cassandra=settings,
             progress=say,
@@ -364,8 +364,9 @@ class Shard:
             watch=component_watch(tb, sweep.check_abort, expected_down=self.faulted),
         )
         try:
-            for rf in self.rfs:
-                worker.schema(keyspace(rf), rf)
+            sites = tb.topology.site_names
+            for rf in self.rfs:  # sites: rf replicas in each (NetworkTopologyStrategy)
+                worker.schema(keyspace(rf), {s: rf for s in sites} if sites else rf)
             # Nodes run with unsafesystem (fast bring-up): schema changes stay in memtables,
             # and a node killed before they are flushed comes back without the keyspaces
             # and refuses writes as coordinator. Flushed, a dead node can be restarted.
@@ -390,7 +391,7 @@ class Shard:
         for rf in self.rfs:
             self.worker.run(
                 keyspace=keyspace(rf),
-                cl=cfg.cl,
+                cl=cfg.levels[0],
                 writes=share,
                 warmup=0,
                 key_seed=f"{cfg.seed}:cluster-warmup:{rf}",
@@ -410,14 +411,14 @@ class Shard:
         nodes, rf = self.nodes, min(self.rfs)
         rows = self.worker.run(
             keyspace=keyspace(rf),
-            cl=cfg.cl,
+            cl=cfg.levels[0],
             writes=cfg.baseline_writes,
             warmup=min(cfg.warmup, 50),
             key_seed=f"{cfg.seed}:baseline:n{nodes}",
             warmup_seed=f"{cfg.seed}:baseline-warmup:n{nodes}",
         )
         s: dict[str, Any] = stats_ms([r["rtt_ns"] for r in rows])
-        s.update(rf=rf, cl=cfg.cl, errors=sum(r["error"] is not None for r in rows))
+        s.update(rf=rf, cl=cfg.levels[0], errors=sum(r["error"] is not None for r in rows))
         with sweep.lock:
             manifest = sweep.store.run(sweep.run_id).manifest
             # update_manifest merges one level deep: the cluster's entry goes in whole
@@ -427,7 +428,7 @@ class Shard:
                 entries["baseline"] = {str(nodes): s}
             sweep.store.update_manifest(sweep.run_id, **entries)
         self.note(
-            f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.cl}): median "
+            f"baseline, {nodes} nodes unshaped (RF {rf}, {cfg.levels[0]}): median "
             f"{s['median']:.2f} ms, mean {s['mean']:.2f} ms over {s['n']} writes"
         )
 

@@ -27,7 +27,7 @@ from testbed.errors import ConfigError, StateError, StateFileError, TestbedError
 from testbed.files import check_not_kernel_fs
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # What each older schema lacks, by version: cell columns added (nullable, with their
 # SCHEMA type) when a writer opens such a store; a reader of one sees NULL in them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -35,6 +35,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("worker",),
     3: ("workload", "threads", "target", "read_cl", "write_cl", "records"),
     4: ("fault", "fault_log", "trace", "trace_log"),
+    5: ("sites",),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
 # only writers wait for each other (two sweeps on one directory); readers never wait.
@@ -83,6 +84,7 @@ CREATE TABLE IF NOT EXISTS cells (
     fault_log TEXT,                -- JSON: when each step was applied, the recovery's times
     trace TEXT,                    -- NULL or none: links fixed; else the link trace replayed
     trace_log TEXT,                -- JSON: the trace's achieved schedule (emulation.trace)
+    sites TEXT,                    -- NULL: one site; else nodes per site (3x3, 2,3): rf per site
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -157,7 +159,7 @@ YCSB_REQUEST_COLUMNS = tuple(TABLES["ycsb_requests"])
 YCSB_CELL = MIGRATIONS[3]
 FAULT_CELL = MIGRATIONS[4]
 # cell columns that may be left NULL (a writes cell has no YCSB settings, most no fault)
-OPTIONAL = (*MIGRATIONS[1], *MIGRATIONS[2], *YCSB_CELL, *FAULT_CELL)
+OPTIONAL = (*MIGRATIONS[1], *MIGRATIONS[2], *YCSB_CELL, *FAULT_CELL, *MIGRATIONS[5])
 # The type of every column of the measured tables: exports write these types whatever
 # values a chunk of rows happens to hold (an error column NULL in a whole chunk is text).
 COLUMN_TYPES = {

@@ -90,10 +90,11 @@ def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
 
 def _cell_lines(config: SweepConfig, cells: list) -> list[str]:
     """The sweep's settings, then its cells per node count with their estimates."""
+    where = f", sites {config.sites}" if config.sites else ""
     lines = [
         f"sweep {config.name!r}: {len(cells)} cells, profile {config.profile}, "
-        f"{config.cl}, {config.policy}, {config.writes} writes (+{config.warmup} "
-        f"warm-up) x {config.repetitions} repetition(s)"
+        f"{config.cl.replace(',', '/')}{where}, {config.policy}, {config.writes} writes "
+        f"(+{config.warmup} warm-up) x {config.repetitions} repetition(s)"
     ]
     for n, grouped in groupby(cells, key=lambda c: c.nodes):
         group = list(grouped)

@@ -113,6 +113,9 @@ def set_network(shard: Shard, cell: Cell) -> dict[str, Any]:
     applied = emulation.set_links(tb, matrix, cfg.shaper)
     names = [h.name for h in tb.topology.edges]
     a, b = (names[0], names[1]) if len(names) > 1 else (tb.topology.endpoint.name, names[0])
+    sites = tb.topology.site_names or ()
+    if len(sites) > 1:  # the WAN: a node of the first site and one of the second
+        a, b = (tb.topology.site_nodes(s)[0].name for s in sites[:2])
     shaping: dict[str, Any] = {
         "shaper": applied["shaper"],
         "change_s": applied["change_s"],

@@ -60,15 +60,14 @@ def required_acks(level: str, rf: int) -> int:
     return rf // 2 + 1  # QUORUM, LOCAL_QUORUM, EACH_QUORUM (one datacenter)
 
 
-def site_acks(level: str, rf: Mapping[str, int], local: str) -> tuple[int, int]:
-    """On a testbed of sites: (acks a write at ``level`` waits for in all, the fewest of
-    them that must come from other sites than the coordinator's ``local`` one), with
-    ``rf`` replicas per site (NetworkTopologyStrategy). LOCAL_* count the local site's
-    replicas only; EACH_QUORUM a quorum in every site; ALL every replica; the others
-    count replicas anywhere, so only what the local ones cannot make is remote. A
-    remote ack costs the write a WAN round trip. ConfigError for a level the keyspace
-    cannot serve (a LOCAL_ level without replicas in the local site, more acks than
-    replicas)."""
+def ack_rules(level: str, rf: Mapping[str, int], local: str) -> list[tuple[str | None, int]]:
+    """On a testbed of sites, with ``rf`` replicas per site (NetworkTopologyStrategy) and
+    the coordinator in site ``local``: what a write at ``level`` waits for, as (the site
+    whose replicas count, None: any site; how many of them must ack), every rule at once.
+    LOCAL_* count the local site's replicas only; EACH_QUORUM a quorum in every site; the
+    others (ALL, QUORUM, ONE, ...) replicas anywhere. ConfigError for a level the
+    keyspace cannot serve (a LOCAL_ level without replicas in the local site, more acks
+    than replicas)."""
     level = check_level(level)
     sites = {s: int(n) for s, n in rf.items() if int(n) > 0}
     if not sites:
@@ -80,16 +79,25 @@ def site_acks(level: str, rf: Mapping[str, int], local: str) -> tuple[int, int]:
                 f"{level} needs replicas in the coordinator's site {local!r}; the keyspace "
                 f"has them in {', '.join(sorted(sites))}"
             )
-        return (1 if level == "LOCAL_ONE" else here // 2 + 1), 0
+        return [(local, 1 if level == "LOCAL_ONE" else here // 2 + 1)]
     if level == "EACH_QUORUM":
-        each = {s: n // 2 + 1 for s, n in sites.items()}
-        return sum(each.values()), sum(n for s, n in each.items() if s != local)
-    if level == "ALL":
-        return total, total - here
-    need = required_acks(level, total)  # ANY, ONE, TWO, THREE, QUORUM: anywhere
+        return [(s, n // 2 + 1) for s, n in sorted(sites.items())]
+    need = required_acks(level, total)  # ANY, ONE, TWO, THREE, QUORUM, ALL: anywhere
     if need > total:
         raise ConfigError(f"{level} needs {need} replicas; the keyspace has {total}")
-    return need, max(0, need - here)
+    return [(None, need)]
+
+
+def site_acks(level: str, rf: Mapping[str, int], local: str) -> tuple[int, int]:
+    """On a testbed of sites (see ``ack_rules``): (acks a write at ``level`` waits for in
+    all, the fewest of them that must come from other sites than the coordinator's
+    ``local`` one). A remote ack costs the write a WAN round trip."""
+    here = int(rf.get(local, 0))
+    total = remote = 0
+    for site, k in ack_rules(level, rf, local):
+        total += k
+        remote += max(0, k - here) if site is None else (0 if site == local else k)
+    return total, remote
 
 
 def remote_round_trip_probability(level: str, rf: int, nodes: int) -> float:

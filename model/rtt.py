@@ -62,9 +62,9 @@ import numpy.typing as npt
 from emulation import links
 from emulation.links import Link, LinkMatrix
 from testbed.errors import ConfigError
-from testbed.topology import Topology
+from testbed.topology import Topology, parse_sites
 
-from .consistency import check_level, required_acks
+from .consistency import ack_rules, check_level, required_acks
 
 RTO_MIN_MS = 200.0  # Linux TCP_RTO_MIN, unless net.ipv4.tcp_rto_min_us says otherwise
 RTO_MAX_MS = 120_000.0  # Linux TCP_RTO_MAX
@@ -204,6 +204,17 @@ def retransmission_delay(loss: float, rto_ms: float, tcp: Tcp) -> Discrete:
     return Discrete.of(values, probs)
 
 
+def maximum(dists: Sequence[Discrete]) -> Discrete:
+    """Exact distribution of the largest of independent variables."""
+    if len(dists) == 1:
+        return dists[0]
+    support = np.unique(np.concatenate([d.values for d in dists]))
+    cdf = np.prod([d.cdf(support) for d in dists], axis=0)
+    probs = np.clip(np.diff(np.concatenate([[0.0], cdf])), 0, None)
+    keep = probs > 1e-15
+    return Discrete.of(support[keep], probs[keep])
+
+
 def kth_smallest(dists: Sequence[Discrete], k: int) -> Discrete:
     """Exact distribution of the k-th smallest (1-based) of independent variables."""
     if k < 1:
@@ -248,7 +259,10 @@ class Service:
 
 @dataclass(frozen=True)
 class Scenario:
-    """Everything the prediction of one cell depends on."""
+    """Everything the prediction of one cell depends on. On a topology of sites (each a
+    Cassandra datacenter, NetworkTopologyStrategy): ``rf`` replicas in each site, the
+    coordinators in the endpoint's site (the driver's DC-aware policy), and a write
+    acknowledged by the rules of ``model.consistency.ack_rules``."""
 
     matrix: LinkMatrix
     rf: int
@@ -257,15 +271,20 @@ class Scenario:
     tcp: Tcp = field(default_factory=Tcp)
     write_timeout_ms: float = WRITE_TIMEOUT_MS
     client_timeout_ms: float = CLIENT_TIMEOUT_MS
+    # what a write waits for: (the nodes whose acks count, how many), every rule at once
+    rules: tuple[tuple[frozenset[str], int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        n = len(self.matrix.topology.edges)
+        topo = self.matrix.topology
+        n = min(topo.sites) if topo.sites else len(topo.edges)
         if not 1 <= self.rf <= n:
-            raise ConfigError(f"RF {self.rf} needs 1..{n} edge nodes")
+            where = "in the smallest site" if topo.sites else "edge nodes"
+            raise ConfigError(f"RF {self.rf} needs 1..{n} {where}")
         object.__setattr__(self, "cl", check_level(self.cl))
         if self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r} (choose from {', '.join(POLICIES)})")
-        if self.acks > self.rf:
+        object.__setattr__(self, "rules", self._rules())
+        if not topo.sites and self.acks > self.rf:
             raise ConfigError(f"{self.cl} needs {self.acks} acks; RF {self.rf} has {self.rf}")
         if not 0 < self.write_timeout_ms <= self.client_timeout_ms:
             raise ConfigError(
@@ -275,11 +294,53 @@ class Scenario:
 
     @property
     def acks(self) -> int:
-        return required_acks(self.cl, self.rf)
+        """The acks a write waits for in all."""
+        return sum(k for _, k in self.rules)
+
+    def _rules(self) -> tuple[tuple[frozenset[str], int], ...]:
+        """What a write waits for: (the nodes whose acks count, how many), all at once."""
+        topo = self.matrix.topology
+        if not topo.sites:
+            return ((frozenset(self.edges), required_acks(self.cl, self.rf)),)
+        names = topo.site_names or ()
+        rules = ack_rules(self.cl, {s: self.rf for s in names}, str(topo.endpoint_site))
+        return tuple(
+            (frozenset(h.name for h in (topo.site_nodes(s) if s else topo.edges)), k)
+            for s, k in rules
+        )
 
     @property
     def edges(self) -> list[str]:
         return [h.name for h in self.matrix.topology.edges]
+
+    @property
+    def coordinators(self) -> list[str]:
+        """The nodes the client sends writes to: the endpoint's site's (sites), else all."""
+        topo = self.matrix.topology
+        if topo.sites:
+            return [h.name for h in topo.site_nodes(str(topo.endpoint_site))]
+        return self.edges
+
+    def waits(self, c: str, replicas: Sequence[str]) -> list[tuple[tuple[str, ...], int]]:
+        """Per rule: the replicas other than ``c`` whose acks count, and how many of them
+        the write waits for (its coordinator's own write counts where it is one)."""
+        out = []
+        for members, k in self.rules:
+            counted = [r for r in replicas if r in members]
+            out.append((tuple(r for r in counted if r != c), k - (c in counted)))
+        return out
+
+    def needs_remote(self, coordinator_is_replica: bool) -> bool:
+        """Whether a write waits for an ack from another node than its coordinator."""
+        return any(
+            k - (coordinator_is_replica and bool(set(self.coordinators) & members)) > 0
+            for members, k in self.rules
+        )
+
+    @property
+    def replica_coordinator_share(self) -> float:
+        """The share of writes whose coordinator is one of the key's replicas."""
+        return 1.0 if self.policy == "token-aware" else self.rf / len(self.coordinators)
 
     @property
     def endpoint(self) -> str:
@@ -302,20 +363,35 @@ class Scenario:
     def jittered(self) -> bool:
         return any(link.jitter_ms for _, _, link in self.matrix.shaped())
 
+    def pools(self) -> list[list[str]]:
+        """The groups of nodes each holding ``rf`` replicas of a key: every site, else
+        all nodes."""
+        topo = self.matrix.topology
+        if topo.sites:
+            return [[h.name for h in topo.site_nodes(s)] for s in topo.site_names or ()]
+        return [self.edges]
+
     def placements(self) -> list[tuple[float, str, tuple[str, ...]]]:
         """(probability, coordinator, replicas) of every placement."""
-        edges = self.edges
-        sets = list(itertools.combinations(edges, self.rf))
+        local = self.coordinators
+        sets = [
+            tuple(r for part in choice for r in part)
+            for choice in itertools.product(
+                *(itertools.combinations(pool, self.rf) for pool in self.pools())
+            )
+        ]
         out = []
         for replicas in sets:
-            coordinators = replicas if self.policy == "token-aware" else edges
+            coordinators = (
+                [r for r in replicas if r in local] if self.policy == "token-aware" else local
+            )
             for c in coordinators:
                 out.append((1 / len(sets) / len(coordinators), c, replicas))
         return out
 
     def placement_count(self) -> int:
-        n = len(self.edges)
-        return math.comb(n, self.rf) * (self.rf if self.policy == "token-aware" else n)
+        sets = math.prod(math.comb(len(pool), self.rf) for pool in self.pools())
+        return sets * (self.rf if self.policy == "token-aware" else len(self.coordinators))
 
 
 def rto_ms(tcp: Tcp, there: Link, back: Link) -> float:
@@ -351,40 +427,43 @@ def network(s: Scenario) -> list[tuple[float, bool, Discrete, float]]:
     waits for a remote ack, its distribution, its value without loss). Exact; no jitter."""
     groups: dict[tuple, float] = defaultdict(float)
     for weight, c, replicas in s.placements():
-        k = s.acks - (1 if c in replicas else 0)
-        remote = tuple(
-            sorted(((s.link(c, r), s.link(r, c)) for r in replicas if r != c), key=_pair_key)
+        waits = tuple(
+            (tuple(sorted(((s.link(c, r), s.link(r, c)) for r in others), key=_pair_key)), k)
+            for others, k in s.waits(c, replicas)
         )
         client = (s.link(s.endpoint, c), s.link(c, s.endpoint))
-        groups[(client, remote, k)] += weight
+        groups[(client, waits)] += weight
     out = []
-    for (client, remote, k), weight in groups.items():  # each class once
-        trips = [round_trip(s.tcp, there, back) for there, back in remote]
-        acked = kth_smallest(trips, k).clip(s.write_timeout_ms)
+    for (client, waits), weight in groups.items():  # each class once
+        acked = maximum(
+            [kth_smallest([round_trip(s.tcp, *pair) for pair in remote], k) for remote, k in waits]
+        ).clip(s.write_timeout_ms)
         dist = (round_trip(s.tcp, *client) + acked).clip(s.client_timeout_ms)
-        no_loss = client[0].delay_ms + client[1].delay_ms
-        if k:
-            no_loss += sorted(t.delay_ms + b.delay_ms for t, b in remote)[k - 1]
-        out.append((weight, k > 0, dist, no_loss))
+        no_loss = (
+            client[0].delay_ms
+            + client[1].delay_ms
+            + max(
+                sorted(t.delay_ms + b.delay_ms for t, b in remote)[k - 1] if k > 0 else 0.0
+                for remote, k in waits
+            )
+        )
+        out.append((weight, any(k > 0 for _, k in waits), dist, no_loss))
     return out
 
 
 def no_loss_max_ms(s: Scenario) -> float:
-    """The slowest placement's network time without loss (configured delays only):
-    per coordinator, the k-th fastest of the slowest possible replica set."""
+    """The slowest placement's network time without loss (configured delays only), the
+    wait for acks at most the write timeout."""
     worst = 0.0
-    for c in s.edges:
+    for _, c, replicas in s.placements():
         client = s.link(s.endpoint, c).delay_ms + s.link(c, s.endpoint).delay_ms
-        others = sorted(
-            (s.link(c, r).delay_ms + s.link(r, c).delay_ms for r in s.edges if r != c),
-            reverse=True,
+        remote = max(
+            sorted(s.link(c, r).delay_ms + s.link(r, c).delay_ms for r in others)[k - 1]
+            if k > 0
+            else 0.0
+            for others, k in s.waits(c, replicas)
         )
-        cases = [(s.rf - 1, s.acks - 1)]  # c a replica: k of the rf - 1 others
-        if s.policy != "token-aware" and s.rf < len(s.edges):
-            cases.append((s.rf, s.acks))  # c not a replica
-        for m, k in cases:
-            remote = min(others[m - k], s.write_timeout_ms) if k > 0 else 0.0
-            worst = max(worst, client + remote)
+        worst = max(worst, client + min(remote, s.write_timeout_ms))
     return worst
 
 
@@ -583,15 +662,32 @@ def simulate(
             )
         return d, np.where(dead, np.inf, wait)
 
-    order = np.argsort(rng.random((writes, chains, n)), axis=2)
+    index = {name: i for i, name in enumerate(edges)}
+    local = np.array([index[x] for x in s.coordinators])
     replica = np.zeros((writes, chains, n), dtype=bool)
-    np.put_along_axis(replica, order[..., : s.rf], True, axis=2)
+    local_replicas = None  # the key's replicas in the coordinators' pool
+    for pool in s.pools():
+        members = np.array([index[x] for x in pool])
+        order = np.argsort(rng.random((writes, chains, members.size)), axis=2)
+        chosen = members[order[..., : s.rf]]
+        np.put_along_axis(replica, chosen, True, axis=2)
+        if set(pool) >= set(s.coordinators):
+            local_replicas = chosen
+    assert local_replicas is not None
     if s.policy == "token-aware":
         pick = rng.integers(0, s.rf, (writes, chains, 1))
-        c = np.take_along_axis(order, pick, axis=2)[..., 0]
+        c = np.take_along_axis(local_replicas, pick, axis=2)[..., 0]
     else:
-        c = (rng.integers(0, n, chains)[None, :] + np.arange(writes)[:, None]) % n
-    k = s.acks - np.take_along_axis(replica, c[..., None], axis=2)[..., 0].astype(int)
+        c = local[
+            (rng.integers(0, local.size, chains)[None, :] + np.arange(writes)[:, None]) % local.size
+        ]
+    c_replica = np.take_along_axis(replica, c[..., None], axis=2)[..., 0]
+    masks = [np.array([x in members for x in edges]) for members, _ in s.rules]
+    # per rule: the acks still needed from other nodes (the coordinator's own counts)
+    ks = [
+        kk - (c_replica & mask[c]).astype(int) for mask, (_, kk) in zip(masks, s.rules, strict=True)
+    ]
+    k = np.max(ks, axis=0)  # > 0: the write waits for another node
     remote_pool, local_pool = service.samples(True), service.samples(False)
     service_ms = np.where(
         k > 0,
@@ -636,8 +732,10 @@ def simulate(
         rtt = d_cr[i] + d_rc[i]
         arrive = deliver(t[:, None], out_d[i], out_w[i], d_rc[i], rtt, conn_out[i], to_r[i])
         acked = deliver(arrive, back_d[i], back_w[i], d_cr[i], rtt, conn_back[i], to_r[i])
-        acked = np.sort(np.where(to_r[i], acked, np.inf), axis=1)
-        ready = np.where(k[i] > 0, acked[rows, np.maximum(k[i] - 1, 0)], t)
+        ready = t
+        for mask, kg in zip(masks, ks, strict=True):
+            got = np.sort(np.where(to_r[i] & mask, acked, np.inf), axis=1)
+            ready = np.maximum(ready, np.where(kg[i] > 0, got[rows, np.maximum(kg[i] - 1, 0)], t))
         ready = np.minimum(ready, t + s.write_timeout_ms)  # WriteTimeout
         end = np.minimum(ready + down_d[i] + down_w[i], now + s.client_timeout_ms)
         if i >= writes - recorded:
@@ -664,12 +762,10 @@ def service_from_baseline(
         raise ConfigError(f"{source}: no requests to take the service time from")
     cut = float(np.median(rtt)) + baseline.tcp.rto_min_ms / 2
     keep = rtt <= cut
-    k = baseline.acks - np.where(cir == 1, 1, 0)
-    if (cir < 0).any():  # coordinator unknown: the likelier kind of placement
-        token_aware = baseline.policy == "token-aware"
-        p_replica = 1.0 if token_aware else baseline.rf / len(baseline.edges)
-        k = np.where(cir < 0, baseline.acks - (1 if p_replica > 0.5 else 0), k)
-    needs = k > 0
+    likely = baseline.replica_coordinator_share > 0.5  # coordinator unknown: the likelier
+    needs = np.array(
+        [baseline.needs_remote(x == 1 if x >= 0 else likely) for x in cir.tolist()], dtype=bool
+    )
     remote = rtt[keep & needs] - expected_fixed_ms(baseline, True)
     local = rtt[keep & ~needs] - expected_fixed_ms(baseline, False)
     if remote.size + local.size == 0:
@@ -688,9 +784,12 @@ def link_matrix_of(
     profile: str,
     latency_ms: float,
     loss_pct: float,
+    sites: str | None = None,
 ) -> LinkMatrix:
-    """A stored cell's matrix: the one its shaping recorded, else the profile's."""
-    topo = Topology(edge_nodes=topology_nodes)
+    """A stored cell's matrix: the one its shaping recorded, else the profile's (on
+    ``sites``: nodes per site, the endpoint in the first)."""
+    sizes = parse_sites(sites) if sites else None
+    topo = Topology(edge_nodes=topology_nodes, sites=sizes)
     stored = (shaping or {}).get("matrix")
     if isinstance(stored, Mapping) and isinstance(stored.get("links"), list):
         entries = {
@@ -715,6 +814,7 @@ __all__ = [
     "Service",
     "Tcp",
     "kth_smallest",
+    "maximum",
     "predict",
     "retransmission_delay",
     "tcp_from_proc",

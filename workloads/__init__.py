@@ -113,7 +113,7 @@ class WriteWorker:
 
     # -- commands --------------------------------------------------------------------------
 
-    def schema(self, keyspace: str, rf: int) -> dict:
+    def schema(self, keyspace: str, rf: int | dict[str, int]) -> dict:
         self._send({"op": "schema", "keyspace": keyspace, "rf": rf})
         return self._line(120)
 
