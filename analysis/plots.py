@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ FIGURE_GLOBS = (
     "phi_vs_excess",
     "ycsb_*",
     "fault_*",
+    "levels_n*",
 )
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
@@ -401,15 +403,15 @@ def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
         placed.append(box)
 
 
-def _model(results: Results, out: Path) -> dict[str, Any] | None:
-    """The model's comparison (analysis.model), saved beside the figures; None (and a
-    note on stderr) when the cells give it nothing to work from."""
+def _model(results: Results, out: Path, name: str = "model") -> dict[str, Any] | None:
+    """The model's comparison (analysis.model), saved beside the figures as NAME.txt and
+    NAME.json; None (and a note on stderr) when the cells give it nothing to work from."""
     try:
         data = prediction.compare(results)
     except Exception as exc:  # noqa: BLE001 - the figures matter more than the curves
         print(f"note: no model curves: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
-    prediction.save(data, out)
+    prediction.save(data, out, name)
     return data
 
 
@@ -452,7 +454,15 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     out = results.output_dir
     out.mkdir(parents=True, exist_ok=True)
     (out / FIGURES_INDEX).unlink(missing_ok=True)
-    for stale in ("model.txt", "model.json", "ycsb.txt", "faults.txt", SUMMARY, "cells.csv"):
+    stale_files = (
+        "model.txt",
+        "model.json",
+        "levels_model.txt",
+        "levels_model.json",
+        "levels.txt",
+        "levels.json",
+    )
+    for stale in (*stale_files, "ycsb.txt", "faults.txt", SUMMARY, "cells.csv"):
         (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
@@ -469,6 +479,13 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         made += rtt_cdf(results, out)
         made += high_rf(results, out)
         made += phi_vs_excess(results, out)
+    if results.levels:  # sites, or several levels: their own figures and table
+        from . import levels as levels_mod
+
+        levels_model = _model(replace(results, cells=results.levels), out, "levels_model")
+        made += levels_mod.figures(results.levels, out, levels_model)
+        rows = levels_mod.table(results.levels, levels_model)
+        (out / "levels.txt").write_text(levels_mod.format_table(rows) + "\n")
     if results.ycsb:
         from . import ycsb as ycsb_mod
 
@@ -499,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     results = open_results(args)
     print(results.describe())
-    if not results.cells and not results.ycsb and not results.faults:
+    if not (results.cells or results.ycsb or results.faults or results.levels):
         raise ConfigError(
             f"{args.results}: run(s) {', '.join(results.run_ids)} hold no measured cells"
         )

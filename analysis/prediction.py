@@ -50,19 +50,30 @@ def run_tcp(results: Results) -> m.Tcp:
 
 def _scenario(cell: dict[str, Any], tcp: m.Tcp) -> m.Scenario:
     matrix = m.link_matrix_of(
-        cell["nodes"], cell.get("shaping"), cell["profile"], cell["latency_ms"], cell["loss_pct"]
+        cell["nodes"],
+        cell.get("shaping"),
+        cell["profile"],
+        cell["latency_ms"],
+        cell["loss_pct"],
+        cell.get("sites"),
     )
     return m.Scenario(matrix, cell["rf"], cell["cl"], cell["policy"], tcp)
 
 
+def _group(c: dict[str, Any]) -> tuple:
+    """The cells that share one service time: a run's nodes (and sites), RF, level,
+    policy and profile."""
+    return (c["run_id"], c["nodes"], c.get("sites"), c["rf"], c["cl"], c["policy"], c["profile"])
+
+
 def _baselines(results: Results, tcp: m.Tcp) -> dict[tuple, tuple[m.Service, str]]:
-    """(run, nodes, rf, cl, policy, profile) -> the service time of its 0 ms cell at the
-    lowest loss measured there."""
+    """``_group`` -> the service time of its 0 ms cell at the lowest loss measured
+    there."""
     chosen: dict[tuple, dict[str, Any]] = {}
     for c in results.cells:
         if c["latency_ms"] != 0 or c["profile"] == "file":
             continue
-        key = (c["run_id"], c["nodes"], c["rf"], c["cl"], c["policy"], c["profile"])
+        key = _group(c)
         if key not in chosen or c["loss_pct"] < chosen[key]["loss_pct"]:
             chosen[key] = c
     out = {}
@@ -145,7 +156,7 @@ def compare(results: Results, tcp: m.Tcp | None = None) -> dict[str, Any]:
         rtt = np.asarray(c["rtt_ms"], dtype=float)
         if rtt.size == 0:
             continue
-        key = (c["run_id"], c["nodes"], c["rf"], c["cl"], c["policy"], c["profile"])
+        key = _group(c)
         service, source = baselines.get(key, (None, ""))
         if service is None:
             service = _manifest_baseline(results, c["run_id"], c["nodes"])
@@ -170,6 +181,7 @@ def compare(results: Results, tcp: m.Tcp | None = None) -> dict[str, Any]:
             "run_id": c["run_id"],
             "cell_id": c["cell_id"],
             "nodes": c["nodes"],
+            "sites": c.get("sites"),
             "rf": c["rf"],
             "cl": c["cl"],
             "policy": c["policy"],
@@ -388,9 +400,9 @@ def format_cells(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def save(data: dict[str, Any], out: Path) -> None:
-    """model.txt and model.json in ``out`` (the results' analysis directory)."""
-    save_text_and_json(out, "model", format_text(data), data)
+def save(data: dict[str, Any], out: Path, name: str = "model") -> None:
+    """NAME.txt and NAME.json in ``out`` (the results' analysis directory)."""
+    save_text_and_json(out, name, format_text(data), data)
 
 
 # -- what-if ---------------------------------------------------------------------------------

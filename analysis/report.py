@@ -70,6 +70,14 @@ CAPTIONS = (
      "line per loss (the paper's Figure 4)"),
     (r"phi_vs_excess", "φ of each (nodes, RF) against the RTT that loss added to it: φ "
      "predicts that a higher ack ratio makes loss cost more"),
+    (r"levels_n(\d+)_s(\S+)_loss([\d.]+)", "Mean write RTT against the one-way latency "
+     "between sites, {0} nodes in sites of {1}, {2} % loss: a panel per RF (replicas in "
+     "each site), a line per consistency level with its 95 % CI band; dotted, the model. "
+     "LOCAL_ levels wait for the endpoint's site only; EACH_QUORUM and QUORUM pay a WAN "
+     "round trip"),
+    (r"levels_n(\d+)_loss([\d.]+)", "Mean write RTT against one-way latency, {0} nodes, "
+     "{1} % loss: a panel per RF, a line per consistency level with its 95 % CI band; "
+     "dotted, the model"),
     (r"ycsb_throughput_threads", "YCSB: throughput against client threads, per workload and "
      "consistency level"),
     (r"ycsb_latency_throughput", "YCSB: p50 and p99 latency of each operation against "
@@ -262,6 +270,18 @@ def write_report(results: Results) -> Path:
         f"{html.escape(rerun)}</code> to add it.</p>"
     )
     parts.append(_model_section(results, rerun))
+    levels_txt = results.output_dir / "levels.txt"
+    if results.levels and levels_txt.is_file() and index:
+        parts.append(
+            "<h2>Consistency levels and sites (analysis.levels)</h2>"
+            "<p>What each level costs at each latency: the acks a write waits for, how "
+            "many must cross the WAN between sites (each a round trip there), the "
+            "measured mean and its rise over the level's lowest latency, and the model's "
+            "mean (<code>model.rtt</code> with the replicas placed per site and the "
+            "coordinators in the endpoint's site; its per-cell detail is "
+            "<code>analysis/levels_model.txt</code>).</p>"
+            f"<pre>{html.escape(levels_txt.read_text())}</pre>"
+        )
     slope_rows = [
         {
             "nodes": n,

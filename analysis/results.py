@@ -44,6 +44,9 @@ class Results:
     # ``cells``: a cell whose node was killed or whose links changed is not a point of
     # the paper's RTT curves
     faults: list[dict[str, Any]] = field(default_factory=list)
+    # the writes cells of a testbed of sites or of a run of several consistency levels
+    # (analysis.levels): kept out of ``cells``, whose curves are one level's on one site
+    levels: list[dict[str, Any]] = field(default_factory=list)
 
     def frame(self) -> Any:
         """The cells as a pandas DataFrame, one row per cell (repetitions apart): its id,
@@ -74,7 +77,7 @@ class Results:
     def describe(self) -> str:
         """Which runs this analysis uses and why, for the user (a few lines)."""
         count: defaultdict[str, int] = defaultdict(int)
-        for c in self.cells:
+        for c in (*self.cells, *self.levels, *self.faults):
             count[c["run_id"]] += 1
         for r in self.ycsb:  # a YCSB cell: one OVERALL row each
             count[r["run_id"]] += r["op"] == "OVERALL"
@@ -190,6 +193,12 @@ def _changing(cell: dict[str, Any]) -> bool:
     return cell.get("fault") not in (None, "none") or cell.get("trace") not in (None, "none")
 
 
+def is_levels_cell(cell: dict[str, Any], levels_in_run: int) -> bool:
+    """Whether a writes cell is one of ``Results.levels``: of a testbed of sites, or of a
+    run that swept several consistency levels."""
+    return bool(cell.get("sites")) or levels_in_run > 1
+
+
 def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Results:
     """The chosen runs' cells with their requests as arrays (see ``select_runs``)."""
     directory = Path(directory)
@@ -220,7 +229,9 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         for key, cell in cells.items():
             if cell.get("workload") in (None, "writes") and _changing(cell):
                 faulted.append(dict(cell, requests=store.requests(*key)))
-    out = []
+    out: list[dict[str, Any]] = []
+    levels: list[dict[str, Any]] = []
+    run_levels = {r.run_id: len(str((r.config or {}).get("cl", "")).split(",")) for r in chosen}
     for key, cell in cells.items():
         if cell.get("workload") not in (None, "writes"):
             continue  # a YCSB cell: its numbers are in ycsb_ops
@@ -231,7 +242,7 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         cell["failed"] = np.asarray(failed[key], dtype=bool)
         cell["error_types"] = dict(errors[key])
         cell["errors"] = sum(errors[key].values())
-        out.append(cell)
+        (levels if is_levels_cell(cell, run_levels[key[0]]) else out).append(cell)
     used = [
         {
             "run_id": r.run_id,
@@ -245,7 +256,7 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
         for r in chosen
     ]
     others = tuple(f"{r.run_id} ({r.status})" for r in all_runs if r.run_id not in ids)
-    return Results(directory, out, used, selection, others, ycsb_rows, faulted)
+    return Results(directory, out, used, selection, others, ycsb_rows, faulted, levels)
 
 
 def frame(directory: str | Path, runs: str | Sequence[str] | None = None) -> Any:
