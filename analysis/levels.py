@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from model.consistency import required_acks, site_acks
-from testbed.topology import Topology, parse_sites
+from testbed.topology import parse_sites, sites_topology
 
 from .figsave import MODEL_STYLE, plt, save_figure, series_style
 from .stats import ci_label, point_stats
@@ -39,9 +39,8 @@ def acks(level: str, rf: int, sites: str | None) -> tuple[int, int]:
     endpoint's): rf per site on a testbed of sites (the endpoint in the first)."""
     if not sites:
         return required_acks(level, rf), 0
-    topo = Topology(edge_nodes=sum(parse_sites(sites)), sites=parse_sites(sites))
-    names = topo.site_names or ()
-    return site_acks(level, {s: rf for s in names}, str(topo.endpoint_site))
+    topo = sites_topology(sites)
+    return site_acks(level, topo.per_site(rf), str(topo.endpoint_site))
 
 
 def points(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, dict[str, Any]]:

@@ -403,11 +403,13 @@ def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
         placed.append(box)
 
 
-def _model(results: Results, out: Path, name: str = "model") -> dict[str, Any] | None:
+def _model(
+    results: Results, out: Path, name: str = "model", claims: bool = True
+) -> dict[str, Any] | None:
     """The model's comparison (analysis.model), saved beside the figures as NAME.txt and
     NAME.json; None (and a note on stderr) when the cells give it nothing to work from."""
     try:
-        data = prediction.compare(results)
+        data = prediction.compare(results, claims=claims)
     except Exception as exc:  # noqa: BLE001 - the figures matter more than the curves
         print(f"note: no model curves: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None
@@ -482,7 +484,8 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     if results.levels:  # sites, or several levels: their own figures and table
         from . import levels as levels_mod
 
-        levels_model = _model(replace(results, cells=results.levels), out, "levels_model")
+        levels = replace(results, cells=results.levels)
+        levels_model = _model(levels, out, "levels_model", claims=False)
         made += levels_mod.figures(results.levels, out, levels_model)
         rows = levels_mod.table(results.levels, levels_model)
         (out / "levels.txt").write_text(levels_mod.format_table(rows) + "\n")

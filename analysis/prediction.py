@@ -141,8 +141,10 @@ def attribute(row: dict[str, Any], tcp: m.Tcp) -> str:
     )
 
 
-def compare(results: Results, tcp: m.Tcp | None = None) -> dict[str, Any]:
-    """Every cell's measured and predicted RTT, the error table and the explanations."""
+def compare(results: Results, tcp: m.Tcp | None = None, claims: bool = True) -> dict[str, Any]:
+    """Every cell's measured and predicted RTT, the error table and the explanations;
+    with ``claims``, the paper's claims too (one level on one site: not for
+    ``Results.levels``)."""
     if not results.cells:
         raise ConfigError("no measured cells to compare")
     tcp = tcp or run_tcp(results)
@@ -226,7 +228,7 @@ def compare(results: Results, tcp: m.Tcp | None = None) -> dict[str, Any]:
         "unpredictable": unpredictable,
         "groups": error_groups(rows),
         "failures": failures(rows),
-        "claims": paper_claims(results, rows, tcp),
+        "claims": paper_claims(results, rows, tcp) if claims else [],
     }
 
 
@@ -288,14 +290,14 @@ def paper_claims(
 
 
 def error_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean absolute relative error of the predicted mean per (nodes, loss, profile), over
-    the cells at MIN_LATENCY_MS or more, with the worst cell."""
+    """Mean absolute relative error of the predicted mean per (nodes, loss, profile,
+    level), over the cells at MIN_LATENCY_MS or more, with the worst cell."""
     acc: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r["latency_ms"] >= MIN_LATENCY_MS and not math.isnan(r["error_mean"]):
-            acc[(r["nodes"], r["loss_pct"], r["profile"])].append(r)
+            acc[(r["nodes"], r["loss_pct"], r["profile"], r["cl"])].append(r)
     out = []
-    for (n, loss, profile), group in sorted(acc.items()):
+    for (n, loss, profile, level), group in sorted(acc.items()):
         worst = max(group, key=lambda r: abs(r["error_mean"]))
         mare = float(np.mean([abs(r["error_mean"]) for r in group]))
         out.append(
@@ -303,6 +305,7 @@ def error_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "nodes": n,
                 "loss_pct": loss,
                 "profile": profile,
+                "cl": level,
                 "cells": len(group),
                 "mare_mean": mare,
                 "mare_p99": float(np.mean([abs(r["error_p99"]) for r in group])),
@@ -372,12 +375,12 @@ def format_cells(data: dict[str, Any]) -> str:
         "",
         f"Mean absolute relative error of the mean, cells at >= {data['min_latency_ms']:g} ms "
         f"(target <= {100 * data['tolerance']:g} %):",
-        f"{'nodes':>5} {'loss %':>6} {'profile':>8} {'cells':>5} {'MARE mean':>10} "
-        f"{'MARE p99':>9}  worst cell",
+        f"{'nodes':>5} {'loss %':>6} {'profile':>8} {'level':>13} {'cells':>5} "
+        f"{'MARE mean':>10} {'MARE p99':>9}  worst cell",
     ]
     for g in data["groups"]:
         lines.append(
-            f"{g['nodes']:>5} {g['loss_pct']:>6g} {g['profile']:>8} {g['cells']:>5} "
+            f"{g['nodes']:>5} {g['loss_pct']:>6g} {g['profile']:>8} {g['cl']:>13} {g['cells']:>5} "
             f"{100 * g['mare_mean']:>9.1f}% {100 * g['mare_p99']:>8.1f}%  "
             f"{g['worst_cell']} ({100 * g['worst_error_mean']:+.1f} %)"
             + ("" if g["meets_target"] else "  <- above target")

@@ -183,6 +183,7 @@ def _model_section(results: Results, rerun: str) -> str:
             "nodes": g["nodes"],
             "loss %": g["loss_pct"],
             "profile": g["profile"],
+            "level": g.get("cl", ""),
             "cells": g["cells"],
             "MARE of the mean %": 100 * g["mare_mean"],
             "MARE of p99 %": 100 * g["mare_p99"],
@@ -237,7 +238,8 @@ def write_report(results: Results) -> Path:
         f"<!doctype html><meta charset='utf-8'><title>Edge testbed results</title>"
         f"<style>{CSS}</style><h1>Cassandra writes on an emulated edge network</h1>"
         f"<p>Results in <code>{html.escape(str(results.directory.resolve()))}</code>: "
-        f"{len(results.cells)} cells, {sum(len(c['rtt_ms']) for c in results.cells)} "
+        f"{len(results.cells) + len(results.levels)} cells, "
+        f"{sum(len(c['rtt_ms']) for c in (*results.cells, *results.levels))} "
         f"requests of {len(runs)} run(s) ({html.escape(results.selection)}): "
         f"{html.escape(', '.join(runs))}. Generated "
         f"{html.escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>"

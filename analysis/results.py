@@ -60,9 +60,10 @@ class Results:
                 "a DataFrame needs pandas: pip install -e '.[pandas]' (in the project's venv)"
             ) from exc
         rows = []
-        for c, st in zip(self.cells, per_cell(self.cells), strict=True):
+        cells = [*self.cells, *self.levels]
+        for c, st in zip(cells, per_cell(cells), strict=True):
             rows.append({"cell_id": c["cell_id"], "cl": c["cl"], "policy": c["policy"],
-                         "profile": c["profile"], **st})  # fmt: skip
+                         "profile": c["profile"], "sites": c.get("sites"), **st})  # fmt: skip
         return pd.DataFrame(rows)
 
     @property

@@ -106,6 +106,11 @@ def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
         return
     sizes = parse_sites(config.sites)
     set_(config, "sites", format_sites(sizes))
+    if len(sizes) < 2:
+        raise ConfigError(
+            f"sites {config.sites} is one site: a sweep of sites needs two or more (e.g. "
+            f"2x2), or sweep --nodes {sum(sizes)}"
+        )
     total = sum(sizes)
     if tuple(config.nodes) not in ((total,), default_nodes):
         raise ConfigError(
@@ -120,8 +125,6 @@ def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
             f"a sweep of sites shapes with profile 'sites' (a LAN in each site, the "
             f"latency and loss between sites), not {config.profile!r}"
         )
-    if config.backend != "netns":
-        raise ConfigError(f"sites run on the netns backend so far, not {config.backend!r}")
     if config.rf is not None:
         set_(config, "rf", rf_values(config.rf))
         big = [r for r in config.rf if r != "k" and r > min(sizes)]
@@ -132,10 +135,9 @@ def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
                 f"the replicas in each site (k: the smallest site's size)"
             )
     topo = config.topology(total)
-    names = topo.site_names or ()
     for level in levels(config.cl):
         for r in config.rfs(total):
-            site_acks(level, {site: r for site in names}, str(topo.endpoint_site))
+            site_acks(level, topo.per_site(r), str(topo.endpoint_site))
 
 
 def _testbeds(config: Any) -> None:
@@ -257,6 +259,7 @@ def ycsb(config: Any, pairs: list[tuple[int, int]]) -> None:
                 f"YCSB properties file"
             )
     _one_id_each("workload", config.ycsb_workloads(), workload_label)
+    sites = len(config.site_sizes() or (1,))  # sites: rf replicas in each
     for w in config.ycsb_workloads():
         for n, r in pairs:
             for read in config.read_cl:
@@ -268,7 +271,7 @@ def ycsb(config: Any, pairs: list[tuple[int, int]]) -> None:
                             operations=config.operations,
                             read_cl=read,
                             write_cl=write,
-                        ).check(nodes=n, rf=r, heap_mb=config.heap_mb)
+                        ).check(nodes=n, rf=r * sites, heap_mb=config.heap_mb)
 
 
 def _one_id_each(name: str, values: tuple, key: Any) -> None:

@@ -364,9 +364,9 @@ class Shard:
             watch=component_watch(tb, sweep.check_abort, expected_down=self.faulted),
         )
         try:
-            sites = tb.topology.site_names
+            topo = tb.topology
             for rf in self.rfs:  # sites: rf replicas in each (NetworkTopologyStrategy)
-                worker.schema(keyspace(rf), {s: rf for s in sites} if sites else rf)
+                worker.schema(keyspace(rf), topo.per_site(rf) if topo.sites else rf)
             # Nodes run with unsafesystem (fast bring-up): schema changes stay in memtables,
             # and a node killed before they are flushed comes back without the keyspaces
             # and refuses writes as coordinator. Flushed, a dead node can be restarted.

@@ -302,8 +302,7 @@ class Scenario:
         topo = self.matrix.topology
         if not topo.sites:
             return ((frozenset(self.edges), required_acks(self.cl, self.rf)),)
-        names = topo.site_names or ()
-        rules = ack_rules(self.cl, {s: self.rf for s in names}, str(topo.endpoint_site))
+        rules = ack_rules(self.cl, topo.per_site(self.rf), str(topo.endpoint_site))
         return tuple(
             (frozenset(h.name for h in (topo.site_nodes(s) if s else topo.edges)), k)
             for s, k in rules

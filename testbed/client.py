@@ -131,14 +131,31 @@ def auth_refused(exc: BaseException) -> bool:
     return all(isinstance(e, AuthenticationFailed) for e in errors.values())
 
 
-def auth_setup(points: list[str], timeout_s: float, creds) -> dict:
+def per_dc_counts(text: str) -> dict[str, int]:
+    """``dc1=3,dc2=3`` as {datacenter: count} (argparse's type: ValueError names it)."""
+    out = {}
+    for part in text.split(","):
+        name, _, count = part.partition("=")
+        if not name.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(f"cannot read {part!r}: give DC=N,... (e.g. dc1=3,dc2=3)")
+        out[name.strip()] = int(count)
+    return out
+
+
+def auth_setup(
+    points: list[str], timeout_s: float, creds, per_dc: dict[str, int] | None = None
+) -> dict:
     """Replace the default superuser by the run's role ``creds``; returns what was done.
 
     Waits (until the deadline) for the default role, which each node creates about 10 s
-    after its start; creates the run's superuser; drops ``cassandra`` logged in as the
-    new role; then waits until every node refuses ``cassandra``/``cassandra`` (a node
-    may accept it until its 2 s credentials cache entry expires). Idempotent: when the
-    run's role logs in already, only the last two steps run.
+    after its start; on a cluster of sites (``per_dc``: nodes per datacenter) makes
+    ``system_auth`` NetworkTopologyStrategy with every node a replica, as it was (the
+    run's logins are read at LOCAL_QUORUM, which a SimpleStrategy keyspace spread over
+    several datacenters cannot serve: its quorum counts every node, its live replicas
+    only the local ones); creates the run's superuser; drops ``cassandra`` logged in as
+    the new role; then waits until every node refuses ``cassandra``/``cassandra`` (a
+    node may accept it until its 2 s credentials cache entry expires). Idempotent: when
+    the run's role logs in already, only the last two steps run.
     """
     from .cassandra import auth
 
@@ -162,6 +179,10 @@ def auth_setup(points: list[str], timeout_s: float, creds) -> dict:
     except Exception:  # noqa: BLE001 - the usual case: the run's role does not exist yet
         admin, admin_session = session_as(default, "no login as the default superuser")
         try:
+            if per_dc:  # every node stays a replica: nothing streams
+                admin_session.execute(
+                    f"ALTER KEYSPACE system_auth WITH replication = {replication(per_dc)}"
+                )
             admin_session.execute(auth.create_role_cql(creds))
             created = True
         finally:
@@ -302,8 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("cql", help="run CQL statements")
     c.add_argument("statements", nargs="+")
     c.add_argument("--consistency", type=consistency_level, default="LOCAL_QUORUM")
-    sub.add_parser(
+    a = sub.add_parser(
         "auth-setup", help="replace the default superuser by the role of the credentials file"
+    )
+    a.add_argument(
+        "--per-dc",
+        type=per_dc_counts,
+        default=None,
+        metavar="DC=N,...",
+        help="a cluster of sites: system_auth replicated on every node of each datacenter",
     )
     args = parser.parse_args(argv)
     try:
@@ -320,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             creds = credentials()
             if creds is None:
                 raise ClientError("auth-setup needs --credentials or $EDGETB_CREDENTIALS")
-            print(json.dumps(auth_setup(points, args.timeout, creds)))
+            print(json.dumps(auth_setup(points, args.timeout, creds, args.per_dc)))
         elif args.cmd == "probe":
             print(json.dumps(probe(points, args.expect, args.timeout)))
         elif args.cmd == "write":

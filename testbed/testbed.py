@@ -118,10 +118,6 @@ class Testbed:
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
         cls = backend_class(backend)
-        if topology.sites is not None and backend != "netns":
-            # VMs and inventory hosts take the same node files, but their logins
-            # (system_auth) and inventories do not know sites yet
-            raise ConfigError(f"sites run on the netns backend only so far, not on {backend}")
         if name is not None:
             self._check_name_free(st.check_name(name))
         if subnet_pool is not None or topology.subnet is None:
@@ -411,7 +407,12 @@ class Testbed:
         """Readiness stage: the run's role replaces the default superuser (from the endpoint)."""
         t0 = time.monotonic()
         try:
-            out = self.client(["auth-setup"], timeout_s=self.deadlines.auth_s)
+            topo = self.topology
+            per_dc = [
+                f"{site}={len(topo.site_nodes(site))}" for site in topo.site_names or ()
+            ]  # sites: system_auth replicated per datacenter
+            args = ["auth-setup", *(["--per-dc", ",".join(per_dc)] if per_dc else [])]
+            out = self.client(args, timeout_s=self.deadlines.auth_s)
         except CommandError as exc:
             raise NodeError(
                 self.topology.endpoint.name,

@@ -198,6 +198,10 @@ class Topology:
         out[self.endpoint_name] = endpoint_site
         return out
 
+    def per_site(self, count: int) -> dict[str, int]:
+        """``count`` for each site (a keyspace's replicas per datacenter)."""
+        return {site: count for site in self.site_names or ()}
+
     def site_nodes(self, site: str) -> tuple[Host, ...]:
         """The edge nodes of ``site`` (ConfigError naming the sites for another name)."""
         if site not in (self.site_names or ()):
@@ -343,6 +347,12 @@ def parse_sites(text: str) -> tuple[int, ...]:
             f"sites {text!r} hold {sum(sizes)} nodes; a testbed has at most {MAX_EDGE_NODES}"
         )
     return sizes
+
+
+def sites_topology(text: str) -> Topology:
+    """The topology of ``text`` (``3x3``, ``2,3``: see ``parse_sites``), unplaced."""
+    sizes = parse_sites(text)
+    return Topology(edge_nodes=sum(sizes), sites=sizes)
 
 
 def format_sites(sizes: tuple[int, ...]) -> str:

@@ -232,3 +232,22 @@ def test_auth_setup_gives_up_at_its_deadline_with_the_reason(monkeypatch):
     monkeypatch.setattr(client.time, "sleep", lambda s: None)
     with pytest.raises(client.ClientError, match="no login as the default superuser within 30 s"):
         client.auth_setup(["10.77.0.11"], 30, auth.generate("ab12cd"))
+
+
+def test_on_sites_system_auth_is_replicated_per_datacenter_before_the_role_exists(monkeypatch):
+    from testbed import client
+
+    points = ["10.77.0.11", "10.77.0.12"]
+    fake = FakeCassandra(points)
+    monkeypatch.setattr(client, "connect", fake.connect)
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    creds = auth.generate("ab12cd")
+    client.auth_setup(points, 30, creds, client.per_dc_counts("dc1=1,dc2=1"))
+    alter = (
+        "ALTER KEYSPACE system_auth WITH replication = "
+        "{'class': 'NetworkTopologyStrategy', 'dc1': 1, 'dc2': 1}"
+    )  # before the run's role is written and read at LOCAL_QUORUM
+    assert fake.statements == [alter, auth.create_role_cql(creds), auth.DROP_DEFAULT_ROLE_CQL]
+    for bad in ("dc1", "dc1=0", "=2", "dc1=two"):
+        with pytest.raises(ValueError, match="DC=N"):
+            client.per_dc_counts(bad)

@@ -47,8 +47,9 @@ def test_levels_are_a_grid_dimension_and_only_they_change_the_ids():
 
 
 def test_one_level_keeps_the_fingerprint_of_runs_stored_before_levels():
-    # the fingerprint of a default configuration, as stored by earlier versions
-    assert SweepConfig().fingerprint() == SweepConfig(cl="local_quorum").fingerprint()
+    # the fingerprint of the default configuration, as stored by earlier versions
+    assert SweepConfig().fingerprint() == "392f878827fdc7d6"
+    assert SweepConfig(cl="local_quorum").fingerprint() == "392f878827fdc7d6"
     assert SweepConfig.from_dict({"cl": ["LOCAL_QUORUM"]}).cl == "LOCAL_QUORUM"  # TOML
     assert SweepConfig().fingerprint() != SweepConfig(cl="LOCAL_QUORUM,ONE").fingerprint()
 
@@ -59,8 +60,8 @@ def test_one_level_keeps_the_fingerprint_of_runs_stored_before_levels():
         (dict(sites="3,2", rf=(3,)), "rf 3 is above the size of site 2"),
         (dict(sites="3,0"), "every site needs at least one node"),
         (dict(sites="3x3", nodes=(5,)), "sites 3x3 hold 9 nodes"),
+        (dict(sites="1x3"), "one site"),
         (dict(sites="2x2", profile="uniform"), "not 'uniform'"),
-        (dict(sites="2x2", backend="libvirt"), "netns"),
         (dict(sites=None, profile="sites"), "needs sites"),
         (dict(cl="QUORUM,quorum"), "twice"),
         (dict(cl="LOCAL_SERIAL"), "lightweight transactions"),
@@ -92,7 +93,7 @@ def test_replicas_are_placed_per_site_and_coordinators_are_the_endpoints_site():
         assert site_of[c] == "dc1"
         assert sorted(site_of[r] for r in replicas) == ["dc1"] * 2 + ["dc2"] * 2 + ["dc3"] * 2
     token = scenario("LOCAL_QUORUM", 2, policy="token-aware")
-    assert all(c in replicas for _, c, replicas in token.placements())
+    assert all(c in replicas and site_of[c] == "dc1" for _, c, replicas in token.placements())
 
 
 @pytest.mark.parametrize(
@@ -135,16 +136,19 @@ def test_each_quorum_waits_for_the_slowest_site():
     one = rtt.predict(rtt.Scenario(matrix, 1, "ONE"), service, method="exact")
     lan = 2 * links.LAN_DELAY_MS
     assert each.mean == pytest.approx(lan + 100.0)
-    assert one.mean < lan + 10.0 + 1e-9  # the local replica, or the near site's
+    # the local replica: the coordinator itself half the time, else one LAN round trip
+    assert one.mean == pytest.approx(lan + lan / 2)
 
 
-def test_the_simulation_agrees_with_the_exact_computation_on_sites():
+@pytest.mark.parametrize("loss", [0.0, 2.5])
+def test_the_simulation_agrees_with_the_exact_computation_on_sites(loss):
+    # with loss, without in-order delivery (the exact computation leaves it out)
     service = rtt.Service.constant(3.0)
     for level in ("LOCAL_QUORUM", "EACH_QUORUM", "QUORUM"):
-        s = scenario(level, 2, delay=30.0, loss=0.0)
+        s = scenario(level, 2, delay=30.0, loss=loss)
         exact = rtt.predict(s, service, method="exact").mean
-        sim = rtt.predict(s, service, method="simulation").mean
-        assert sim == pytest.approx(exact, rel=0.01), level
+        sim = rtt.simulate(s, service, hol=False, chains=2000).mean
+        assert sim == pytest.approx(exact, rel=0.02), level
 
 
 def test_loss_on_the_wan_slows_only_the_levels_that_cross_it():

@@ -224,7 +224,7 @@ def create_table(
     if topo.sites is not None:
         if rf > min(topo.sites):
             raise ConfigError(f"rf {rf} in each site: the smallest site has {min(topo.sites)}")
-        per_site = dict.fromkeys(topo.site_names or (), rf)
+        per_site = topo.per_site(rf)
     columns = ", ".join(f"field{i} varchar" for i in range(fieldcount))
     tb.client(
         [
