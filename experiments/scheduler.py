@@ -312,6 +312,8 @@ class Shard:
             "backend": tb.backend_name,
             "vm_accel": vms.accel if vms else None,  # kvm or tcg: the VMs' timings differ
             "subnet": tb.topology.subnet,
+            # sites: each host's (a request's coordinator and replicas are host names)
+            "sites": {h.name: h.site for h in tb.topology.hosts} if tb.topology.sites else None,
             "cassandra": tb.dist.version if tb.dist else None,
             "java": tb.java.version if tb.java else None,
             "heap_mb": cfg.heap_mb,

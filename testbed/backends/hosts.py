@@ -153,6 +153,44 @@ def validate_inventory(
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
 
+def check_sites(topology: Topology, inventory: dict[str, dict]) -> None:
+    """Where the inventory says which site each edge host is at (``edgetb_site``), the
+    topology must place it there (nodes are numbered site by site); ConfigError naming
+    the ``--sites`` that would, when it does not."""
+    named = {h.name: inventory[h.name].get("edgetb_site") for h in topology.edges}
+    if not any(named.values()):
+        return
+    missing = [name for name, site in named.items() if not site]
+    if missing:
+        raise ConfigError(
+            f"the inventory names the sites of some edge hosts, not of {', '.join(missing)} "
+            f"(edgetb_site): name every one, or none"
+        )
+    wanted = {name: str(site) for name, site in named.items()}
+    placed = {h.name: h.site for h in topology.edges}
+    if wanted == placed:
+        return
+    runs: list[list] = []  # the inventory's sites in node order, as --sites would make them
+    for name in named:
+        if runs and runs[-1][0] == wanted[name]:
+            runs[-1][1] += 1
+        else:
+            runs.append([wanted[name], 1])
+    names = [site for site, _ in runs]
+    default = [f"dc{i + 1}" for i in range(len(runs))]
+    if len(set(names)) != len(names):
+        hint = "number the hosts site by site (e0.. in the first site, then the next)"
+    elif names != default:
+        hint = f"the testbed names its sites {', '.join(default)} in order"
+    else:
+        hint = f"give --sites {','.join(str(n) for _, n in runs)}"
+    raise ConfigError(
+        "the inventory places the edge hosts at "
+        + ", ".join(f"{n}: {s}" for n, s in wanted.items())
+        + f", the testbed's topology does not: {hint}"
+    )
+
+
 def remote_hosts(topology: Topology, inventory: dict[str, dict]) -> dict[str, RemoteHost]:
     """The topology's hosts as found in the inventory; ConfigError naming missing ones."""
     missing = [h.name for h in topology.hosts if h.name not in inventory]
@@ -227,6 +265,7 @@ def load(topology: Topology, options: dict) -> Inventory:
     names = [h.name for h in topology.hosts]
     validate_inventory(inv, names, path)
     found = remote_hosts(topology, inv)
+    check_sites(topology, inv)
     key = inventory_key(inv)
     if key is None:
         raise ConfigError("the inventory names no ansible_ssh_private_key_file")

@@ -38,6 +38,7 @@ def swept(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
+        manifest = run.manifest
         cells = store.cells(run.run_id)
         rtts = {c["cell_id"]: store.requests(run.run_id, c["cell_id"]) for c in cells}
     plots = subprocess.run(
@@ -45,7 +46,7 @@ def swept(tmp_path_factory):
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert plots.returncode == 0, plots.stderr[-3000:]
-    return out, cells, rtts
+    return out, cells, rtts, manifest
 
 
 def _by_level(cells, requests):
@@ -57,7 +58,7 @@ def _by_level(cells, requests):
 
 
 def test_every_cell_is_a_level_of_the_sites_and_nothing_is_left(swept):
-    _, cells, requests = swept
+    _, cells, requests, manifest = swept
     assert sorted((c["cl"], c["latency_ms"]) for c in cells) == sorted(
         (lv, lat) for lv in LEVELS for lat in (0.0, WAN_MS)
     )
@@ -74,7 +75,9 @@ def test_every_cell_is_a_level_of_the_sites_and_nothing_is_left(swept):
 
 
 def test_writes_are_coordinated_in_the_endpoints_site_and_replicated_in_each(swept):
-    _, cells, requests = swept
+    _, cells, requests, manifest = swept
+    (cluster,) = manifest["clusters"].values()  # each host's site, beside its requests
+    assert cluster["sites"] == {**SITE, "ep": "dc1"}, cluster
     for c in cells:
         for r in requests[c["cell_id"]]:
             assert SITE[r["coordinator"]] == "dc1", r
@@ -83,7 +86,7 @@ def test_writes_are_coordinated_in_the_endpoints_site_and_replicated_in_each(swe
 
 
 def test_local_quorum_stays_local_and_the_others_pay_one_wan_round_trip(swept):
-    _, cells, requests = swept
+    _, cells, requests, manifest = swept
     by = _by_level(cells, requests)
     local = by["LOCAL_QUORUM"]
     assert abs(statistics.mean(local[WAN_MS]) - statistics.mean(local[0.0])) <= 5.0
@@ -99,7 +102,7 @@ def test_local_quorum_stays_local_and_the_others_pay_one_wan_round_trip(swept):
 def test_the_model_predicts_the_wan_levels_within_ten_percent_and_the_report_shows_them(
     swept,
 ):
-    out, _, _ = swept
+    out, _, _, _ = swept
     model = json.loads((out / "analysis" / "levels_model.json").read_text())
     rows = {(r["cl"], r["latency_ms"]): r for r in model["cells"]}
     for level in ("EACH_QUORUM", "QUORUM"):

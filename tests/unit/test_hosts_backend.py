@@ -245,3 +245,31 @@ def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(
             backend_options={"inventory": str(inv)},
         )
     assert not home.exists()  # refused before anything was made
+
+
+def _sited(key, sites):
+    inv = {f"e{i}": {"ansible_host": f"10.77.0.{11 + i}"} for i in range(len(sites))}
+    inv["ep"] = {"ansible_host": "10.77.0.10"}
+    for i, site in enumerate(sites):
+        if site:
+            inv[f"e{i}"]["edgetb_site"] = site
+    for v in inv.values():
+        v["ansible_ssh_private_key_file"] = str(key)
+    return inv
+
+
+def test_the_inventorys_sites_must_be_the_topologys(key):
+    inv = _sited(key, ["dc1", "dc1", "dc2"])
+    hosts.check_sites(Topology(edge_nodes=3, sites=(2, 1)), inv)  # as placed: fine
+    hosts.check_sites(Topology(edge_nodes=3), _sited(key, [None, None, None]))  # none named
+    cases = [
+        (Topology(edge_nodes=3), inv, "give --sites 2,1"),
+        (Topology(edge_nodes=3, sites=(1, 2)), inv, "give --sites 2,1"),
+        (Topology(edge_nodes=3), _sited(key, ["dc1", None, "dc2"]), "not of e1"),
+        (Topology(edge_nodes=3), _sited(key, ["dc1", "dc2", "dc1"]), "site by site"),
+        (Topology(edge_nodes=3), _sited(key, ["north", "north", "south"]), "dc1, dc2 in order"),
+    ]
+    for topo, inventory, message in cases:
+        with pytest.raises(ConfigError, match=message) as err:
+            hosts.check_sites(topo, inventory)
+        assert "\n" not in str(err.value)
