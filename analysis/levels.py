@@ -20,18 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from model.consistency import required_acks, site_acks
+from model.consistency import level_rank, required_acks, site_acks
 from testbed.topology import parse_sites, sites_topology
 
 from .figsave import MODEL_STYLE, plt, save_figure, series_style
 from .stats import ci_label, point_stats
 
-LEVEL_ORDER = ("LOCAL_ONE", "ONE", "LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL")
 FIGURE_GLOB = "levels_n*"
 
 
 def _order(level: str) -> tuple[int, str]:
-    return (LEVEL_ORDER.index(level) if level in LEVEL_ORDER else len(LEVEL_ORDER), level)
+    return (level_rank(level), level)
 
 
 def acks(level: str, rf: int, sites: str | None) -> tuple[int, int]:

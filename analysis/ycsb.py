@@ -13,15 +13,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from model.consistency import level_rank
+
 from .stats import t95
 
-LEVEL_ORDER = ("ONE", "LOCAL_ONE", "TWO", "THREE", "LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL")
 NETWORK = ("nodes", "rf", "latency_ms", "loss_pct", "profile", "policy")
 SETTING = (*NETWORK, "workload", "threads", "target", "records")
 
 
-def _level_rank(level: str) -> int:
-    return LEVEL_ORDER.index(level) if level in LEVEL_ORDER else len(LEVEL_ORDER)
+_level_rank = level_rank
 
 
 def mean_ci(values: Sequence[float | None]) -> tuple[float, float | None]:

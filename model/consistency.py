@@ -23,6 +23,13 @@ WRITE_LEVELS = (
     "LOCAL_ONE",
 )
 SERIAL_LEVELS = ("SERIAL", "LOCAL_SERIAL")
+# The order tables and figures list levels in: from the fewest acks to the most.
+LEVEL_ORDER = ("ONE", "LOCAL_ONE", "TWO", "THREE", "LOCAL_QUORUM", "QUORUM", "EACH_QUORUM", "ALL")
+
+
+def level_rank(level: str) -> int:
+    """A level's place in LEVEL_ORDER (others last): a sort key."""
+    return LEVEL_ORDER.index(level) if level in LEVEL_ORDER else len(LEVEL_ORDER)
 
 
 def check_level(name: str) -> str:

@@ -203,13 +203,24 @@ class FakeCassandra:
             self.cached = {p: self.cached_for for p in self.points}
 
 
-def test_auth_setup_replaces_the_default_superuser(monkeypatch):
+POINTS = ["10.77.0.11", "10.77.0.12"]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """A FakeCassandra of two nodes behind testbed.client's connect, without waiting."""
     from testbed import client
 
-    points = ["10.77.0.11", "10.77.0.12"]
-    fake = FakeCassandra(points)
+    fake = FakeCassandra(POINTS)
     monkeypatch.setattr(client, "connect", fake.connect)
     monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    return fake
+
+
+def test_auth_setup_replaces_the_default_superuser(fake):
+    from testbed import client
+
+    points = POINTS
     creds = auth.generate("ab12cd")
     result = client.auth_setup(points, 30, creds)
     assert result["role"] == "edgetb_ab12cd" and result["created"] is True
@@ -234,15 +245,11 @@ def test_auth_setup_gives_up_at_its_deadline_with_the_reason(monkeypatch):
         client.auth_setup(["10.77.0.11"], 30, auth.generate("ab12cd"))
 
 
-def test_on_sites_system_auth_is_replicated_per_datacenter_before_the_role_exists(monkeypatch):
+def test_on_sites_system_auth_is_replicated_per_datacenter_before_the_role_exists(fake):
     from testbed import client
 
-    points = ["10.77.0.11", "10.77.0.12"]
-    fake = FakeCassandra(points)
-    monkeypatch.setattr(client, "connect", fake.connect)
-    monkeypatch.setattr(client.time, "sleep", lambda s: None)
     creds = auth.generate("ab12cd")
-    client.auth_setup(points, 30, creds, client.per_dc_counts("dc1=1,dc2=1"))
+    client.auth_setup(POINTS, 30, creds, client.per_dc_counts("dc1=1,dc2=1"))
     alter = (
         "ALTER KEYSPACE system_auth WITH replication = "
         "{'class': 'NetworkTopologyStrategy', 'dc1': 1, 'dc2': 1}"
