@@ -16,6 +16,7 @@ Creates nothing; a shaper applies it. Profiles build a matrix from a few numbers
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -196,15 +197,24 @@ LINK_FIELDS = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit")
 
 
 def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
-    """A matrix from TOML: optional ``[default]`` for every pair, then ``[[link]]`` tables
-    with ``src``, ``dst`` and any of delay_ms, jitter_ms, loss_pct, rate_mbit (``src`` or
-    ``dst`` may be ``"*"``). Later entries win. Raises ConfigError naming the file, the
-    entry and the problem."""
+    """A matrix from TOML: optional ``[default]`` for every pair; on a topology of sites
+    optional ``[lan]`` for every pair inside a site and ``[wan]`` for every pair between
+    two; then ``[[link]]`` tables with ``src``, ``dst`` and any of delay_ms, jitter_ms,
+    loss_pct, rate_mbit (``src`` or ``dst`` may be ``"*"``, or a site: all its hosts).
+    Later entries win. Raises ConfigError naming the file, the entry and the problem."""
     data = read_toml(path, "link file")
-    unknown = set(data) - {"default", "link"}
+    unknown = set(data) - {"default", "lan", "wan", "link"}
     if unknown:
-        raise ConfigError(f"{path}: unknown tables {sorted(unknown)} (use [default], [[link]])")
+        raise ConfigError(
+            f"{path}: unknown tables {sorted(unknown)} (use [default], [lan], [wan], [[link]])"
+        )
+    if topology.sites is None and ({"lan", "wan"} & set(data)):
+        raise ConfigError(
+            f"{path}: [lan] and [wan] need a topology of sites (edgetb up --sites 3x3)"
+        )
     names = [h.name for h in topology.hosts]
+    site_of = {h.name: h.site for h in topology.hosts}
+    members = {s: [h for h in names if site_of[h] == s] for s in topology.site_names or ()}
     links: dict[tuple[str, str], Link] = {}
 
     def values(entry: object, where: str) -> dict:
@@ -227,6 +237,13 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
     if "default" in data:
         link = make(values(data["default"], "[default]"), "[default]")
         links = {(s, d): link for s in names for d in names if s != d}
+    for table, inside in (("lan", True), ("wan", False)):
+        if table in data:
+            link = make(values(data[table], f"[{table}]"), f"[{table}]")
+            for s in names:
+                for d in names:
+                    if s != d and (site_of[s] == site_of[d]) == inside:
+                        links[(s, d)] = link
     entries = data.get("link", [])
     if not isinstance(entries, list):
         raise ConfigError(
@@ -237,14 +254,17 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
         given = values(entry, where)
         if "src" not in entry or "dst" not in entry:
             raise ConfigError(f"{path}: {where}: needs src and dst")
-        srcs = names if entry["src"] == "*" else [entry["src"]]
-        dsts = names if entry["dst"] == "*" else [entry["dst"]]
+        ends = {"*": names, **{s: hs for s, hs in members.items() if s not in names}}
+        srcs = ends.get(entry["src"], [entry["src"]])
+        dsts = ends.get(entry["dst"], [entry["dst"]])
         for name in (*srcs, *dsts):
             if name not in names:
+                sites = f", a site ({', '.join(members)})" if members else ""
                 raise ConfigError(
-                    f"{path}: {where}: unknown host {name!r} (hosts: {', '.join(names)}, or *)"
+                    f"{path}: {where}: unknown host {name!r} (hosts: {', '.join(names)}"
+                    f"{sites}, or *)"
                 )
-        if entry["src"] == entry["dst"] != "*":  # a host's traffic to itself never leaves it
+        if entry["src"] == entry["dst"] and entry["src"] in names:  # never leaves the host
             raise ConfigError(
                 f"{path}: {where}: src and dst are both {entry['src']!r}: a link joins two "
                 f"hosts (a host's traffic to itself is not shaped)"
@@ -261,7 +281,15 @@ def check_file(path: Path | str) -> None:
     """Check a link file's shape and values without a testbed (ConfigError naming the
     file and the entry); host names are checked against the largest topology here and
     against the testbed's own when it is applied."""
-    from_toml(Topology(edge_nodes=MAX_EDGE_NODES), path)
+    data = read_toml(path, "link file")
+    entries = data.get("link")
+    entries = entries if isinstance(entries, list) else []
+    named = {str(e.get(k)) for e in entries if isinstance(e, dict) for k in ("src", "dst")}
+    if {"lan", "wan"} & set(data) or any(re.fullmatch(r"dc\d", n) for n in named):
+        # sites dc1..dc9 of one node each: every site a file may name, checked
+        from_toml(Topology(edge_nodes=MAX_EDGE_NODES, sites=(1,) * MAX_EDGE_NODES), path)
+    else:
+        from_toml(Topology(edge_nodes=MAX_EDGE_NODES), path)
 
 
 def build(

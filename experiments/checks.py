@@ -120,10 +120,11 @@ def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
     set_(config, "nodes", (total,))
     if config.profile == "paper":  # the default: a sweep of sites shapes its WAN
         set_(config, "profile", "sites")
-    if config.profile != "sites":
+    if config.profile not in ("sites", "file"):
         raise ConfigError(
             f"a sweep of sites shapes with profile 'sites' (a LAN in each site, the "
-            f"latency and loss between sites), not {config.profile!r}"
+            f"latency and loss between sites) or 'file' ([lan], [wan], [[link]] by site), "
+            f"not {config.profile!r}"
         )
     if config.rf is not None:
         set_(config, "rf", rf_values(config.rf))

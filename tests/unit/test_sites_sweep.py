@@ -194,3 +194,27 @@ def test_the_levels_table_gives_acks_wan_acks_and_the_rise_over_the_lowest_laten
     assert by[("LOCAL_QUORUM", 0.0)]["predicted_ms"] is None
     text = levels_mod.format_table(rows)
     assert "EACH_QUORUM" in text and "+5.0%" in text
+
+
+def test_a_link_file_sets_the_lan_the_wan_and_links_between_named_sites(tmp_path):
+    path = tmp_path / "edge.toml"
+    path.write_text(
+        "[lan]\ndelay_ms = 0.5\n[wan]\ndelay_ms = 40\nloss_pct = 2.5\nrate_mbit = 100\n"
+        '[[link]]\nsrc = "dc1"\ndst = "dc3"\ndelay_ms = 80\n'
+    )
+    topo = Topology(edge_nodes=6, sites=(2, 2, 2))
+    m = links.from_toml(topo, path)
+    assert m.link("e0", "e1") == links.Link(0.5)  # inside dc1
+    assert m.link("ep", "e0") == links.Link(0.5)  # the endpoint is on dc1's LAN
+    assert m.link("e0", "e2") == links.Link(40, 0, 2.5, 100)  # dc1 -> dc2
+    assert m.link("e1", "e5") == links.Link(80, 0, 2.5, 100)  # dc1 -> dc3, overridden
+    assert m.link("e5", "e1") == links.Link(40, 0, 2.5, 100)  # one way only
+    links.check_file(path)  # without a testbed: sites dc1..dc9 may be named
+    with pytest.raises(ConfigError, match=r"\[lan\] and \[wan\] need a topology of sites"):
+        links.from_toml(Topology(edge_nodes=3), path)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[link]]\nsrc = "dc4"\ndst = "*"\ndelay_ms = 1\n')
+    with pytest.raises(ConfigError, match=r"unknown host 'dc4' .*a site \(dc1, dc2, dc3\)"):
+        links.from_toml(topo, bad)
+    c = sites_config(sites="3x2", profile="file", links_file=str(path), latency_ms=(40,))
+    assert c.profile == "file" and c.nodes == (6,)
