@@ -24,6 +24,7 @@ from model.consistency import level_rank, required_acks, site_acks
 from testbed.topology import parse_sites, sites_topology
 
 from .figsave import MODEL_STYLE, plt, save_figure, series_style
+from .phi import phi, phi_sites
 from .stats import ci_label, point_stats
 
 FIGURE_GLOB = "levels_n*"
@@ -139,6 +140,9 @@ def table(cells: Sequence[Mapping[str, Any]], model: Mapping[str, Any] | None) -
     for key, st in sorted(stats.items(), key=lambda kv: (*kv[0][:4], _order(kv[0][4]), kv[0][5])):
         n, sites, loss, rf, level, lat = key
         need, remote = acks(level, rf, sites or None)
+        phi_lan, phi_wan = (
+            phi_sites(level, rf, parse_sites(sites)) if sites else (phi(n, rf, level), None)
+        )
         pred = model_means.get(key)
         rows.append(
             {
@@ -149,6 +153,8 @@ def table(cells: Sequence[Mapping[str, Any]], model: Mapping[str, Any] | None) -
                 "level": level,
                 "acks": need,
                 "wan_acks": remote,
+                "phi_lan": float(phi_lan),
+                "phi_wan": None if phi_wan is None else float(phi_wan),
                 "latency_ms": lat,
                 "n": st["n"],
                 "errors": st["errors"],
@@ -165,6 +171,7 @@ def format_table(rows: list[dict]) -> str:
     """``table`` as text: what each level costs at each latency, measured and predicted."""
     head = (
         f"{'sites':>6} {'loss%':>5} {'RF':>3} {'level':<13} {'acks':>4} {'WAN':>3} "
+        f"{'φ LAN':>5} {'φ WAN':>5} "
         f"{'lat ms':>6} {'writes':>6} {'err':>4} {'mean ms':>8} {'rise':>7} {'model':>8} "
         f"{'error':>7}"
     )
@@ -172,14 +179,18 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         pred = f"{r['predicted_ms']:8.2f}" if r["predicted_ms"] is not None else f"{'-':>8}"
         err = f"{100 * r['error']:+6.1f}%" if r["error"] is not None else f"{'-':>7}"
+        wan = f"{r['phi_wan']:>5.2f}" if r["phi_wan"] is not None else f"{'-':>5}"
         lines.append(
             f"{r['sites']:>6} {r['loss_pct']:>5g} {r['rf']:>3} {r['level']:<13} "
-            f"{r['acks']:>4} {r['wan_acks']:>3} {r['latency_ms']:>6g} {r['n']:>6} "
+            f"{r['acks']:>4} {r['wan_acks']:>3} {r['phi_lan']:>5.2f} {wan} "
+            f"{r['latency_ms']:>6g} {r['n']:>6} "
             f"{r['errors']:>4} {r['mean_ms']:>8.2f} {r['rise_ms']:>+7.2f} {pred} {err}"
         )
     lines.append(
         "acks: replica acks a write waits for; WAN: the fewest of them from another site "
-        "than the endpoint's (each costs a round trip between sites); rise: over the same "
-        "level's lowest latency; error: (model - measured) / measured."
+        "than the endpoint's (each costs a round trip between sites); φ LAN / φ WAN: the "
+        "share of the requests over the endpoint's site's LAN / over the WAN whose acks a "
+        "write waits for (analysis.phi.phi_sites; one site: the paper's φ); rise: over "
+        "the same level's lowest latency; error: (model - measured) / measured."
     )
     return "\n".join(lines)

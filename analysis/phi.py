@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import overload
 
 from experiments.fields import parse_list
-from model.consistency import check_level, required_acks
+from model.consistency import ack_rules, check_level, required_acks
 from testbed.command import command, prog
 from testbed.errors import ConfigError
 
@@ -79,6 +79,40 @@ def phi(nodes: int, rf: int, level: str = "LOCAL_QUORUM") -> Fraction:
     """Exact φ with round-robin coordinators: P_c = RF/n."""
     _check(nodes, rf, level)
     return phi_given_pc(nodes, rf, Fraction(rf, nodes), level)
+
+
+def phi_sites(level: str, rf: int, sizes: tuple[int, ...]) -> tuple[Fraction, Fraction]:
+    """φ on a testbed of sites, apart for the local site's links and the WAN: (φ_LAN,
+    φ_WAN), each the expected share of the write requests sent over those links whose
+    acks the write waits for. ``rf`` replicas in each site of ``sizes``; round-robin
+    coordinators in the first site (the endpoint's), so P_c = RF / its size. A request
+    to another site is one per remote replica, as in the RTT model; where a level may
+    count acks from anywhere (QUORUM, ALL, ONE), the local ones come first (the LAN is
+    the faster), so the WAN gives only what they cannot. No request over a kind of link
+    (RF 1 locally with the coordinator the replica; one site) counts 0, as in ``phi``."""
+    names = [f"dc{i + 1}" for i in range(len(sizes))]
+    if not 1 <= rf <= min(sizes):
+        raise ConfigError(f"RF {rf} in each site needs 1..{min(sizes)} (the smallest site)")
+    rules = ack_rules(level, dict.fromkeys(names, rf), names[0])
+    p_c = Fraction(rf, sizes[0])
+    lan = wan = Fraction(0)
+    for weight, replica in ((p_c, 1), (1 - p_c, 0)):
+        if not weight:
+            continue
+        local_sent, remote_sent = rf - replica, rf * (len(sizes) - 1)
+        local = remote = 0
+        for site, k in rules:
+            if site is None:  # anywhere: the local replicas first
+                need = k - replica
+                local += min(need, local_sent)
+                remote += need - min(need, local_sent)
+            elif site == names[0]:
+                local += k - replica
+            else:
+                remote += k
+        lan += weight * (Fraction(local, local_sent) if local_sent else 0)
+        wan += weight * (Fraction(remote, remote_sent) if remote_sent else 0)
+    return lan, wan
 
 
 def phi_measured(

@@ -218,3 +218,20 @@ def test_a_link_file_sets_the_lan_the_wan_and_links_between_named_sites(tmp_path
         links.from_toml(topo, bad)
     c = sites_config(sites="3x2", profile="file", links_file=str(path), latency_ms=(40,))
     assert c.profile == "file" and c.nodes == (6,)
+
+
+def test_phi_per_kind_of_link_on_sites_and_the_papers_phi_on_one_site():
+    from fractions import Fraction as F
+
+    from analysis.phi import phi, phi_sites
+
+    # 3 sites of 3, RF 3 each: the coordinator is always a replica
+    assert phi_sites("LOCAL_QUORUM", 3, (3, 3, 3)) == (F(1, 2), 0)  # 1 of 2 local others
+    assert phi_sites("EACH_QUORUM", 3, (3, 3, 3)) == (F(1, 2), F(4, 6))  # 2 of 3 in each
+    assert phi_sites("QUORUM", 3, (3, 3, 3)) == (1, F(2, 6))  # 4 more: 2 local, 2 WAN
+    # RF 1: the coordinator is the local replica a third of the time
+    assert phi_sites("QUORUM", 1, (3, 3, 3)) == (F(2, 3), F(1, 2))
+    for n in (3, 4, 5):  # one site: the paper's φ, exactly
+        for rf in range(1, n + 1):
+            for level in ("LOCAL_QUORUM", "ONE", "ALL"):
+                assert phi_sites(level, rf, (n,)) == (phi(n, rf, level), 0), (n, rf, level)
