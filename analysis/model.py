@@ -24,7 +24,7 @@ from model import rtt
 from testbed import argtypes
 from testbed.command import command, prog
 from testbed.errors import ConfigError
-from testbed.topology import MAX_EDGE_NODES
+from testbed.topology import MAX_EDGE_NODES, format_sites
 
 from .prediction import (
     DEFAULT_BASELINE_MS,
@@ -57,13 +57,24 @@ def _predict_main(argv: list[str]) -> int:
         prog=prog("python -m analysis.model") + " predict",
         description="Predict write RTT for a grid, without any results.",
     )
-    p.add_argument("--nodes", default="5", help="node counts, e.g. 3,5 (default 5)")
+    p.add_argument("--nodes", default=None, help="node counts, e.g. 3,5 (default 5)")
+    p.add_argument(
+        "--sites",
+        type=argtypes.sites,
+        help="edge sites (3x3, 2,3): nodes is their sum, RF is per site, the latency and "
+        "loss are the WAN's (profile sites)",
+    )
     p.add_argument("--rf", help="replication factors, e.g. 1..5 (default 1..nodes)")
     p.add_argument(
         "--latency", default="0..100..10", help="one-way latencies in ms (default 0..100..10)"
     )
     p.add_argument("--loss", default="7.5", help="loss in %% (default 7.5)")
-    p.add_argument("--profile", choices=links.PROFILES, default="paper")
+    p.add_argument(
+        "--profile",
+        choices=links.PROFILES,
+        default=None,
+        help="(default paper; sites with --sites)",
+    )
     p.add_argument("--links", help="link matrix TOML for --profile file")
     p.add_argument("--cl", default="LOCAL_QUORUM", help="write consistency level")
     p.add_argument("--policy", choices=rtt.POLICIES, default="round-robin")
@@ -76,6 +87,18 @@ def _predict_main(argv: list[str]) -> int:
     p.add_argument("--out", default=".", help="where the plot goes (default .)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     args = p.parse_args(argv)
+    sites = format_sites(args.sites) if args.sites else None
+    if sites:
+        if args.nodes is not None and parse_list("--nodes", args.nodes, int) != (sum(args.sites),):
+            raise ConfigError(f"--sites {sites} hold {sum(args.sites)} nodes: drop --nodes")
+        args.nodes = str(sum(args.sites))
+        args.profile = args.profile or "sites"
+        if args.profile not in ("sites", "file"):
+            raise ConfigError(f"--sites shapes with profile sites or file, not {args.profile}")
+    elif args.profile == "sites":
+        raise ConfigError("--profile sites needs --sites (e.g. 3x3)")
+    args.nodes = args.nodes or "5"
+    args.profile = args.profile or "paper"
     if args.profile == "file" and not args.links:
         raise ConfigError("--profile file needs --links FILE")
     out = Path(args.out)
@@ -106,6 +129,7 @@ def _predict_main(argv: list[str]) -> int:
         policy=args.policy,
         baseline_ms=args.baseline_ms,
         links_file=args.links,
+        sites=sites,
     )
     if not rows:
         raise ConfigError(

@@ -23,7 +23,7 @@ from emulation import links
 from model import rtt as m
 from model.consistency import check_level, required_acks
 from testbed.errors import ConfigError
-from testbed.topology import Topology
+from testbed.topology import Topology, parse_sites, sites_topology
 
 from . import claims
 from .results import Results, save_text_and_json
@@ -423,8 +423,9 @@ def what_if_rows(
     tcp: m.Tcp,
     links_file: str | None = None,
     method: str = "auto",
+    sites: str | None = None,
 ) -> list[dict[str, Any]]:
-    topo = Topology(edge_nodes=nodes)
+    topo = sites_topology(sites) if sites else Topology(edge_nodes=nodes)
     service = m.Service.constant(baseline_ms)
     rows = []
     for lat in latencies:
@@ -436,6 +437,7 @@ def what_if_rows(
         rows.append(
             {
                 "nodes": nodes,
+                "sites": sites,
                 "rf": rf,
                 "latency_ms": lat,
                 "loss_pct": loss,
@@ -464,18 +466,22 @@ def what_if(
     baseline_ms: float = DEFAULT_BASELINE_MS,
     links_file: str | None = None,
     tcp: m.Tcp | None = None,
+    sites: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Predictions for a grid without any measurement: S is the constant ``baseline_ms``."""
+    """Predictions for a grid without any measurement: S is the constant ``baseline_ms``.
+    With ``sites`` (3x3, 2,3), ``nodes`` is their sum and each RF is per site."""
     tcp = tcp or m.tcp_from_proc()
     cl = check_level(cl)
     rows = []
     for n in nodes:
+        top = min(parse_sites(sites)) if sites else n
         for loss in losses:
             for rf in rfs:
-                if rf <= n and required_acks(cl, rf) <= rf:  # else no such cell
+                if rf <= top and (sites or required_acks(cl, rf) <= rf):  # else no such cell
                     rows += what_if_rows(
-                        n, rf, latencies, loss, profile, cl, policy, baseline_ms, tcp, links_file
-                    )
+                        n, rf, latencies, loss, profile, cl, policy, baseline_ms, tcp,
+                        links_file, sites=sites,
+                    )  # fmt: skip
     return rows
 
 
@@ -509,9 +515,11 @@ def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
 
 
 def format_what_if(rows: list[dict[str, Any]], baseline_ms: float) -> str:
+    sites = next((r["sites"] for r in rows if r.get("sites")), None)
     lines = [
         f"Predicted write RTT (ms), service time {baseline_ms:g} ms (--baseline-ms), "
-        "no measurements used.",
+        "no measurements used."
+        + (f" Sites {sites}: RF per site, latency and loss between sites." if sites else ""),
         f"{'nodes':>5} {'RF':>2} {'lat':>5} {'loss':>5} {'mean':>8} {'median':>8} "
         f"{'p95':>8} {'p99':>8}",
     ]

@@ -235,6 +235,9 @@ CASES = [
     case("testbed-cpuset-huge", "testbed", "up --node-cpuset 0-99999999999", "99999999999"),
     case("heap-huge", "experiments.sweep", "--heap-mb 99999999", "99999999"),
     case("predict-huge", "analysis.model", "predict --nodes 1..9 --latency 0..999", "cells"),
+    case("predict-sites-nodes", "analysis.model", "predict --sites 3x3 --nodes 4", "hold 9"),
+    case("predict-sites-profile", "analysis.model", "predict --profile sites", "needs --sites"),
+    case("predict-site-of-zero", "analysis.model", "predict --sites 3,0", "'3,0'"),
     # two spellings of one grid value
     case("latency-twice", "experiments.sweep", "--latency 0.1,0.1000001", "0.1000001"),
     case("workload-twice", "experiments.sweep", "--workload ycsb-a,ycsb-A", "twice"),

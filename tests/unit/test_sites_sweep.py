@@ -235,3 +235,22 @@ def test_phi_per_kind_of_link_on_sites_and_the_papers_phi_on_one_site():
         for rf in range(1, n + 1):
             for level in ("LOCAL_QUORUM", "ONE", "ALL"):
                 assert phi_sites(level, rf, (n,)) == (phi(n, rf, level), 0), (n, rf, level)
+
+
+def test_the_what_if_predicts_sites_per_level_without_measurements():
+    from analysis.prediction import format_what_if, what_if
+
+    tcp = rtt.Tcp()
+    rows = {
+        level: what_if((9,), (3,), (0.0, 50.0), (0.0,), profile="sites", cl=level,
+                       baseline_ms=5.0, tcp=tcp, sites="3x3")
+        for level in ("LOCAL_QUORUM", "EACH_QUORUM")
+    }  # fmt: skip
+    local, each = rows["LOCAL_QUORUM"], rows["EACH_QUORUM"]
+    assert [r["sites"] for r in local] == ["3x3", "3x3"]
+    assert local[1]["predicted_mean_ms"] == pytest.approx(local[0]["predicted_mean_ms"])
+    assert each[1]["predicted_mean_ms"] - each[0]["predicted_mean_ms"] == pytest.approx(
+        100.0, abs=2 * links.LAN_DELAY_MS
+    )
+    assert "Sites 3x3: RF per site" in format_what_if(each, 5.0)
+    assert what_if((9,), (4,), (0.0,), (0.0,), profile="sites", sites="3x3", tcp=tcp) == []
