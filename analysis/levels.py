@@ -25,7 +25,8 @@ from testbed.topology import parse_sites, sites_topology
 
 from .figsave import MODEL_STYLE, plt, save_figure, series_style
 from .phi import phi, phi_sites
-from .stats import ci_label, point_stats
+from .stats import ci_label, predicted_means
+from .stats import points as stats_points
 
 FIGURE_GLOB = "levels_n*"
 
@@ -43,22 +44,19 @@ def acks(level: str, rf: int, sites: str | None) -> tuple[int, int]:
     return site_acks(level, topo.per_site(rf), str(topo.endpoint_site))
 
 
+def level_point(c: Mapping[str, Any]) -> tuple:
+    """A cell's (or a model row's) point: (nodes, sites, loss, rf, level, latency)."""
+    return (c["nodes"], c.get("sites") or "", c["loss_pct"], c["rf"], c["cl"], c["latency_ms"])
+
+
 def points(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    """(nodes, sites, loss, rf, level, latency) -> ``point_stats`` (repetitions pooled)."""
-    acc: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
-    for c in cells:
-        key = (c["nodes"], c.get("sites") or "", c["loss_pct"], c["rf"], c["cl"], c["latency_ms"])
-        acc[key].append(c)
-    return {k: point_stats(v) for k, v in acc.items()}
+    """``level_point`` -> ``point_stats`` (repetitions pooled)."""
+    return stats_points(cells, key=level_point)
 
 
 def predicted(model: Mapping[str, Any] | None) -> dict[tuple, float]:
     """The same keys as ``points`` -> the model's mean (cells of a point averaged)."""
-    acc: dict[tuple, list[float]] = defaultdict(list)
-    for r in (model or {}).get("cells", []):
-        key = (r["nodes"], r.get("sites") or "", r["loss_pct"], r["rf"], r["cl"], r["latency_ms"])
-        acc[key].append(r["predicted_mean_ms"])
-    return {k: float(np.mean(v)) for k, v in acc.items()}
+    return predicted_means(model, key=level_point)
 
 
 def figures(

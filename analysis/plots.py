@@ -33,7 +33,7 @@ from . import phi as phi_mod
 from . import prediction
 from .figsave import FORMATS, MODEL_STYLE, matplotlib, plt, save_figure, series_style
 from .results import Results, command_parser, open_results
-from .stats import ci_label, high_rf_average, mean_rtt, points, pooled
+from .stats import ci_label, high_rf_average, mean_rtt, points, pooled, predicted_means
 
 FIGURE_GLOBS = (
     "rtt_n*_loss*",
@@ -53,14 +53,6 @@ def _label(cells: list[dict[str, Any]]) -> str:
     levels = sorted({c["cl"] for c in cells})
     policies = sorted({c["policy"] for c in cells})
     return f"{'/'.join(levels)}, {'/'.join(policies)}, profile {'/'.join(profiles)}"
-
-
-def predicted_means(model: dict[str, Any] | None) -> dict[tuple, float]:
-    """(nodes, loss, rf, latency) -> the model's mean RTT (cells of a point averaged)."""
-    acc: dict[tuple, list[float]] = defaultdict(list)
-    for r in (model or {}).get("cells", []):
-        acc[(r["nodes"], r["loss_pct"], r["rf"], r["latency_ms"])].append(r["predicted_mean_ms"])
-    return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
 def rtt_vs_latency(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -155,12 +155,30 @@ def point_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return s
 
 
-def points(cells: Iterable[Mapping[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    """(nodes, loss, rf, latency) -> ``point_stats`` of that grid point."""
+def grid_point(c: Mapping[str, Any]) -> tuple:
+    """A cell's (or a model row's) point of the paper's grid: (nodes, loss, rf, latency)."""
+    return (c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])
+
+
+def points(
+    cells: Iterable[Mapping[str, Any]], key: Callable[[Mapping[str, Any]], tuple] = grid_point
+) -> dict[tuple, dict[str, Any]]:
+    """``key`` (default ``grid_point``) -> ``point_stats`` of the cells at that point."""
     acc: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for c in cells:
-        acc[(c["nodes"], c["loss_pct"], c["rf"], c["latency_ms"])].append(c)
+        acc[key(c)].append(c)
     return {k: point_stats(v) for k, v in acc.items()}
+
+
+def predicted_means(
+    model: Mapping[str, Any] | None, key: Callable[[Mapping[str, Any]], tuple] = grid_point
+) -> dict[tuple, float]:
+    """``key`` (default (nodes, loss, rf, latency)) -> the model's mean RTT (cells of a
+    point averaged)."""
+    acc: dict[tuple, list[float]] = defaultdict(list)
+    for r in (model or {}).get("cells", []):
+        acc[key(r)].append(r["predicted_mean_ms"])
+    return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
 def ci_label(drawn: Sequence[Mapping[str, Any]]) -> str:

@@ -762,9 +762,8 @@ def service_from_baseline(
     cut = float(np.median(rtt)) + baseline.tcp.rto_min_ms / 2
     keep = rtt <= cut
     likely = baseline.replica_coordinator_share > 0.5  # coordinator unknown: the likelier
-    needs = np.array(
-        [baseline.needs_remote(x == 1 if x >= 0 else likely) for x in cir.tolist()], dtype=bool
-    )
+    replica = np.where(cir >= 0, cir == 1, likely)
+    needs = np.where(replica, baseline.needs_remote(True), baseline.needs_remote(False))
     remote = rtt[keep & needs] - expected_fixed_ms(baseline, True)
     local = rtt[keep & ~needs] - expected_fixed_ms(baseline, False)
     if remote.size + local.size == 0:
