@@ -39,12 +39,18 @@ def check_components(
     (NodeError with its log tail), a host's namespace/VM or recorded process is gone, the
     gateway VM died, or (``thorough``: one query per host) shaping disappeared.
     ``expected_down``: nodes a fault of the cell took down on purpose."""
+    # The run's problems first, the nodes after: a node that dies between the two looks
+    # is then seen dead by the second (a death is final), and a node the problems name
+    # as dead is a node lost either way, never a broken testbed that ends the sweep.
+    broken = [p for p in tb.problems() if not any(p.startswith(f"{n}: ") for n in expected_down)]
     for node in tb.nodes.values():
-        if not node.alive() and node.name not in expected_down:
+        if node.name in expected_down:
+            continue
+        named = any(p.startswith(f"{node.name}: process ") for p in broken)
+        if named or not node.alive():
             error = node.error("Cassandra died during the cell; the cell is void")
             # restart_node: the netns backend (elsewhere the sweep stops; rerun resumes)
             raise NodeLost(str(error), node=node.name, recoverable=tb.backend_name == "netns")
-    broken = [p for p in tb.problems() if not any(p.startswith(f"{n}: ") for n in expected_down)]
     if broken:
         raise ComponentLost(
             "the testbed broke during the sweep (" + "; ".join(broken) + "); the cell it "

@@ -596,6 +596,9 @@ class Testbed:
         if node.alive():
             raise StateError(f"{name}: Cassandra is still running (pid {node.pid})")
         t0 = time.monotonic()
+        # Dead is not yet gone: a killed JVM's threads may still be exiting, its ports bound.
+        if not node.wait_exit(60):
+            raise node.error("the old JVM is still exiting 60 s after it died")
         node.log.new_lines()  # from here on: the old run's lines are not this start's
         pid = node.start(
             java=self.java,

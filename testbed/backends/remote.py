@@ -281,6 +281,9 @@ class RemoteCassandraNode(CassandraNode):
             self.pid = pid
         return active in ("active", "activating", "reloading")
 
+    def gone(self) -> bool:
+        return not self.alive()  # the unit's state: stopped once its last process ended
+
     def exit_code(self) -> int | None:
         return None
 

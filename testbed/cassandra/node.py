@@ -79,6 +79,21 @@ def pid_alive(pid: int, marker: str | None = None) -> bool:
         return False
 
 
+def _threads_left(pid: int, process: subprocess.Popen | None, marker: str | None) -> bool:
+    """Whether any thread of ``pid`` still runs (a zombie leader alone does not count)."""
+    if process is not None:
+        return process.poll() is None
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    if cmdline and marker is not None and marker.encode() not in cmdline:
+        return False  # the PID is another process's now
+    return len(tasks) > 1 or pid_alive(pid)
+
+
 def terminate(pid: int, marker: str | None = None, timeout_s: float = 5.0) -> None:
     """SIGTERM ``pid`` if it runs (and carries ``marker``), SIGKILL it after ``timeout_s``;
     returns once it is gone."""
@@ -111,7 +126,7 @@ def listening_ports(exec_argv: ExecArgv, host: str) -> set[tuple[str, int]]:
 class CassandraNode:
     """A Cassandra node of one run; stateless apart from its directory and PID."""
 
-    poll_s = 0.05  # how often wait_exit() asks alive()
+    poll_s = 0.05  # how often wait_exit() asks gone()
 
     def __init__(self, host: Host, node_dir: Path, run_id: str, pid: int | None = None):
         self.host = host
@@ -212,11 +227,22 @@ class CassandraNode:
         return self.pid
 
     def alive(self) -> bool:
+        """Whether the JVM runs. Dead from the moment it starts to die: a killed JVM's main
+        thread is a zombie (``/proc``: Z, no command line) while its other threads still
+        exit, and waitpid() sees nothing until the last is gone. The run's own process
+        check (``pid_alive``) says dead from that first moment, so this answers the same,
+        never "alive" beside a check that says "not running"."""
         if self.pid is None:
             return False
-        if self.process is not None:
-            return self.process.poll() is None
+        if self.process is not None and self.process.poll() is not None:
+            return False
         return pid_alive(self.pid, self.marker)
+
+    def gone(self) -> bool:
+        """Dead and done dying: its last thread exited (ports and files free again)."""
+        return not self.alive() and (
+            self.pid is None or not _threads_left(self.pid, self.process, self.marker)
+        )
 
     def exit_code(self) -> int | None:
         return self.process.poll() if self.process is not None else None
@@ -244,12 +270,13 @@ class CassandraNode:
                 pass
 
     def wait_exit(self, timeout_s: float) -> bool:
+        """Whether the node is ``gone`` within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not self.alive():
+            if self.gone():
                 return True
             time.sleep(self.poll_s)
-        return not self.alive()
+        return self.gone()
 
 
 def stop_nodes(nodes: Sequence[CassandraNode], *, timeout_s: float = 20.0) -> None:

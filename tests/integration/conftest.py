@@ -142,6 +142,19 @@ def assert_no_residue(run_id: str) -> None:
     assert not any(left.values()), left
 
 
+def sweep_failure(output: str, tail_chars: int = 2000) -> str:
+    """A failed sweep's output as a test reports it: the sweep's own error lines first
+    (``error: ...`` and "N of M cells stored"), then the tail of what it printed."""
+    own = [
+        line
+        for line in output.splitlines()
+        if line.startswith("error: ") or re.search(r"\d+ of \d+ cells stored", line)
+    ]
+    return (
+        "\n".join(own or ["(the sweep printed no error line)"]) + "\n---\n" + output[-tail_chars:]
+    )
+
+
 def run_id_in(output: str) -> str:
     """The testbed run id a CLI printed ("run 3fa2c1: ..." or "run 3fa2c1 is up")."""
     match = re.search(r"\brun ([0-9a-f]{6})\b", output)

@@ -17,7 +17,7 @@ import pytest
 from emulation.links import LAN_DELAY_MS
 from experiments.store import Store
 
-from .conftest import assert_no_residue, rtt_tolerance_ms
+from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
 WAN_MS = 50.0
 LEVELS = ("LOCAL_QUORUM", "EACH_QUORUM", "QUORUM")
@@ -35,7 +35,7 @@ def swept(tmp_path_factory):
         [sys.executable, "-m", "experiments.sweep", *GRID, "--out", str(out)],
         capture_output=True, text=True, timeout=900, env=os.environ.copy(),
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
         manifest = run.manifest

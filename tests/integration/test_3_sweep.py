@@ -23,7 +23,7 @@ from scipy.stats import binom, binomtest
 from experiments.store import Store
 from testbed.errors import ConfigError
 
-from .conftest import assert_no_residue, rtt_tolerance_ms
+from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
 NODES = 3
 LATENCY = 20.0
@@ -53,7 +53,7 @@ def sweep(*args, timeout=900):
 def small_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     proc = sweep(*GRID, "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     store = Store(out, create=False)
     (run,) = store.runs()
     yield out, store, run, proc
@@ -317,7 +317,7 @@ def test_sighup_then_kill_9_mid_cell_and_the_sweep_resumes_whole(tmp_path):
     assert stored < len(first) < 4
 
     resumed = sweep(*args)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, sweep_failure(resumed.stderr)
     assert "resumed" in resumed.stderr and f"removing cluster {stale}" in resumed.stderr
     assert_no_residue(stale)
     with Store(tmp_path, create=False) as store:
@@ -342,7 +342,7 @@ def test_five_nodes_on_the_paper_profile_are_what_the_model_predicts(tmp_path):
         *("--profile", "paper", "--writes", "60", "--warmup", "10"),
         *("--cluster-warmup", "100", "--verify-probes", "20", "--out", str(out)),
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
         cells = store.cells(run.run_id)

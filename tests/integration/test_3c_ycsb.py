@@ -13,7 +13,7 @@ from emulation import api, links
 from workloads import ycsb
 from workloads.ycsb import client as ycsb_client
 
-from .conftest import run_cli
+from .conftest import run_cli, sweep_failure
 
 KEYSPACE = "ycsb_it"
 RECORDS = 500
@@ -130,7 +130,7 @@ def test_a_sweep_with_ycsb_cells_stores_analyses_and_exports_them(tmp_path):
         "--verify-probes", "20", "--parallel", "1", "--out", str(out), "--ycsb-raw",
         module="experiments.sweep", timeout=900,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     assert "ycsb-a 2t ONE/ONE" in proc.stdout + proc.stderr
     assert run_cli(str(out), module="analysis.plots").returncode == 0
     assert "YCSB: the cost of consistency" in (out / "report.html").read_text()

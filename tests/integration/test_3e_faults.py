@@ -18,7 +18,7 @@ from experiments import faults, nemesis
 from experiments.store import Store
 from testbed import Testbed, Topology
 
-from .conftest import assert_no_residue, rtt_tolerance_ms
+from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
 WRITES = 300
 
@@ -33,7 +33,7 @@ def swept(tmp_path_factory):
          "--cl", "QUORUM", "--fault", "kill:e1@30%", "--out", str(out)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     return out, proc.stderr
 
 
@@ -102,7 +102,7 @@ def test_the_analysis_shows_the_fault_and_the_recovery(swept):
         [sys.executable, "-m", "analysis.plots", str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     table = (out / "analysis" / "faults.txt").read_text()
     assert "kill:e1@30%" in table, table
     assert len(list((out / "analysis").glob("fault_*.svg"))) == 2
@@ -221,7 +221,7 @@ def test_a_sweep_replays_a_trace_in_its_cells_and_reports_the_schedule(tmp_path)
          "--trace", str(path), "--out", str(out)],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
         (cell,) = store.cells(run.run_id)
@@ -265,7 +265,7 @@ def other_faults(tmp_path_factory):
          "--fault", ",".join(OTHER_FAULTS), "--out", str(out)],
         capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
         cells = {

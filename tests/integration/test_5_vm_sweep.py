@@ -19,7 +19,7 @@ from experiments.store import Store
 from testbed.backends.libvirt import choose_domain_type
 from testbed.topology import Topology, format_sites, parse_sites
 
-from .conftest import assert_no_residue, rtt_tolerance_ms
+from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
 # (sites, writes) by the accelerator the VMs get: decided when the test runs (the VM
 # tests before it record the KVM/TCG verdict on a fresh machine); not yet decided means
@@ -37,7 +37,7 @@ def test_a_cassandra_sweep_of_sites_on_vms(tmp_path):
             "--warmup", "5", "--cluster-warmup", "40", "--verify-probes", "100",
             "--out", str(out)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=os.environ.copy())
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, sweep_failure(proc.stderr)
     store = Store(out, create=False)
     (run,) = store.runs()
     assert run.status == "complete"

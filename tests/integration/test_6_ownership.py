@@ -4,9 +4,12 @@ it measuring, and its cells come out whole and shaped as configured. The same sw
 loses its shaper (the host shaper's delayer, kill -9) in the middle of a cell, and a
 Cassandra node (kill -9 of its JVM) in the middle of the next: each time the cell is
 voided, the shaper or the node started again, the cell measured again, and the fault
-stored with the run."""
+stored with the run. The node dies at a random moment of its cell (before, during or
+after its writes, in the check after them; seeded, printed: ``EDGETB_TEST_SEED`` repeats
+one); ``tests/unit/test_node_death.py`` drives each moment on purpose."""
 
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -17,7 +20,7 @@ from emulation.shapers import EmulationRecord, HostShaperRecord
 from experiments.store import Store
 from testbed.state import RunState, home
 
-from .conftest import assert_no_residue, run_cli
+from .conftest import assert_no_residue, run_cli, sweep_failure
 
 LATENCY = 20.0
 ARGS = [
@@ -27,11 +30,15 @@ ARGS = [
 ]  # fmt: skip
 
 
+def _running(sweep) -> None:
+    assert sweep.poll() is None, sweep_failure(sweep.stdout.read())
+
+
 def _wait_for_shaped_testbed(out, sweep, timeout_s=600) -> str:
     """The sweep's testbed run id, once the cell's network setting is applied."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert sweep.poll() is None, sweep.stdout.read()[-3000:]
+        _running(sweep)
         if (out / "results.sqlite").is_file():
             with Store(out, create=False) as store:
                 up = store.testbeds_up()
@@ -56,7 +63,7 @@ def _cells_done(out) -> int:
 def _wait_for_cells(out, sweep, n: int, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while _cells_done(out) < n:
-        assert sweep.poll() is None, sweep.stdout.read()[-3000:]
+        _running(sweep)
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
@@ -93,14 +100,20 @@ def test_a_running_sweep_survives_clean_a_second_sweep_emulation_set_a_dead_shap
         shaper = RunState.load(home() / "runs" / testbed_run).get(HostShaperRecord)
         assert shaper is not None and shaper.pid is not None
         os.kill(shaper.pid, signal.SIGKILL)  # a process of the sweep this test started
-        # a node dies while the third is
+        # a node dies at a random moment of the third: from its start to the end of
+        # its check, as long as the first cell took from its writes to its commit
         _wait_for_cells(out, sweep, 2, timeout_s=600)
-        time.sleep(2)  # into its writes
+        with Store(out, create=False) as store:
+            first = min(store.cells(), key=lambda c: c["finished"])
+        seed = int(os.environ.get("EDGETB_TEST_SEED") or random.randrange(1 << 30))
+        after_s = random.Random(seed).uniform(0.0, first["finished"] - first["started"])
+        print(f"e1 killed {after_s:.2f} s into the third cell (EDGETB_TEST_SEED={seed})")
+        time.sleep(after_s)
         node = RunState.load(home() / "runs" / testbed_run).processes["e1"]
         os.kill(node["pid"], signal.SIGKILL)  # the sweep's own JVM
 
         output, _ = sweep.communicate(timeout=900)
-        assert sweep.returncode == 0, output[-3000:]
+        assert sweep.returncode == 0, sweep_failure(output)
     finally:
         if sweep.poll() is None:
             sweep.kill()
