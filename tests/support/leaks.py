@@ -1,17 +1,24 @@
 """What a test run could leave on this machine, inventoried with the system's own tools
 (``ip``, ``tc``, ``iptables-save``, ``nft``, ``virsh``, the process table, the cgroup
-and mount tables), not with the testbed's detector (``testbed.clean``, which finds only
-what carries its tags and names, and no VM while libvirtd is down).
+and mount tables, the run registry and the session's home), not with the testbed's
+detector (``testbed.clean``, which finds only what carries its tags and names, and no
+VM while libvirtd is down).
 
 ``take()`` is an inventory: kind -> set of lines. ``difference(before, after)`` is what
-changed, as lines a person can act on. Processes count only when new and alive (this
-sandbox's PID 1 reaps zombies late; a process that ended is no leak); every other kind
-counts both ways, since removing what the run did not create is as wrong as leaving what
-it did. The tests' session fixture (``tests/conftest.py``) takes one before the first
-test and fails the run when one taken after the last still differs.
-
-It sees the whole machine: a testbed another user starts or stops during the test run
-is a difference too (``EDGETB_LEAK_CHECK=off`` turns the check off on a shared machine).
+changed of what the project could have made (``ours``): objects named ``tb-<run>-...``
+or ``tb<run>br`` and what hangs off them (a tap on such a bridge, a qdisc on such a
+link, a rule naming one), processes that carry a run's tag or run the project's
+commands or programs, cgroups under the project's ``edgetb`` directories, mounts of its
+namespaces, entries of the run registry that point into this session's home, and that
+home's runs. Processes count only when new and alive (this sandbox's PID 1 reaps
+zombies late; a process that ended is no leak); every other kind counts both ways,
+since removing what the run did not create is as wrong as leaving what it did.
+``out_of_scope(before, after)`` names the other changes (another user's cgroups, a
+foreign namespace): the machine changed there, but not through anything the project
+does, so they are reported, not failed on. ``blind_spots`` names the tools that were
+missing, so a check that could not look is never mistaken for a clean one. The tests'
+session fixture (``tests/conftest.py``) takes one inventory before the first test and
+fails the run when one taken after the last still differs in scope.
 """
 
 from __future__ import annotations
@@ -37,6 +44,12 @@ PYTHON_COMMANDS = re.compile(
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_DEPTH = 6
 COUNTERS = re.compile(r"\[\d+:\d+\]")  # iptables-save's packet and byte counters
+# The project's object names: a run's namespaces, VMs, networks and pools
+# (``tb-<run>-<host>``), its libvirt bridges (``tb<run>br``), the run tag on processes and
+# the ``edgetb`` directories (cgroups, caches, homes, the registry); and the objects the
+# tests make themselves (``leakcheck<pid>``, tests/integration/test_0c_leak_check.py).
+NAMES = re.compile(r"\btb-[0-9a-f]{6}-|\btb[0-9a-f]{6}br\b|edgetb|\bleakcheck\d+")
+TOOLS = ("ip", "tc", "iptables-save", "ip6tables-save", "nft", "virsh")
 
 
 def _run(argv: list[str]) -> list[str]:
@@ -58,10 +71,13 @@ def _namespaces() -> set[str]:
 
 
 def _links() -> set[str]:
+    """Link names, with the bridge each is enslaved to ("vnet3 master tb1a2b3cbr")."""
     out = set()
     for line in _run(["ip", "-o", "link", "show"]):
         m = re.match(r"\d+: ([^:@]+)", line)
-        out.add(m.group(1) if m else line)
+        master = re.search(r" master (\S+)", line)
+        name = m.group(1) if m else line
+        out.add(f"{name} master {master.group(1)}" if m and master else name)
     return out
 
 
@@ -104,7 +120,7 @@ def _processes() -> set[str]:
         if fields[0] == "Z":  # a zombie: ended, waiting for PID 1
             continue
         python = comm.startswith("python") and PYTHON_COMMANDS.search(cmdline)
-        if comm in PROGRAMS or python:
+        if comm in PROGRAMS or python or NAMES.search(cmdline):
             out.add(f"{proc.name} {fields[19]} {comm} {cmdline.strip()[:200]}")
     return out
 
@@ -129,6 +145,28 @@ def _mounts() -> set[str]:
     return {" ".join(line.split()[4:5] + line.split(" - ")[1].split()[:1]) for line in lines}
 
 
+def _registry() -> set[str]:
+    """The machine-wide run registry (``/run/edgetb/runs``): "run id -> run directory"."""
+    from testbed.state import registry_dir
+
+    reg = registry_dir()
+    out = set()
+    for entry in sorted(reg.iterdir()) if reg.is_dir() else []:
+        try:
+            out.add(f"{entry.name} -> {os.readlink(entry)}")
+        except OSError:
+            out.add(entry.name)
+    return out
+
+
+def _home() -> set[str]:
+    """The runs recorded in this session's ``$EDGETB_HOME``."""
+    from testbed.state import home
+
+    runs = home() / "runs"
+    return {p.name for p in runs.iterdir()} if runs.is_dir() else set()
+
+
 KINDS: dict[str, Callable[[], set[str]]] = {
     "network namespaces": _namespaces,
     "links": _links,
@@ -138,6 +176,8 @@ KINDS: dict[str, Callable[[], set[str]]] = {
     "processes": _processes,
     "cgroups": _cgroups,
     "mounts": _mounts,
+    "run registry": _registry,
+    "session home": _home,
 }
 
 
@@ -145,16 +185,66 @@ def take() -> Inventory:
     return {kind: fn() for kind, fn in KINDS.items()}
 
 
-def difference(before: Inventory, after: Inventory) -> list[str]:
-    """What ``after`` has that ``before`` had not (``+``) and, but for processes, what it
-    lost (``-``), one line each."""
-    out = []
+def _our_links(inventory: Inventory) -> set[str]:
+    """The links the project could have made: named as its objects, or enslaved to one
+    of its bridges (a VM's tap); the link name only."""
+    return {line.split()[0] for line in inventory.get("links", set()) if NAMES.search(line)}
+
+
+def ours(kind: str, line: str, links: set[str], home: str) -> bool:
+    """Whether ``line`` of ``kind`` is something the project could have made or changed;
+    ``links``: its link names (``_our_links``), ``home``: this session's $EDGETB_HOME."""
+    if kind == "session home" or line.startswith("("):
+        return True  # a tool that stopped answering: the check cannot see, so it fails
+    if kind == "run registry":  # another session's or user's runs are theirs
+        return f"-> {home.rstrip('/')}/" in line
+    if kind == "cgroups":
+        return "edgetb" in Path(line).parts
+    if kind == "qdiscs":
+        dev = re.search(r" dev (\S+)", line)
+        return bool(NAMES.search(line) or (dev and dev.group(1) in links))
+    if kind == "netfilter rules":
+        return bool(
+            NAMES.search(line) or any(re.search(rf"\b{re.escape(n)}\b", line) for n in links)
+        )
+    if kind == "processes":  # the tagged, the project's commands and programs, by name
+        cmdline = line.split(" ", 3)[3] if line.count(" ") >= 3 else line
+        return bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline))
+    return bool(NAMES.search(line))
+
+
+def _split(before: Inventory, after: Inventory) -> tuple[list[str], list[str]]:
+    """(the differences in scope, the others), one line each: what ``after`` has that
+    ``before`` had not (``+``) and, but for processes, what it lost (``-``)."""
+    links = _our_links(before) | _our_links(after)
+    home = os.environ.get("EDGETB_HOME", "/nonexistent")
+    mine: list[str] = []
+    other: list[str] = []
     for kind in KINDS:
         old, new = before.get(kind, set()), after.get(kind, set())
-        out += [f"+ {kind}: {line}" for line in sorted(new - old)]
+        changes = [("+", line) for line in sorted(new - old)]
         if kind != "processes":
-            out += [f"- {kind}: {line}" for line in sorted(old - new)]
-    return out
+            changes += [("-", line) for line in sorted(old - new)]
+        for sign, line in changes:
+            if kind == "processes" and not ours(kind, line, links, home):
+                continue  # the machine's own comings and goings
+            (mine if ours(kind, line, links, home) else other).append(f"{sign} {kind}: {line}")
+    return mine, other
+
+
+def difference(before: Inventory, after: Inventory) -> list[str]:
+    """What changed of what the project could have made (``ours``), one line each."""
+    return _split(before, after)[0]
+
+
+def out_of_scope(before: Inventory, after: Inventory) -> list[str]:
+    """What changed that the project could not have made: named, never failed on."""
+    return _split(before, after)[1]
+
+
+def blind_spots() -> list[str]:
+    """The inventory's tools missing on this machine (what the check could not see)."""
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
 def settled(before: Inventory, grace_s: float = 30.0) -> list[str]:
