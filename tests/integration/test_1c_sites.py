@@ -114,19 +114,23 @@ def test_two_sites_are_two_datacenters_each_with_even_replicas():
         lan_rtt = 2 * links.LAN_DELAY_MS  # shaped too: never below it
         assert lan_rtt <= lan < lan_rtt + rtt_tolerance_ms(lan_rtt), lan
         assert abs(wan - 40) <= rtt_tolerance_ms(40), wan
-        # what a level waits for (model.consistency.site_acks): LOCAL_QUORUM a quorum of
-        # dc2's replicas, nothing across the WAN: within a few ms of its LAN-only median.
-        # EACH_QUORUM and QUORUM (3 of 4) at least one ack from dc1: never before a WAN
-        # round trip (40 ms) and the endpoint's LAN one, at most one WAN round trip more
-        # than over the LAN alone (the local replicas' work overlaps the wait: measured
-        # +32..+35 ms, not +40)
+        # what a level waits for (model.consistency.site_acks). Each bound is physical or
+        # against a figure of the same moment, so a loaded machine cannot fail it: a write
+        # that waited for an ack from dc1 cannot return before a WAN round trip (40 ms)
+        # and the endpoint's LAN one (``floor``). LOCAL_QUORUM waits for a quorum of
+        # dc2's replicas only: its median stays below that floor (unshaped it is ~12 ms,
+        # 19 ms on a loaded machine). EACH_QUORUM and QUORUM (3 of 4) need one ack from
+        # dc1: never below the floor, and at most one WAN round trip above LOCAL_QUORUM
+        # measured right before them by the same writer (measured +32..+35 ms: the local
+        # replicas' work overlaps the wait).
         floor = 2 * 20 + 2 * links.LAN_DELAY_MS
+        local = shaped["LOCAL_QUORUM"]
+        assert local < floor, (baseline, shaped)
         for level, (_acks, remote) in LEVELS.items():
             if remote:
-                ceiling = baseline[level] + 40 + rtt_tolerance_ms(40)
-                assert floor <= shaped[level] <= ceiling, (level, baseline, shaped)
-            else:
-                assert abs(shaped[level] - baseline[level]) <= 5, (level, baseline, shaped)
+                assert floor <= shaped[level] <= local + 40 + rtt_tolerance_ms(40), (
+                    level, baseline, shaped,
+                )  # fmt: skip
     finally:
         down = edgetb("down", "--run", run_id)
     assert down.returncode == 0, down.stderr

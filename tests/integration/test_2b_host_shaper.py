@@ -38,12 +38,15 @@ def _offloads(tb, host):
 
 def test_jitter_has_the_configured_spread_and_loss_its_rate(small):
     # 1 ms of normal jitter each way: a round trip spreads by sqrt(2) ms (netem's table
-    # has a standard deviation of exactly one unit); 1000 echoes give it within ~2 %.
+    # has a standard deviation of exactly one unit); 1000 echoes give it within ~4 %.
     matrix = links.uniform(small.topology, 20, 0, jitter_ms=1)
     assert api.set_links(small, matrix, "host")["shaper"] == "host"
     rtts, _ = echo_rtts(small, "e0", "e1", 1000)
     assert abs(statistics.median(rtts) - 40) <= rtt_tolerance_ms(40)
-    assert statistics.stdev(rtts) == pytest.approx(2**0.5, rel=0.10)
+    # the spread from the quartiles (sigma = IQR / 1.349 for a normal law): a few echoes
+    # a loaded machine delivers late move the standard deviation, not the quartiles
+    q1, _, q3 = statistics.quantiles(rtts, n=4)
+    assert (q3 - q1) / 1.349 == pytest.approx(2**0.5, rel=0.10), (q1, q3)
     # the paper's highest loss, each way: an echo is lost when either leg is
     matrix = links.uniform(small.topology, 5, 7.5)
     api.set_links(small, matrix, "host")
