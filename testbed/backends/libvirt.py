@@ -265,6 +265,22 @@ def choose_domain_type() -> str | None:
     return None if accel is None else ("kvm" if accel == "kvm" else "qemu")
 
 
+# The last VM's boot to SSH where the deadlines of a VM's stages (Cassandra's start, the
+# driver's session) were set: TCG, two small VMs booting together on the development
+# machine's two cores (docs/measured.md, "VMs"; medians of 3).
+REFERENCE_BOOT_S = 32.1
+
+
+def guest_slowness(boot_to_ssh_s: dict[str, float], cores: int | None = None) -> float:
+    """How many times slower these guests are than the reference (at least 1): the last
+    VM's boot to SSH against ``REFERENCE_BOOT_S`` for as many VMs per core (TCG boots are
+    CPU-bound: three VMs on two cores take 1.5 times as long as two)."""
+    if not boot_to_ssh_s:
+        return 1.0
+    per_core = max(1.0, len(boot_to_ssh_s) / (cores or os.cpu_count() or 1))
+    return max(1.0, max(boot_to_ssh_s.values()) / (REFERENCE_BOOT_S * per_core))
+
+
 @dataclass
 class LibvirtRecord(Record):
     """The run's libvirt objects (network, pool, domains) and how its VMs came up."""
@@ -345,6 +361,11 @@ class LibvirtBackend(remote.RemoteBackend):
         return [f"VM {name} is not running" for name in domains if name not in active]
 
     # -- Backend protocol ----------------------------------------------------------------
+
+    def slowness(self) -> float:
+        """The booted guests' ``guest_slowness`` (1 before they booted)."""
+        rec = self.state.get(LibvirtRecord)
+        return guest_slowness(rec.boot_to_ssh_s) if rec else 1.0
 
     def create(self) -> None:
         image = images.load()

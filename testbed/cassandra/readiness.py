@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..errors import NodeError
 from .node import CassandraNode
@@ -29,6 +29,10 @@ class Deadlines:
     peers_s: float = 60.0
     auth_s: float = 120.0  # the default role appears ~10 s after a node's start, then retries
     driver_s: float = 60.0
+
+    def scaled(self, factor: float) -> Deadlines:
+        """Every stage's time ``factor`` times longer (guests slower than the reference)."""
+        return Deadlines(*(factor * getattr(self, f.name) for f in fields(self)))
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 
 from testbed import Testbed, Topology
 from testbed.clean import residue
-from testbed.state import home
+from testbed.state import RunState, home
 
 # Lines of a Cassandra log that mean something went wrong (as cassandra-dtest scans for).
 # None is expected from the shared cluster: no test kills or cuts off its nodes.
@@ -114,25 +114,63 @@ def cassandra_logs_checked(request):
         )
 
 
+# The guests' speed, measured on the first VMs this session boots (test_4's pair):
+# ``factor`` = testbed.backends.libvirt.guest_slowness of their boots to SSH.
+GUESTS: dict[str, float] = {}
+
+
+def measure_guests(run_id: str) -> float:
+    """The slowness of run ``run_id``'s VMs against the reference (at least 1), kept as
+    the session's measure of its guests; printed, so a slow run says why it is slow."""
+    from testbed.backends.libvirt import LibvirtRecord, guest_slowness
+
+    rec = RunState.load(home() / "runs" / run_id).get(LibvirtRecord)
+    assert rec is not None and rec.boot_to_ssh_s, run_id
+    factor = guest_slowness(rec.boot_to_ssh_s)
+    GUESTS.update(factor=factor, boot_s=max(rec.boot_to_ssh_s.values()),
+                  vms=len(rec.boot_to_ssh_s))  # fmt: skip
+    print(f"guests ({rec.accel}): last boot to SSH {GUESTS['boot_s']:.1f} s for "
+          f"{len(rec.boot_to_ssh_s)} VMs: {factor:.2f}x the reference")  # fmt: skip
+    return factor
+
+
+def vm_budget(seconds: float) -> float:
+    """``seconds`` (a time set on the development machine's guests) scaled to this
+    machine's guests, as measured (unscaled before any VM booted)."""
+    return seconds * GUESTS.get("factor", 1.0)
+
+
+def over_budget(argv: list[str], timeout: float) -> str:
+    """The one line a command that ran past its budget fails with."""
+    speed = (
+        f"guests measured {GUESTS['factor']:.1f}x slower than the reference (last boot to "
+        f"SSH {GUESTS['boot_s']:.0f} s for {GUESTS['vms']:.0f} VMs)"
+        if GUESTS
+        else "no guest speed measured"
+    )
+    command = " ".join(argv[2:])[:160]
+    return f"`{command}` did not finish within its budget of {timeout:.0f} s ({speed})"
+
+
+def _run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired:
+        pytest.fail(over_budget(argv, timeout), pytrace=False)
+
+
 def edgetb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `edgetb ARGS` (the project's command) as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "edgetb", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return _run([sys.executable, "-m", "edgetb", *args], timeout)
 
 
 def run_cli(
     *args: str, module: str = "testbed", run: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """Run `python -m MODULE ARGS [--run RUN]` as a user would."""
+    """Run `python -m MODULE ARGS [--run RUN]` as a user would; past ``timeout``, the
+    test fails in one line naming the command, its budget and the guests' speed."""
     extra = ["--run", run] if run else []
-    return subprocess.run(
-        [sys.executable, "-m", module, *args, *extra],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=os.environ.copy(),
-    )
+    return _run([sys.executable, "-m", module, *args, *extra], timeout, env=os.environ.copy())
 
 
 def assert_no_residue(run_id: str) -> None:

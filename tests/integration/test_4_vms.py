@@ -31,7 +31,7 @@ from testbed.backends.hosts import HostsRecord
 from testbed.state import RunState, home
 from testbed.topology import Topology
 
-from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli
+from .conftest import assert_no_residue, measure_guests, rtt_tolerance_ms, run_cli, vm_budget
 
 SMALL = ["--vm-vcpus", "1", "--vm-memory", "768"]
 
@@ -61,7 +61,7 @@ def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float
         "-i",
         "0.2",
         dst_addr,
-        timeout=120,
+        timeout=vm_budget(120),
     )
     assert proc.returncode == 0, proc.stderr
     return [float(m) for m in re.findall(r"time=([0-9.]+) ms", proc.stdout)]
@@ -75,9 +75,10 @@ def vms():
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     run_id = _run_id(proc.stdout)
+    measure_guests(run_id)  # every later budget of the VM tests scales with it
     yield run_id, proc.stdout
     if (home() / "runs" / run_id).is_dir():  # a test failed before test_down_leaves_nothing
-        run_cli("down", "--run", run_id, timeout=300)
+        run_cli("down", "--run", run_id, timeout=vm_budget(300))
 
 
 def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
@@ -153,7 +154,7 @@ def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
             "0",
             module="emulation",
             run=run_id,
-            timeout=300,
+            timeout=vm_budget(300),
         )
         assert proc.returncode == 0, proc.stderr
         assert "via direct" in proc.stdout  # netem inside the guests, set up by tcconfig
@@ -165,7 +166,7 @@ def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
         assert abs(shaped - base - 50) <= rtt_tolerance_ms(50), (base, shaped)
     finally:
         # the VMs are shared with the next tests: never leave them shaped
-        proc = run_cli("clear", "--remove", module="emulation", run=run_id, timeout=300)
+        proc = run_cli("clear", "--remove", module="emulation", run=run_id, timeout=vm_budget(300))
     assert proc.returncode == 0, proc.stderr
     assert statistics.median(ping_ms(run_id, "ep", address(run_id))) < base + 5
 
@@ -196,7 +197,7 @@ def _client_on_ep(run_id: str, *args: str, timeout_s: int = 10) -> subprocess.Co
         "probe",
         "--expect",
         "1",
-        timeout=timeout_s + 120,
+        timeout=vm_budget(timeout_s + 120),
     )
 
 
@@ -214,8 +215,8 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         "--nodes",
         "1",
         "--cql-timeout",
-        "600",  # one JVM in a 1-vCPU TCG guest
-        timeout=1800,
+        str(round(vm_budget(600))),  # one JVM in a 1-vCPU TCG guest
+        timeout=vm_budget(1800),
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     hosts_run = _run_id(proc.stdout)
@@ -239,7 +240,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         )
         assert remote_mode.stdout.split() == ["600", "root"], remote_mode.stderr
         # it works (a driver session from the endpoint) ...
-        ok = _client_on_ep(hosts_run, timeout_s=60)
+        ok = _client_on_ep(hosts_run, timeout_s=round(vm_budget(60)))
         assert ok.returncode == 0, ok.stderr[-2000:]
         assert json.loads(ok.stdout.strip().splitlines()[-1])["hosts_up"] == [address(run_id)]
         # ... the default superuser's does not, nor no login at all
@@ -271,7 +272,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             f"{address(run_id)}:7000",
             f"{address(run_id)}:9042",
         }, listening
-        status = run_cli("status", "--run", hosts_run, "--json", timeout=300)
+        status = run_cli("status", "--run", hosts_run, "--json", timeout=vm_budget(300))
         assert status.returncode == 0, status.stderr
         e0 = next(h for h in json.loads(status.stdout)["hosts"] if h["name"] == "e0")
         assert e0["cassandra"] == "UN", status.stdout
@@ -286,7 +287,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             "0",
             module="emulation",
             run=hosts_run,
-            timeout=300,
+            timeout=vm_budget(300),
         )
         assert proc.returncode == 0, proc.stderr
         qdisc_rec = RunState.load(run_dir).get(qdisc.QdiscRecord)
@@ -301,7 +302,9 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         _a_failed_teardown_is_kept_and_clean_retries_it(run_id, hosts_run, run_dir)
         hosts_run_left = False
     finally:
-        down = run_cli("down", "--run", hosts_run, timeout=600) if hosts_run_left else None
+        down = (
+            run_cli("down", "--run", hosts_run, timeout=vm_budget(600)) if hosts_run_left else None
+        )
     assert down is None or down.returncode == 0, down.stderr  # not in finally: a failure
     # above is reported as itself
     # the machines outlive the run: their qdiscs are those recorded before it shaped them,
@@ -341,7 +344,7 @@ def _a_second_run_leaves_the_first_alone(vm_run: str, hosts_run: str, inv: Path)
         second = subprocess.run(
             [sys.executable, "-m", "testbed", "up", "--backend", "hosts", "--inventory",
              str(inv), "--nodes", "1"],
-            capture_output=True, text=True, timeout=1800, env=env,
+            capture_output=True, text=True, timeout=vm_budget(1800), env=env,
         )  # fmt: skip
         assert second.returncode != 0, second.stdout[-2000:]
         assert "already in use" in second.stderr, second.stderr[-2000:]
@@ -349,7 +352,7 @@ def _a_second_run_leaves_the_first_alone(vm_run: str, hosts_run: str, inv: Path)
     after = run_cli("exec", "--run", vm_run, "e0", "--", "systemctl", "show", "-p", "MainPID",
                     "--value", unit).stdout.strip()  # fmt: skip
     assert after == pid, (pid, after)  # the same JVM, never restarted
-    ok = _client_on_ep(hosts_run, timeout_s=60)
+    ok = _client_on_ep(hosts_run, timeout_s=round(vm_budget(60)))
     assert ok.returncode == 0, ok.stderr[-2000:]
 
 
@@ -362,12 +365,12 @@ def _a_failed_teardown_is_kept_and_clean_retries_it(
     pinned = str(run_dir / "tls" / "ca.pem")
     assert run_cli("exec", "--run", vm_run, "ep", "--", "chattr", "+i", pinned).returncode == 0
     try:
-        down = run_cli("down", "--run", hosts_run, timeout=600)
+        down = run_cli("down", "--run", hosts_run, timeout=vm_budget(600))
         assert down.returncode != 0, down.stdout[-2000:]
         assert RunState.load(run_dir).status == "teardown-failed"
     finally:
         run_cli("exec", "--run", vm_run, "ep", "--", "chattr", "-i", pinned)
-    clean = run_cli("clean", "--run", hosts_run, timeout=600)
+    clean = run_cli("clean", "--run", hosts_run, timeout=vm_budget(600))
     assert clean.returncode == 0, clean.stderr[-2000:]
     assert not run_dir.exists()
 
@@ -409,7 +412,7 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
     proc = run_cli(
         "run", "--run", hosts_run, "--rf", "1", "--workload", "a", "--records", "200",
         "--operations", "300", "--threads", "2", "--out", str(out), "--json",
-        module="workloads.ycsb", timeout=900,
+        module="workloads.ycsb", timeout=vm_budget(900),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     load, ran = json.loads(proc.stdout)["phases"]
@@ -429,7 +432,7 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     pidfile = str(home() / "runs" / hosts_run / "ycsb" / "client.pid")
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + vm_budget(300)
     while run_cli("exec", "--run", hosts_run, "ep", "--", "test", "-s", pidfile).returncode:
         assert killed.poll() is None and time.monotonic() < deadline, "no YCSB client started"
         time.sleep(2)
@@ -503,7 +506,7 @@ def test_hosts_backend_refuses_a_changed_host_key(vms, tmp_path):
 
 def test_down_leaves_nothing(vms):
     run_id, _ = vms
-    proc = run_cli("down", "--run", run_id, timeout=300)
+    proc = run_cli("down", "--run", run_id, timeout=vm_budget(300))
     assert proc.returncode == 0, proc.stderr
     assert_no_residue(run_id)
 
@@ -529,7 +532,7 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
     )
     assert proc.stdout is not None  # PIPE
     run_id = None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + vm_budget(120)
     while time.monotonic() < deadline:  # until both domains of its run exist
         ids = {d.split("-")[1] for d in set(lv.leftovers()["domains"]) - others}
         mine = [i for i in ids if len(lv.leftovers(i)["domains"]) == 2]
@@ -541,6 +544,6 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
     proc.wait()
     assert run_id, proc.stdout.read()
     assert lv.leftovers(run_id)["domains"]  # the VMs outlive the killed command
-    clean = run_cli("clean", run=run_id, timeout=300)  # not the session's shared cluster
+    clean = run_cli("clean", run=run_id, timeout=vm_budget(300))  # not the session's shared cluster
     assert clean.returncode == 0, clean.stderr
     assert_no_residue(run_id)
