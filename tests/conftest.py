@@ -3,12 +3,17 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 # Tests keep their runs apart from a researcher's own (~/.edgetb); the Cassandra cache
 # (~/.cache/edgetb) is shared so it is assembled once.
+# What this session starts carries this in its environment: the leak check tells its
+# processes from another test run's on the same machine (tests/support/leaks.py).
+os.environ.setdefault("EDGETB_TEST_SESSION", f"{os.getpid()}-{time.time_ns()}")
+
 if "EDGETB_HOME" not in os.environ:
     _HOME = tempfile.mkdtemp(prefix="edgetb-tests-")
     os.environ["EDGETB_HOME"] = _HOME

@@ -282,7 +282,9 @@ class RemoteCassandraNode(CassandraNode):
         return active in ("active", "activating", "reloading")
 
     def gone(self) -> bool:
-        return not self.alive()  # the unit's state: stopped once its last process ended
+        """Stopped, its last process ended (not while the unit is still deactivating)."""
+        active, _pid = unit_state(self.exec_argv, self.name, unit_name(self.run_id))
+        return active not in ("active", "activating", "reloading", "deactivating")
 
     def exit_code(self) -> int | None:
         return None

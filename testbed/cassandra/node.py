@@ -281,13 +281,13 @@ class CassandraNode:
 
 def stop_nodes(nodes: Sequence[CassandraNode], *, timeout_s: float = 20.0) -> None:
     """SIGTERM every live node at once, wait, then SIGKILL what is left."""
-    live = [n for n in nodes if n.alive()]
+    live = [n for n in nodes if not n.gone()]  # a dying one too: it is waited for
     for node in live:
         node.signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     for node in live:
         node.wait_exit(max(0.0, deadline - time.monotonic()))
     for node in live:
-        if node.alive():
+        if node.alive():  # (one that is dying needs no SIGKILL: its threads are exiting)
             node.signal(signal.SIGKILL)
-            node.wait_exit(5.0)
+        node.wait_exit(5.0)

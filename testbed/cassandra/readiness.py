@@ -84,6 +84,7 @@ def wait_for_nodes(
             scan()
             for node in nodes:
                 if not node.alive():
+                    node.wait_exit(5)  # its exit code once its last thread has gone
                     code = node.exit_code()
                     raise node.error(
                         f"Cassandra exited{f' with code {code}' if code is not None else ''} "

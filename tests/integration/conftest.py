@@ -155,8 +155,14 @@ def over_budget(argv: list[str], timeout: float) -> str:
 def _run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
-    except subprocess.TimeoutExpired:
-        pytest.fail(over_budget(argv, timeout), pytrace=False)
+    except subprocess.TimeoutExpired as exc:
+        said = [
+            out if isinstance(out, str) else out.decode(errors="replace")
+            for out in (exc.stdout, exc.stderr)
+            if out
+        ]
+        tail = "\n".join(said)[-1500:]
+        pytest.fail(over_budget(argv, timeout) + ("\n" + tail if tail else ""), pytrace=False)
 
 
 def edgetb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -48,7 +48,10 @@ COUNTERS = re.compile(r"\[\d+:\d+\]")  # iptables-save's packet and byte counter
 # (``tb-<run>-<host>``), its libvirt bridges (``tb<run>br``), the run tag on processes and
 # the ``edgetb`` directories (cgroups, caches, homes, the registry); and the objects the
 # tests make themselves (``leakcheck<pid>``, tests/integration/test_0c_leak_check.py).
-NAMES = re.compile(r"\btb-[0-9a-f]{6}-|\btb[0-9a-f]{6}br\b|edgetb|\bleakcheck\d+")
+NAMES = re.compile(
+    r"\btb-[0-9a-z]+-|\btb[0-9a-f]{6}br\b|tb\\x2d[0-9a-f]{6}|edgetb|\bleakcheck\d+|\bnetemq\d+",
+    re.IGNORECASE,  # the host shaper's chain is EDGETB; libvirt escapes '-' in scopes
+)
 TOOLS = ("ip", "tc", "iptables-save", "ip6tables-save", "nft", "virsh")
 
 
@@ -119,10 +122,55 @@ def _processes() -> set[str]:
         fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] == "Z":  # a zombie: ended, waiting for PID 1
             continue
-        python = comm.startswith("python") and PYTHON_COMMANDS.search(cmdline)
-        if comm in PROGRAMS or python or NAMES.search(cmdline):
-            out.add(f"{proc.name} {fields[19]} {comm} {cmdline.strip()[:200]}")
+        # in scope by its whole command line (a JVM's tag comes after ~1 kB of flags),
+        # unless its environment says another test session or home started it; the
+        # line keeps only its start, marked
+        mine = not _anothers(proc) and (
+            bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline))
+            or any(d in cmdline for d in _project_dirs())
+        )
+        if comm in PROGRAMS or mine:
+            mark = OURS_MARK if mine else ""
+            out.add(f"{proc.name} {fields[19]} {comm} {mark}{cmdline.strip()[:200]}")
     return out
+
+
+OURS_MARK = "[project] "
+# Set by tests/conftest.py for the session and inherited by everything it starts (also
+# processes with an EDGETB_HOME of their own, as test_8's workers).
+SESSION_VAR = "EDGETB_TEST_SESSION"
+
+
+def _anothers(proc: Path) -> bool:
+    """Whether the process was started by another test session, or under another
+    ``$EDGETB_HOME`` (a researcher's sweep beside the tests): its environment says so.
+    Processes without either (QEMU and dnsmasq, libvirtd's children) are judged by name."""
+    try:
+        env = dict(
+            item.split(b"=", 1)
+            for item in (proc / "environ").read_bytes().split(b"\0")
+            if b"=" in item
+        )
+    except OSError:
+        return False
+    session = env.get(SESSION_VAR.encode())
+    if session is not None:
+        return session.decode(errors="replace") != os.environ.get(SESSION_VAR)
+    home = env.get(b"EDGETB_HOME")
+    if home is not None:
+        ours = os.path.realpath(os.path.expanduser(os.environ.get("EDGETB_HOME", "~/.edgetb")))
+        return os.path.realpath(home.decode(errors="replace")) != ours
+    return False
+
+
+def _project_dirs() -> list[str]:
+    """The directories the project's processes run from: its caches, this session's
+    home and this checkout (a nodetool JVM carries no tag, only its dist's path)."""
+    from testbed.cassandra.dist import cache_root
+    from testbed.state import home
+
+    checkout = Path(__file__).resolve().parents[2]
+    return [str(p) + "/" for p in (cache_root(), home(), checkout)]
 
 
 def _cgroups() -> set[str]:
@@ -197,9 +245,9 @@ def ours(kind: str, line: str, links: set[str], home: str) -> bool:
     if kind == "session home" or line.startswith("("):
         return True  # a tool that stopped answering: the check cannot see, so it fails
     if kind == "run registry":  # another session's or user's runs are theirs
-        return f"-> {home.rstrip('/')}/" in line
-    if kind == "cgroups":
-        return "edgetb" in Path(line).parts
+        return f"-> {os.path.realpath(home)}/" in line
+    if kind == "cgroups":  # its own directories, and VM scopes named after its runs
+        return "edgetb" in Path(line).parts or bool(NAMES.search(Path(line).name))
     if kind == "qdiscs":
         dev = re.search(r" dev (\S+)", line)
         return bool(NAMES.search(line) or (dev and dev.group(1) in links))
@@ -207,9 +255,8 @@ def ours(kind: str, line: str, links: set[str], home: str) -> bool:
         return bool(
             NAMES.search(line) or any(re.search(rf"\b{re.escape(n)}\b", line) for n in links)
         )
-    if kind == "processes":  # the tagged, the project's commands and programs, by name
-        cmdline = line.split(" ", 3)[3] if line.count(" ") >= 3 else line
-        return bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline))
+    if kind == "processes":  # marked by _processes from its whole command line
+        return OURS_MARK in line
     return bool(NAMES.search(line))
 
 

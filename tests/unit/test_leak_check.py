@@ -12,13 +12,13 @@ def _inv(**kinds):
 
 def test_a_new_namespace_or_a_removed_rule_of_ours_is_a_difference_an_ended_process_is_not():
     before = _inv(network_namespaces={"theirs", "tb-abc123-e1"},
-                  processes={"10 5 java -Dedgetb.run=abc123:e0 x"})  # fmt: skip
+                  processes={"10 5 java [project] -Dedgetb.run=abc123:e0 x"})  # fmt: skip
     after = _inv(network_namespaces={"theirs", "tb-abc123-e0"},
-                 processes={"11 9 java -Dedgetb.run=abc123:e1 y"})  # fmt: skip
+                 processes={"11 9 java [project] -Dedgetb.run=abc123:e1 y"})  # fmt: skip
     assert leaks.difference(before, after) == [
         "+ network namespaces: tb-abc123-e0",
         "- network namespaces: tb-abc123-e1",
-        "+ processes: 11 9 java -Dedgetb.run=abc123:e1 y",
+        "+ processes: 11 9 java [project] -Dedgetb.run=abc123:e1 y",
     ]
     assert leaks.difference(before, before) == []
 
@@ -33,12 +33,13 @@ def test_what_the_project_could_not_have_made_is_out_of_scope_not_a_leak(monkeyp
         cgroups={"/sys/fs/cgroup/memory/user.slice", "/sys/fs/cgroup/memory/user.slice/job1",
                  "/sys/fs/cgroup/cpu/edgetb/tb-abc123-e0"},
         network_namespaces={"theirs"},
-        processes={"12 7 java -jar gradle.jar", "13 8 python3 -m experiments.sweep --quick"},
+        processes={"12 7 java -jar gradle.jar",
+                   "13 8 python3 [project] -m experiments.sweep --quick"},
         run_registry={"abc123 -> /tmp/edgetb-tests-x/runs/abc123",
                       "def456 -> /root/.edgetb/runs/def456"},
     )  # fmt: skip
     assert leaks.difference(before, after) == [
-        "+ processes: 13 8 python3 -m experiments.sweep --quick",
+        "+ processes: 13 8 python3 [project] -m experiments.sweep --quick",
         "+ cgroups: /sys/fs/cgroup/cpu/edgetb/tb-abc123-e0",
         "+ run registry: abc123 -> /tmp/edgetb-tests-x/runs/abc123",
     ]
@@ -64,3 +65,47 @@ def test_a_tap_on_our_bridge_and_its_qdisc_and_rules_are_ours():
         '+ netfilter rules: nft: iifname "vnet3" accept',
     ]
     assert len(leaks.out_of_scope(before, after)) == 3  # vnet4 on another bridge
+
+
+def test_a_process_is_the_projects_by_its_whole_command_line():
+    """A Cassandra JVM's tag comes after ~1 kB of flags, past what the line keeps; a
+    nodetool JVM has no tag, only its distribution's path in the project's cache."""
+    from testbed.cassandra.dist import cache_root
+
+    jvm = "/usr/bin/java " + "-XX:+Flag " * 150 + "-Dedgetb.run=abc123:e0 Main"
+    nodetool = f"/usr/bin/java -cp {cache_root()}/cassandra/lib/x.jar NodeTool status"
+    assert leaks.NAMES.search(jvm) and not leaks.NAMES.search(jvm[:200])
+    assert any(d in nodetool for d in leaks._project_dirs())
+    assert leaks.ours(
+        "cgroups",
+        "/sys/fs/cgroup/cpu/machine.slice/machine-qemu\\x2d3\\x2dtb\\x2dabc123\\x2de0.scope",
+        set(),
+        "/h",
+    )
+    assert leaks.ours("netfilter rules", "iptables-save: -A OUTPUT -j EDGETB", set(), "/h")
+    assert leaks.ours("network namespaces", "tb-netemprobe42-1f2e", set(), "/h")
+
+
+def test_another_test_sessions_processes_are_not_this_ones(monkeypatch):
+    """Two test runs on one machine: each counts only what its own session started
+    (its environment says which), however project-like the other's command lines."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(leaks.SESSION_VAR, "this-session")
+    code = "import sys, time; sys.stdin.read()"
+    procs = {
+        who: subprocess.Popen(
+            [sys.executable, "-c", code, f"edgetb-leakcheck-{who}"],
+            stdin=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin", leaks.SESSION_VAR: session},
+        )
+        for who, session in (("mine", "this-session"), ("theirs", "other-session"))
+    }
+    try:
+        lines = {line for line in leaks._processes() if "edgetb-leakcheck-" in line}
+    finally:
+        for proc in procs.values():
+            proc.communicate(b"", timeout=10)  # ended by closing its stdin
+    ours = {line.split()[0] for line in lines if leaks.OURS_MARK in line}
+    assert ours == {str(procs["mine"].pid)}, lines

@@ -8,8 +8,9 @@ line carries the node's marker), and the writer, the shaper, the store and nodet
 fakes. A JVM killed with ``kill -9`` dies in two steps: its main thread is a zombie at
 once (``/proc``: Z, no command line) while its ~100 other threads still exit, and only
 then can waitpid() see it. The stand-in dies the same way on SIGUSR1 (its main thread
-exits alone, a second thread lingers), so the window the race lived in is held open
-for as long as a test needs instead of being hit by chance.
+exits alone, a second thread lingers until the test closes its stdin: ``release``), so
+the window the race lived in is held open for as long as the test needs, whatever the
+machine's load, instead of being hit by chance.
 """
 
 from __future__ import annotations
@@ -44,15 +45,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine(), 60)
-LINGER_S = 2.0  # how long the stand-in's last thread outlives its main thread
 
 # The stand-in JVM: on SIGUSR1 its main thread exits alone (exit(2), not exit_group)
-# while another thread lives LINGER_S longer, as a killed JVM's threads do; SIGKILL
-# ends it at once.
+# while another thread lives on until its stdin closes, as a killed JVM's threads
+# outlive its main thread; SIGKILL ends it at once.
 STAND_IN = f"""
 import ctypes, os, signal, sys, threading, time
 def die_slowly(*_):
-    threading.Thread(target=lambda: (time.sleep({LINGER_S}), os._exit(137))).start()
+    threading.Thread(target=lambda: (sys.stdin.read(), os._exit(137))).start()
     ctypes.CDLL(None).syscall({SYS_EXIT}, 0)
 signal.signal(signal.SIGUSR1, die_slowly)
 print("up", flush=True)
@@ -70,13 +70,13 @@ class StandInNode(CassandraNode):
         self.process = subprocess.Popen(
             [sys.executable, "-c", STAND_IN, f"-D{self.marker}"],
             stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             text=True,
         )
+        STARTED.append(self.process)
         assert self.process.stdout is not None
         assert self.process.stdout.readline() == "up\n"
         self.pid = self.process.pid
-        STARTED.append(self.process)
         return self.pid
 
 
@@ -91,6 +91,18 @@ def _end_stand_ins():
             proc.kill()
         proc.wait(timeout=10)
     STARTED.clear()
+    DYING.clear()
+
+
+DYING: list[subprocess.Popen] = []  # stand-ins held between their two deaths
+
+
+def release() -> None:
+    """Let every stand-in held dying finish dying (its last thread exits)."""
+    for proc in DYING:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    DYING.clear()
 
 
 def die(node: CassandraNode, how: str) -> None:
@@ -106,6 +118,7 @@ def die(node: CassandraNode, how: str) -> None:
     while pid_alive(node.pid):  # the main thread is a zombie: /proc says Z
         time.sleep(0.005)
     assert node.process is not None and node.process.poll() is None  # waitpid: not yet
+    DYING.append(node.process)
 
 
 class Bed:
@@ -229,7 +242,9 @@ class Shard:
 
 
 def whole_again(tb: Bed, dead: list[str], start) -> dict[str, Any]:
-    """nemesis.whole_again without nodetool: the dead started, the cluster taken as UN."""
+    """nemesis.whole_again without nodetool: the dead started, the cluster taken as UN.
+    A stand-in held dying is let go here, as late as the sweep could ever look at it."""
+    release()
     for name in dead:
         start(name)
     return {"restarted": list(dead), "restart_s": 0.1, "all_up_s": 0.2, "hints_delivered_s": 0.3}
@@ -310,7 +325,9 @@ def test_a_dying_jvm_is_dead_to_every_look_at_once(bed):
     with pytest.raises(NodeLost) as lost:
         watch.check_components(bed)
     assert lost.value.node == "e2" and lost.value.recoverable
-    assert node.wait_exit(LINGER_S + 5) and node.gone()
+    assert not node.wait_exit(0.2)  # held: still exiting
+    release()
+    assert node.wait_exit(30) and node.gone()
 
 
 def test_a_broken_testbed_that_is_not_a_dead_node_still_ends_the_sweep(bed):
