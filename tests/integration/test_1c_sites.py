@@ -111,9 +111,12 @@ def test_two_sites_are_two_datacenters_each_with_even_replicas():
         shaped = _write_medians_ms(run_id, wan_ms=20)
         # the endpoint (on dc2's LAN) reaches e2 over the LAN, e0 over the WAN
         lan, wan = (_median_rtt_ms(run_id, hosts[n]["address"]) for n in ("e2", "e0"))
-        lan_rtt = 2 * links.LAN_DELAY_MS  # shaped too: never below it
-        assert lan_rtt <= lan < lan_rtt + rtt_tolerance_ms(lan_rtt), lan
-        assert abs(wan - 40) <= rtt_tolerance_ms(40), wan
+        # the LAN shaped too (never below its round trip) and far below the WAN; the
+        # WAN 40 ms more, measured by the same prober at the same moment (what a loaded
+        # machine adds to a probe's wake-ups is in both)
+        lan_rtt = 2 * links.LAN_DELAY_MS
+        assert lan_rtt <= lan < 10, lan
+        assert abs((wan - lan) - (40 - lan_rtt)) <= rtt_tolerance_ms(40), (lan, wan)
         # what a level waits for (model.consistency.site_acks). Each bound is physical or
         # against a figure of the same moment, so a loaded machine cannot fail it: a write
         # that waited for an ack from dc1 cannot return before a WAN round trip (40 ms)
