@@ -234,8 +234,9 @@ class CassandraNode:
         never "alive" beside a check that says "not running"."""
         if self.pid is None:
             return False
-        if self.process is not None and self.process.poll() is not None:
-            return False
+        if self.process is not None:  # our child: its PID is ours until reaped, and
+            # between fork and exec its command line is still ours, without the marker
+            return self.process.poll() is None and pid_alive(self.pid)
         return pid_alive(self.pid, self.marker)
 
     def gone(self) -> bool:

@@ -123,15 +123,16 @@ def test_two_sites_are_two_datacenters_each_with_even_replicas():
         # and the endpoint's LAN one (``floor``). LOCAL_QUORUM waits for a quorum of
         # dc2's replicas only: its median stays below that floor (unshaped it is ~12 ms,
         # 19 ms on a loaded machine). EACH_QUORUM and QUORUM (3 of 4) need one ack from
-        # dc1: never below the floor, and at most one WAN round trip above LOCAL_QUORUM
-        # measured right before them by the same writer (measured +32..+35 ms: the local
-        # replicas' work overlaps the wait).
+        # dc1: never below the floor, and one WAN round trip above LOCAL_QUORUM measured
+        # right before them by the same writer, not two (measured +32..+35 ms: the local
+        # replicas' work overlaps the wait; +45 with a CPU hog beside it, which costs
+        # the levels that ack from more replicas more: the bound is halfway to two).
         floor = 2 * 20 + 2 * links.LAN_DELAY_MS
         local = shaped["LOCAL_QUORUM"]
         assert local < floor, (baseline, shaped)
         for level, (_acks, remote) in LEVELS.items():
             if remote:
-                assert floor <= shaped[level] <= local + 40 + rtt_tolerance_ms(40), (
+                assert floor <= shaped[level] < local + 1.5 * 40, (
                     level, baseline, shaped,
                 )  # fmt: skip
     finally:

@@ -25,6 +25,9 @@ from testbed.errors import ConfigError
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
+# the model's median error a test accepts: half the smallest wrong round-trip count's
+MODEL_TOLERANCE = 0.12
+
 NODES = 3
 LATENCY = 20.0
 # A write that lost a packet waits for TCP's retransmission timer (>= 200 ms on Linux):
@@ -179,7 +182,11 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     """`python -m analysis.model` as a user runs it: the prediction at 20 ms (from the
     0 ms cells and the configured links, nothing fitted) agrees with the measurement.
 
-    Tolerance: the median within 5 % (a wrong round-trip count would be off by 25-50 %).
+    Tolerance: the median within 12 %, half the smallest error a wrong round-trip count
+    gives (25-50 %). Quiet runs agree within 5 % (docs/measured.md), but the prediction
+    comes from the 0 ms cell, measured before the 20 ms one: what a loaded machine adds
+    to the service time between the two is not the model's (5.4 % with a CPU hog beside
+    the 5-node test).
     The mean is checked in its two parts, as the model builds it: the writes no loss
     touched (their mean within 10 %), and how many waited for a retransmission, which
     must be a plausible draw from the predicted probability (binomial test, p >= 0.001).
@@ -191,7 +198,7 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     at_20 = [c for c in data["cells"] if c["latency_ms"] == LATENCY]
     assert sorted(c["rf"] for c in at_20) == [1, 2, 3]
     for c in at_20:
-        assert abs(c["error_median"]) <= 0.05, c
+        assert abs(c["error_median"]) <= MODEL_TOLERANCE, c
         hit_m, hit_p = c["measured_hit_fraction"], c["predicted_hit_fraction"]
         body_m = c["measured_body_ms"] / (1 - hit_m)  # the mean of the untouched writes
         body_p = c["predicted_body_ms"] / (1 - hit_p)
@@ -354,4 +361,4 @@ def test_five_nodes_on_the_paper_profile_are_what_the_model_predicts(tmp_path):
             assert cluster["nodes"] == 5
             assert_no_residue(cluster["testbed_run"])
     (at_20,) = [c for c in model_json(out)["cells"] if c["latency_ms"] == 20]
-    assert at_20["rf"] == 3 and abs(at_20["error_median"]) <= 0.05, at_20
+    assert at_20["rf"] == 3 and abs(at_20["error_median"]) <= MODEL_TOLERANCE, at_20

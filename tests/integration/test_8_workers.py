@@ -173,7 +173,9 @@ def test_a_sweep_over_two_ssh_workers_survives_one_killed(tmp_path, sshd):
                 continue
             median = statistics.median(store.rtts_ns(run.run_id, c["cell_id"])) / 1e6
             lat = c["latency_ms"]
-            assert 4 * lat - 2 <= median <= 4 * lat + 0.1 * lat + 15, (c["cell_id"], median)
+            # two round trips, not three: what a loaded machine adds to the service
+            # time (97 ms at 20 ms with a CPU hog beside it) stays below 5L
+            assert 4 * lat - 2 <= median <= 5 * lat + 5, (c["cell_id"], median)
     # nothing left: no serve process, and nothing of any testbed of either worker
     assert not _alive(killed_pid)
     for name in ("w1", "w2"):
@@ -318,7 +320,7 @@ def test_a_sweep_on_a_dask_cluster_of_the_users_own(tmp_path):
             assert run.status == "complete" and cell["worker"] == "wx"
             assert store.request_count(run.run_id) == 30
             median = statistics.median(store.rtts_ns(run.run_id, cell["cell_id"])) / 1e6
-            assert 78 <= median <= 80 + 2 + 15, median  # two round trips of 40 ms
+            assert 78 <= median <= 5 * 20 + 5, median  # two round trips of 40 ms, not three
             (cluster,) = run.manifest["clusters"].values()
             assert cluster["worker"] == "wx" and cluster["subnet"].startswith("10.93.")
         with Store(tmp_path / "wx" / "results", read_only=True) as staged:

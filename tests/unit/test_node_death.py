@@ -337,3 +337,15 @@ def test_a_broken_testbed_that_is_not_a_dead_node_still_ends_the_sweep(bed):
         watch.check_components(bed)
     assert not isinstance(lost.value, NodeLost) and not lost.value.recoverable
     assert "endpoint-dns: process" in str(lost.value)
+
+
+def test_a_node_just_started_is_alive_before_its_command_line_is_the_jvms(tmp_path):
+    """Between fork and exec a child's command line is its parent's, without the node's
+    marker: a node started a moment ago is alive all the same (its PID is ours)."""
+    node = StandInNode(Host("e0", "edge", "10.9.0.2", 24), tmp_path, "deadbeef")
+    node.process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                    stdin=subprocess.PIPE)  # fmt: skip
+    STARTED.append(node.process)
+    node.pid = node.process.pid
+    assert not pid_alive(node.pid, node.marker)  # the marker is not (yet) there
+    assert node.alive() and not node.gone()

@@ -60,13 +60,13 @@ def test_ctrl_c_pressed_again_and_again_waits_for_every_shard(tmp_path, monkeypa
     """Three Ctrl-C while the shards tear down (the third while the "please wait" note
     prints): run() raises KeyboardInterrupt only once every shard has finished."""
     finished: list[str] = []
-    running = threading.Barrier(3, timeout=10)  # both shards and the Ctrl-C presser
+    running = threading.Barrier(3, timeout=120)  # both shards and the Ctrl-C presser
     torn_down = threading.Event()  # the shards' teardowns end after the last Ctrl-C
 
     def main(self: Shard) -> None:
         running.wait()  # inside run(): Ctrl-C is the sweep's by now
-        assert self.sweep.abort.wait(10)
-        assert torn_down.wait(10)  # tearing its testbed down
+        assert self.sweep.abort.wait(120)
+        assert torn_down.wait(120)  # tearing its testbed down
         finished.append(self.name)
 
     monkeypatch.setattr(Shard, "main", main)
@@ -87,11 +87,11 @@ def test_ctrl_c_pressed_again_and_again_waits_for_every_shard(tmp_path, monkeypa
         try:
             running.wait()
             for n, done in enumerate(handled):
-                if n == 2 and not progress.printing.wait(10):
+                if n == 2 and not progress.printing.wait(120):
                     problems.append("no note while the shards tear down")
                 # a terminal's Ctrl-C reaches the main thread, which runs the handlers
                 signal.pthread_kill(main_thread, signal.SIGINT)
-                if not done.wait(10):
+                if not done.wait(120):
                     problems.append(f"Ctrl-C {n + 1} was not handled")
         finally:
             progress.printed.set()
