@@ -24,7 +24,10 @@ class Backend(Protocol):
     A backend class may also have two static checks the Testbed calls before anything is
     created: ``check_options(topology, options)`` looks at the input alone (no root, no
     system access) and runs first; ``validate(topology, options)`` may probe the machine
-    (an image present, libvirt reachable) and runs after the root check.
+    (an image present, libvirt reachable) and runs after the root check. A backend
+    instance may have ``slowness()``: how many times slower its booted hosts are than
+    where Cassandra's deadlines were set (libvirt: ``guest_slowness``); the Testbed
+    scales the deadlines by it after ``create()``.
     """
 
     name: str

@@ -110,6 +110,7 @@ def _libvirt() -> set[str]:
 def _processes() -> set[str]:
     """Live processes of the watched programs: "pid start comm cmdline"."""
     out = set()
+    dirs = _project_dirs()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -125,10 +126,10 @@ def _processes() -> set[str]:
         # in scope by its whole command line (a JVM's tag comes after ~1 kB of flags),
         # unless its environment says another test session or home started it; the
         # line keeps only its start, marked
-        mine = not _anothers(proc) and (
-            bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline))
-            or any(d in cmdline for d in _project_dirs())
+        named = bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline)) or any(
+            d in cmdline for d in dirs
         )
+        mine = named and not _anothers(proc)
         if comm in PROGRAMS or mine:
             mark = OURS_MARK if mine else ""
             out.add(f"{proc.name} {fields[19]} {comm} {mark}{cmdline.strip()[:200]}")
@@ -273,9 +274,10 @@ def _split(before: Inventory, after: Inventory) -> tuple[list[str], list[str]]:
         if kind != "processes":
             changes += [("-", line) for line in sorted(old - new)]
         for sign, line in changes:
-            if kind == "processes" and not ours(kind, line, links, home):
-                continue  # the machine's own comings and goings
-            (mine if ours(kind, line, links, home) else other).append(f"{sign} {kind}: {line}")
+            if ours(kind, line, links, home):
+                mine.append(f"{sign} {kind}: {line}")
+            elif kind != "processes":  # other processes: the machine's comings and goings
+                other.append(f"{sign} {kind}: {line}")
     return mine, other
 
 
