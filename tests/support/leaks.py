@@ -261,11 +261,44 @@ def ours(kind: str, line: str, links: set[str], home: str) -> bool:
     return bool(NAMES.search(line))
 
 
+# a run id where the project's objects carry it: namespaces, VMs, networks and pools
+# (tb-<run>-), libvirt bridges (tb<run>br) and scopes (tb\x2d<run>), JVMs' tags
+RUN_IDS = re.compile(
+    r"\btb-([0-9a-f]{6})-|\btb([0-9a-f]{6})br\b|tb\\x2d([0-9a-f]{6})|edgetb\.run=([0-9a-f]{6})"
+)
+
+
+def others_runs(before: Inventory, after: Inventory, home: str) -> set[str]:
+    """The runs the registry, in either inventory, places outside this session's home:
+    another test session's or a researcher's, running beside this one."""
+    inside = f"-> {os.path.realpath(home)}/"
+    return {
+        line.split()[0]
+        for line in before.get("run registry", set()) | after.get("run registry", set())
+        if " -> " in line and inside not in line
+    }
+
+
+def of_others(line: str, runs: set[str]) -> bool:
+    """Whether ``line`` names runs and every one is in ``runs`` (another's): a line that
+    names no run, or one of this session's, or an unknown one, stays in scope."""
+    named = {next(g for g in m.groups() if g) for m in RUN_IDS.finditer(line)}
+    return bool(named) and named <= runs
+
+
 def _split(before: Inventory, after: Inventory) -> tuple[list[str], list[str]]:
     """(the differences in scope, the others), one line each: what ``after`` has that
-    ``before`` had not (``+``) and, but for processes, what it lost (``-``)."""
+    ``before`` had not (``+``) and, but for processes, what it lost (``-``). Objects of
+    runs another session registered (``others_runs``) are that session's."""
     links = _our_links(before) | _our_links(after)
     home = os.environ.get("EDGETB_HOME", "/nonexistent")
+    theirs = others_runs(before, after, home)
+    # a tap names no run: the bridge it is enslaved to does ("vnet3 master tb1a2b3cbr")
+    taps = {
+        parts[0]: parts[2]
+        for line in before.get("links", set()) | after.get("links", set())
+        if len(parts := line.split()) == 3 and parts[1] == "master"
+    }
     mine: list[str] = []
     other: list[str] = []
     for kind in KINDS:
@@ -274,7 +307,10 @@ def _split(before: Inventory, after: Inventory) -> tuple[list[str], list[str]]:
         if kind != "processes":
             changes += [("-", line) for line in sorted(old - new)]
         for sign, line in changes:
-            if ours(kind, line, links, home):
+            bridges = " ".join(
+                b for tap, b in taps.items() if re.search(rf"\b{re.escape(tap)}\b", line)
+            )
+            if ours(kind, line, links, home) and not of_others(f"{line} {bridges}", theirs):
                 mine.append(f"{sign} {kind}: {line}")
             elif kind != "processes":  # other processes: the machine's comings and goings
                 other.append(f"{sign} {kind}: {line}")

@@ -109,3 +109,32 @@ def test_another_test_sessions_processes_are_not_this_ones(monkeypatch):
             proc.communicate(b"", timeout=10)  # ended by closing its stdin
     ours = {line.split()[0] for line in lines if leaks.OURS_MARK in line}
     assert ours == {str(procs["mine"].pid)}, lines
+
+
+def test_another_sessions_runs_beside_this_one_are_theirs(monkeypatch):
+    """Two test sessions (or a researcher's sweep) on one machine: the objects of a run
+    the registry places in another home — its namespaces, VMs and their QEMU, a tap on
+    its bridge and that tap's qdisc, its cgroup scope — are that session's, made or
+    removed; this session's, or a run the registry does not know, stay in scope."""
+    monkeypatch.setenv("EDGETB_HOME", "/tmp/edgetb-tests-x")
+    registry = {
+        "aaa111 -> /tmp/edgetb-tests-x/runs/aaa111",
+        "bbb222 -> /tmp/edgetb-tests-y/runs/bbb222",
+    }
+    before = _inv(network_namespaces={"tb-ccc333-e0"},
+                  run_registry=registry | {"ccc333 -> /root/.edgetb/runs/ccc333"})  # fmt: skip
+    after = _inv(
+        network_namespaces={"tb-aaa111-e0", "tb-bbb222-e0", "tb-ddd444-e0"},
+        links={"tbbbb222br", "vnet7 master tbbbb222br"},
+        qdiscs={"qdisc fq_codel 0: dev vnet7 root"},
+        libvirt_domains_networks_pools={"list: tb-bbb222-e0"},
+        processes={"40 1 qemu-system-x86 [project] -name guest=tb-bbb222-e0,debug-threads=on"},
+        cgroups={"/sys/fs/cgroup/cpu/machine.slice/machine-qemu\\x2d3\\x2dtb\\x2dbbb222\\x2de0.scope"},
+        run_registry=registry,
+    )  # fmt: skip
+    assert leaks.difference(before, after) == [
+        "+ network namespaces: tb-aaa111-e0",
+        "+ network namespaces: tb-ddd444-e0",
+    ]
+    assert "- network namespaces: tb-ccc333-e0" in leaks.out_of_scope(before, after)
+    assert "+ qdiscs: qdisc fq_codel 0: dev vnet7 root" in leaks.out_of_scope(before, after)
