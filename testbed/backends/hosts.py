@@ -360,6 +360,12 @@ class HostsBackend(remote.RemoteBackend):
         self.state.save()
         for host in self.hosts.values():
             self.ssh.wait(host, SSH_TIMEOUT_S)
+        if self.state.cassandra is not None:
+            # before anything is copied or installed: where another run's Cassandra (or
+            # anything else) holds a node's ports, refused with nothing of this run on
+            # the hosts (its provisioning would replace the code that run's hosts use)
+            for edge in self.topology.edges:
+                self.cassandra_node(edge).check_ports(self.exec_argv, without_ss_ok=True)
         from .libvirt import provision_extravars
 
         archive = provision.project_archive(self.ansible_dir / "project.tar.gz")

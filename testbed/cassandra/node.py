@@ -109,11 +109,17 @@ def terminate(pid: int, marker: str | None = None, timeout_s: float = 5.0) -> No
             time.sleep(0.02)
 
 
-def listening_ports(exec_argv: ExecArgv, host: str) -> set[tuple[str, int]]:
-    """(address, port) pairs listening on TCP inside ``host``."""
+def listening_ports(
+    exec_argv: ExecArgv, host: str, *, without_ss_ok: bool = False
+) -> set[tuple[str, int]]:
+    """(address, port) pairs listening on TCP inside ``host``; ``without_ss_ok``: none
+    found when the host has no ``ss`` yet (a bare host, before provisioning installs it)."""
     from ..runner import run
 
-    out = run(exec_argv(host, ["ss", "-Htln"])).stdout
+    argv = ["ss", "-Htln"]
+    if without_ss_ok:
+        argv = ["sh", "-c", "command -v ss >/dev/null || exit 0; exec ss -Htln"]
+    out = run(exec_argv(host, argv)).stdout
     found = set()
     for line in out.splitlines():
         fields = line.split()  # State Recv-Q Send-Q Local:Port Peer:Port
@@ -175,14 +181,14 @@ class CassandraNode:
             config.rackdc_properties(self.host)
         )
 
-    def check_ports(self, exec_argv: ExecArgv) -> None:
+    def check_ports(self, exec_argv: ExecArgv, *, without_ss_ok: bool = False) -> None:
         """Raise PortInUseError if a port this node needs is already bound in its host."""
         wanted = {
             (self.host.address, config.STORAGE_PORT),
             (self.host.address, config.CQL_PORT),
             ("127.0.0.1", config.JMX_PORT),
         }
-        for addr, port in listening_ports(exec_argv, self.name):
+        for addr, port in listening_ports(exec_argv, self.name, without_ss_ok=without_ss_ok):
             for want_addr, want_port in wanted:
                 if port == want_port and addr in (want_addr, "0.0.0.0", "*", "::"):
                     raise PortInUseError(

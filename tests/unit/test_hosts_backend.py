@@ -273,3 +273,30 @@ def test_the_inventorys_sites_must_be_the_topologys(key):
         with pytest.raises(ConfigError, match=message) as err:
             hosts.check_sites(topo, inventory)
         assert "\n" not in str(err.value)
+
+
+def test_ports_another_run_holds_are_refused_before_anything_is_copied(backend, monkeypatch):
+    """A second controller's run on hosts whose Cassandra ports a first run holds: refused
+    naming the port before provisioning, which would replace the project's code that the
+    first run's hosts use; the run never touched the hosts, so its down undoes nothing."""
+    import subprocess
+
+    from testbed import runner
+    from testbed.errors import PortInUseError
+
+    backend.state.cassandra = {"heap_mb": 256}  # this run starts Cassandra
+    monkeypatch.setattr(type(backend), "trust_host_keys", lambda self: {})
+    monkeypatch.setattr(SSH, "wait", lambda self, host, timeout_s: None)
+    seen = []
+
+    def fake_run(argv, check=True, timeout=None):
+        seen.append(argv[-1])
+        out = "LISTEN 0 128 10.77.0.11:9042 0.0.0.0:*\n" if "ss -Htln" in argv[-1] else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    with pytest.raises(PortInUseError, match="e0: port 9042 is already in use on 10.77.0.11"):
+        backend.create()
+    assert backend.playbooks == [] and seen  # asked the host, copied nothing
+    rec = backend.state.get(hosts.HostsRecord)
+    assert rec is not None and not rec.touched
