@@ -19,6 +19,7 @@ from testbed import cgroups
 from testbed.backends import backend_options
 from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JvmProfile
+from testbed.cassandra.readiness import Deadlines
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
 from workloads.ycsb import workload_path
@@ -126,6 +127,19 @@ class SweepConfig:
     )
     request_timeout_s: float = knob(
         12.0, "driver request timeout in s", float, flag="--timeout", low=1, high=600
+    )
+    cql_timeout_s: float | None = knob(
+        None,
+        "seconds a node may take to listen for CQL clients (default 180; slow hosts: edge "
+        "boards, emulated VMs; VMs the sweep boots get more by their measured speed anyway)",
+        float,
+        flag="--cql-timeout",
+        metavar="S",
+        shown=f"{Deadlines.cql_s:g}",
+        low=10,
+        high=7200,
+        group="testbed",
+        fingerprint="never",
     )
     baseline_writes: int = knob(200, "writes of the 0 ms baseline", int, flag=None, low=0)
     cluster_warmup: int = knob(500, "unrecorded writes after each bring-up", int, low=0)

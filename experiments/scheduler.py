@@ -27,6 +27,7 @@ from emulation import links, shapers
 from model.rtt import tcp_from_proc
 from testbed import CassandraSettings, Testbed
 from testbed.backends.libvirt import LibvirtRecord
+from testbed.cassandra.readiness import Deadlines
 from testbed.clean import clean
 from testbed.command import stop_signals
 from workloads import WriteWorker
@@ -275,6 +276,7 @@ class Shard:
             backend_options=cfg.backend_options(),
             subnet_pool=cfg.subnet_pool,
             on_registered=registered,
+            deadlines=Deadlines(cql_s=cfg.cql_timeout_s) if cfg.cql_timeout_s else Deadlines(),
         )
         sweep.progress.shard_status(self.name, f"waiting to bring up {nodes} nodes")
         with sweep.gate.hold("setup", stop=sweep.stop, owner=self.name):

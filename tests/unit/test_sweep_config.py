@@ -167,6 +167,11 @@ def test_fingerprint_ignores_output_dir_but_not_the_grid():
     a = from_flags("--nodes", "3", "--out", "/tmp/a")
     assert a.fingerprint() == from_flags("--nodes", "3", "--out", "/tmp/b").fingerprint()
     assert a.fingerprint() != from_flags("--nodes", "3", "--writes", "5").fingerprint()
+    # how long a slow node may take to start is not what is measured: a rerun with more
+    # time resumes the same run
+    slow = from_flags("--nodes", "3", "--cql-timeout", "900")
+    assert slow.cql_timeout_s == 900.0 and a.cql_timeout_s is None
+    assert slow.fingerprint() == a.fingerprint()
 
 
 def test_parse_list_ranges():
