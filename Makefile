@@ -70,10 +70,12 @@ lint: python
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The whole suite: unit tests, then integration tests on real namespaces and Cassandra;
-# the 25 slowest tests are listed at the end, to keep the suite under its time budget.
+# The whole suite: unit tests, then integration tests on real namespaces and Cassandra,
+# with the VM tests in a pytest session of their own beside them (tests/support/suite.py:
+# TCG guests and shaped links each leave cores idle the other uses); each session lists
+# its slowest tests at the end, to keep the suite under its time budget.
 test: install
-	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS) tests/unit tests/integration
+	$(PY) -m tests.support.suite $(PYTEST_ARGS)
 
 unit: python
 	$(PY) -m pytest -ra tests/unit

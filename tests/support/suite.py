@@ -1,0 +1,85 @@
+"""`make test`'s runner: the VM tests in a pytest session of their own, beside the rest.
+
+Under TCG the VM tests are a third of the suite's time, most of it emulated CPU in
+guests that wait on one vCPU each, while the rest of the suite waits on shaped links
+as often as it computes; one after the other the two halves leave cores idle. Side by
+side each session keeps its own ``$EDGETB_HOME``, session tag and leak check (which
+tells the other session's runs from its own through the run registry,
+tests/support/leaks.py), so each passes or fails as it would alone; each is also the
+"other work on the machine" the suite must stand (docs/testing.md).
+
+    python -m tests.support.suite [PYTEST ARGS...]
+
+The VM session's lines are printed as they come, prefixed ``vm| ``; the exit code is
+the first failure's (pytest's 5, "no tests collected", counts as success for a session
+the arguments left empty). Ctrl-C and SIGTERM reach both sessions, by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VM_TESTS = ["tests/integration/test_4_vms.py", "tests/integration/test_5_vm_sweep.py"]
+REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in VM_TESTS)]
+NO_TESTS = 5  # pytest's exit code when the selection is empty
+
+
+def _pytest(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: a signal to it reaches its children
+    )
+
+
+def _relay(proc: subprocess.Popen, prefix: str) -> None:
+    assert proc.stdout is not None  # PIPE
+    for line in iter(proc.stdout.readline, b""):
+        sys.stdout.buffer.write(prefix.encode() + line)
+        sys.stdout.buffer.flush()
+
+
+def main(argv: list[str]) -> int:
+    common = ["-ra", *argv]
+    env = dict(os.environ)
+    # each session a home and a tag of its own (tests/conftest.py makes them): a home
+    # given by the caller goes to the main session only
+    env.pop("EDGETB_TEST_SESSION", None)
+    vm_env = {k: v for k, v in env.items() if k != "EDGETB_HOME"}
+    vm = _pytest([*common, "--durations=10", *VM_TESTS], vm_env)
+    rest = _pytest([*common, "--durations=25", *REST], env)
+    relays = [
+        threading.Thread(target=_relay, args=(rest, ""), daemon=True),
+        threading.Thread(target=_relay, args=(vm, "vm| "), daemon=True),
+    ]
+    for t in relays:
+        t.start()
+
+    def forward(signum, _frame):
+        for proc in (vm, rest):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    codes = {"vm": vm.wait(), "rest": rest.wait()}
+    for t in relays:
+        t.join()
+    print(f"suite: VM session exit {codes['vm']}, main session exit {codes['rest']}")
+    failed = [c for c in (codes["rest"], codes["vm"]) if c not in (0, NO_TESTS)]
+    if failed:
+        return failed[0]
+    return NO_TESTS if all(c == NO_TESTS for c in codes.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
