@@ -128,19 +128,11 @@ class SweepConfig:
     request_timeout_s: float = knob(
         12.0, "driver request timeout in s", float, flag="--timeout", low=1, high=600
     )
-    cql_timeout_s: float | None = knob(
-        None,
-        "seconds a node may take to listen for CQL clients (default 180; slow hosts: edge "
-        "boards, emulated VMs; VMs the sweep boots get more by their measured speed anyway)",
-        float,
-        flag="--cql-timeout",
-        metavar="S",
-        shown=f"{Deadlines.cql_s:g}",
-        low=10,
-        high=7200,
-        group="testbed",
-        fingerprint="never",
-    )
+    cql_timeout_s: float | None = knob(  # slow hosts: edge boards, emulated VMs
+        None, "seconds a node may take to listen for CQL clients (VMs the sweep boots get "
+        "more by their measured speed)", float, flag="--cql-timeout", metavar="S",
+        shown=f"{Deadlines.cql_s:g}", low=10, high=7200, group="testbed", fingerprint="never",
+    )  # fmt: skip
     baseline_writes: int = knob(200, "writes of the 0 ms baseline", int, flag=None, low=0)
     cluster_warmup: int = knob(500, "unrecorded writes after each bring-up", int, low=0)
     name: str = knob("custom", "the sweep's name", str, flag=None, fingerprint="never")

@@ -25,11 +25,16 @@ from testbed.errors import ConfigError
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
-# the model's median error a test accepts: half the smallest wrong round-trip count's
-MODEL_TOLERANCE = 0.12
-
 NODES = 3
 LATENCY = 20.0
+# How far the model's prediction may be from the measurement, in ms: half a round trip
+# of 2L at the 20 ms cells (a round trip more or fewer moves every write by 2L). Not a
+# share of the measurement: the prediction starts from the 0 ms cell's service time,
+# measured minutes before the 20 ms cell, and CPU taken by other work on the machine in
+# between (the VM tests beside this session, a CPU hog) moved it by 8 ms (10 %) in CI.
+# The model's precision on a quiet machine (within 5 %) is the fidelity benchmark's
+# figure (docs/measured.md), not this test's.
+MODEL_TOLERANCE_MS = LATENCY
 # A write that lost a packet waits for TCP's retransmission timer (>= 200 ms on Linux):
 # far above any write that did not (<= ~4 round trips of 2L = 160 ms here).
 RETRANSMITTED_MS = 2 * LATENCY * 2 + 150
@@ -182,13 +187,12 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     """`python -m analysis.model` as a user runs it: the prediction at 20 ms (from the
     0 ms cells and the configured links, nothing fitted) agrees with the measurement.
 
-    Tolerance: the median within 12 %, half the smallest error a wrong round-trip count
-    gives (25-50 %). Quiet runs agree within 5 % (docs/measured.md), but the prediction
-    comes from the 0 ms cell, measured before the 20 ms one: what a loaded machine adds
-    to the service time between the two is not the model's (5.4 % with a CPU hog beside
-    the 5-node test).
+    Tolerance: the median within half a round trip (``MODEL_TOLERANCE_MS``), half the
+    error of a wrong round-trip count. Quiet runs agree within 5 % (docs/measured.md),
+    but the prediction comes from the 0 ms cell, measured before the 20 ms one: what a
+    loaded machine adds to the service time between the two is not the model's.
     The mean is checked in its two parts, as the model builds it: the writes no loss
-    touched (their mean within 10 %), and how many waited for a retransmission, which
+    touched (their mean within the same bound), and how many waited for a retransmission, which
     must be a plausible draw from the predicted probability (binomial test, p >= 0.001).
     The mean itself is not: at 50 writes and 0.5 % loss, 3 writes instead of the
     expected 0.8 that waited for TCP's 250 ms timer (a 4 % chance per cell; CI met it)
@@ -198,11 +202,12 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     at_20 = [c for c in data["cells"] if c["latency_ms"] == LATENCY]
     assert sorted(c["rf"] for c in at_20) == [1, 2, 3]
     for c in at_20:
-        assert abs(c["error_median"]) <= MODEL_TOLERANCE, c
+        error = c["measured_median_ms"] - c["predicted_median_ms"]
+        assert abs(error) <= MODEL_TOLERANCE_MS, c
         hit_m, hit_p = c["measured_hit_fraction"], c["predicted_hit_fraction"]
         body_m = c["measured_body_ms"] / (1 - hit_m)  # the mean of the untouched writes
         body_p = c["predicted_body_ms"] / (1 - hit_p)
-        assert abs(body_p - body_m) <= 0.10 * body_m, (body_p, body_m, c)
+        assert abs(body_p - body_m) <= MODEL_TOLERANCE_MS, (body_p, body_m, c)
         hits = round(hit_m * c["n"])
         assert binomtest(hits, c["n"], hit_p).pvalue >= 0.001, (hits, hit_p, c)
     (group,) = data["groups"]
@@ -342,7 +347,7 @@ def test_five_nodes_on_the_paper_profile_are_what_the_model_predicts(tmp_path):
     """The seed paper's own shape at its largest: 5 edge nodes on the paper's link profile
     (edge links of L with the loss, a fixed delay towards the endpoint), RF 3 at
     LOCAL_QUORUM. The 20 ms cell's median write is predicted from the 0 ms cell and the
-    configured links, nothing fitted: within 5 % (a round trip more or less is 25 %)."""
+    configured links, nothing fitted: within half a round trip (quiet runs: within 5 %)."""
     out = tmp_path / "results"
     proc = sweep(
         *("--nodes", "5", "--rf", "3", "--latency", "0,20", "--loss", "0.5"),
@@ -361,4 +366,5 @@ def test_five_nodes_on_the_paper_profile_are_what_the_model_predicts(tmp_path):
             assert cluster["nodes"] == 5
             assert_no_residue(cluster["testbed_run"])
     (at_20,) = [c for c in model_json(out)["cells"] if c["latency_ms"] == 20]
-    assert at_20["rf"] == 3 and abs(at_20["error_median"]) <= MODEL_TOLERANCE, at_20
+    error = at_20["measured_median_ms"] - at_20["predicted_median_ms"]
+    assert at_20["rf"] == 3 and abs(error) <= MODEL_TOLERANCE_MS, at_20

@@ -24,7 +24,7 @@ class FakeProgress:
         self.notes.append(message)
         if self.slow:
             self.printing.set()
-            assert self.printed.wait(10), "the note was never let through"
+            assert self.printed.wait(120), "the note was never let through"
 
     def shard_status(self, shard: str, text: str) -> None:
         pass
