@@ -67,7 +67,10 @@ def main(argv: list[str]) -> int:
     def forward(signum, _frame):
         for proc in (vm, rest):
             if proc.poll() is None:
-                os.killpg(proc.pid, signum)
+                try:
+                    os.killpg(proc.pid, signum)
+                except ProcessLookupError:  # ended meanwhile
+                    pass
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
@@ -75,10 +78,16 @@ def main(argv: list[str]) -> int:
     for t in relays:
         t.join()
     print(f"suite: VM session exit {codes['vm']}, main session exit {codes['rest']}")
-    failed = [c for c in (codes["rest"], codes["vm"]) if c not in (0, NO_TESTS)]
+    return combined(codes["rest"], codes["vm"])
+
+
+def combined(*codes: int) -> int:
+    """The suite's exit code from its sessions': the first failure's; "no tests
+    collected" only when no session ran a test."""
+    failed = [c for c in codes if c not in (0, NO_TESTS)]
     if failed:
         return failed[0]
-    return NO_TESTS if all(c == NO_TESTS for c in codes.values()) else 0
+    return NO_TESTS if all(c == NO_TESTS for c in codes) else 0
 
 
 if __name__ == "__main__":
