@@ -70,12 +70,12 @@ lint: python
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The whole suite: unit tests, then integration tests on real namespaces and Cassandra,
-# with the VM tests in a pytest session of their own beside them (tests/support/suite.py:
-# TCG guests and shaped links each leave cores idle the other uses); each session lists
-# its slowest tests at the end, to keep the suite under its time budget.
+# The whole suite: unit tests, then integration tests on real namespaces and Cassandra;
+# the 25 slowest tests are listed at the end, to keep the suite under its time budget.
+# (`python -m tests.support.suite` runs the VM tests beside the rest instead: faster, not
+# yet the default, see docs/testing.md.)
 test: install
-	$(PY) -m tests.support.suite $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS) tests/unit tests/integration
 
 unit: python
 	$(PY) -m pytest -ra tests/unit

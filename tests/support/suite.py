@@ -1,12 +1,14 @@
-"""`make test`'s runner: the VM tests in a pytest session of their own, beside the rest.
+"""The suite with the VM tests in a pytest session of their own, beside the rest (not yet
+`make test`'s way: two deadlines do not scale with the guests' speed, docs/testing.md).
 
 Under TCG the VM tests are a third of the suite's time, most of it emulated CPU in
 guests that wait on one vCPU each, while the rest of the suite waits on shaped links
 as often as it computes; one after the other the two halves leave cores idle. Side by
 side each session keeps its own ``$EDGETB_HOME``, session tag and leak check (which
 tells the other session's runs from its own through the run registry,
-tests/support/leaks.py), so each passes or fails as it would alone; each is also the
-"other work on the machine" the suite must stand (docs/testing.md).
+tests/support/leaks.py), so neither's leak check fails on the other's runs; each is
+also the "other work on the machine" the suite must stand, and the VM tests do not yet
+(their guests run ~3x slower beside the rest).
 
     python -m tests.support.suite [PYTEST ARGS...]
 
