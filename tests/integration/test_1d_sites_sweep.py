@@ -101,20 +101,26 @@ def test_local_quorum_stays_local_and_the_others_pay_one_wan_round_trip(swept):
     for level in ("EACH_QUORUM", "QUORUM"):
         rtts = by[level]
         assert min(rtts[WAN_MS]) >= floor - 0.05, (level, min(rtts[WAN_MS]))
-        # one WAN round trip above LOCAL_QUORUM of the same setting, not two
+        # one WAN round trip above LOCAL_QUORUM of the same setting, not two: told apart
+        # half-way (CPU taken by other work on the machine moved a median 10 ms past one
+        # round trip and its tolerance in CI; a second round trip adds 100)
         rise = statistics.median(rtts[WAN_MS]) - statistics.median(local[WAN_MS])
-        assert rise <= 2 * WAN_MS + rtt_tolerance_ms(2 * WAN_MS), (level, rise)
+        assert rise < 3 * WAN_MS, (level, rise)
 
 
-def test_the_model_predicts_the_wan_levels_within_ten_percent_and_the_report_shows_them(
+def test_the_model_predicts_the_wan_levels_within_half_a_round_trip_and_the_report_shows_them(
     swept,
 ):
+    """The model's mean for the levels that cross the WAN, within half a WAN round trip
+    (a round trip more or fewer moves it by 100 ms). Not a share of the measurement: the
+    prediction starts from the unshaped cell's service time, measured minutes earlier,
+    and other work on the machine moved it by 22 % in CI; quiet runs agree within 10 %."""
     out, _, _, _ = swept
     model = json.loads((out / "analysis" / "levels_model.json").read_text())
     rows = {(r["cl"], r["latency_ms"]): r for r in model["cells"]}
     for level in ("EACH_QUORUM", "QUORUM"):
         r = rows[(level, WAN_MS)]
-        assert abs(r["error_mean"]) <= 0.10, r
+        assert abs(r["predicted_mean_ms"] - r["measured_mean_ms"]) <= WAN_MS, r
     # LOCAL_QUORUM: predicted from its unshaped cell, measured minutes later: the model
     # adds no WAN round trip (100 ms) to it; how close it comes beyond that depends on
     # the machine's load between the two cells, which a test cannot hold still
