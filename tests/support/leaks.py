@@ -286,6 +286,12 @@ def of_others(line: str, runs: set[str]) -> bool:
     return bool(named) and named <= runs
 
 
+def _with_bridges(line: str, taps: dict[str, str]) -> str:
+    """``line`` with the bridge of every tap it names appended (the run is the bridge's)."""
+    named = [b for tap, b in taps.items() if re.search(rf"\b{re.escape(tap)}\b", line)]
+    return " ".join([line, *named])
+
+
 def _split(before: Inventory, after: Inventory) -> tuple[list[str], list[str]]:
     """(the differences in scope, the others), one line each: what ``after`` has that
     ``before`` had not (``+``) and, but for processes, what it lost (``-``). Objects of
@@ -307,10 +313,9 @@ def _split(before: Inventory, after: Inventory) -> tuple[list[str], list[str]]:
         if kind != "processes":
             changes += [("-", line) for line in sorted(old - new)]
         for sign, line in changes:
-            bridges = " ".join(
-                b for tap, b in taps.items() if re.search(rf"\b{re.escape(tap)}\b", line)
-            )
-            if ours(kind, line, links, home) and not of_others(f"{line} {bridges}", theirs):
+            if ours(kind, line, links, home) and not (
+                theirs and of_others(_with_bridges(line, taps), theirs)
+            ):
                 mine.append(f"{sign} {kind}: {line}")
             elif kind != "processes":  # other processes: the machine's comings and goings
                 other.append(f"{sign} {kind}: {line}")
