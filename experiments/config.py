@@ -129,8 +129,9 @@ class SweepConfig:
         12.0, "driver request timeout in s", float, flag="--timeout", low=1, high=600
     )
     cql_timeout_s: float | None = knob(  # slow hosts: edge boards, emulated VMs
-        None, "seconds a node may take to listen for CQL clients (VMs the sweep boots get "
-        "more by their measured speed)", float, flag="--cql-timeout", metavar="S",
+        None, "seconds a node may take to listen for CQL clients, the other stages of its "
+        "start as many times theirs (VMs the sweep boots get more by their measured speed)",
+        float, flag="--cql-timeout", metavar="S",
         shown=f"{Deadlines.cql_s:g}", low=10, high=7200, group="testbed", fingerprint="never",
     )  # fmt: skip
     baseline_writes: int = knob(200, "writes of the 0 ms baseline", int, flag=None, low=0)

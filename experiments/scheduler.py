@@ -276,7 +276,7 @@ class Shard:
             backend_options=cfg.backend_options(),
             subnet_pool=cfg.subnet_pool,
             on_registered=registered,
-            deadlines=Deadlines(cql_s=cfg.cql_timeout_s) if cfg.cql_timeout_s else Deadlines(),
+            deadlines=Deadlines.for_cql(cfg.cql_timeout_s) if cfg.cql_timeout_s else Deadlines(),
         )
         sweep.progress.shard_status(self.name, f"waiting to bring up {nodes} nodes")
         with sweep.gate.hold("setup", stop=sweep.stop, owner=self.name):

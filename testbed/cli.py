@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cql-timeout",
         type=argtypes.number(1, 86400, "s"),
         default=Deadlines.cql_s,
-        help="seconds allowed for nodes to start listening for CQL",
+        help="seconds allowed for nodes to start listening for CQL (a longer time gives "
+        "every other stage of the start as many times its default)",
     )
 
     st_ = sub.add_parser("status", help="hosts, addresses, Cassandra state per node")
@@ -262,7 +263,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         args.backend,
         cassandra=settings,
         java=args.java,
-        deadlines=Deadlines(cql_s=args.cql_timeout),
+        deadlines=Deadlines.for_cql(args.cql_timeout),
         progress=print,
         backend_options=options,
         subnet_pool=args.subnet_pool,

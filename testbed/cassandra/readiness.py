@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from ..errors import NodeError
 from .node import CassandraNode
@@ -33,6 +33,15 @@ class Deadlines:
     def scaled(self, factor: float) -> Deadlines:
         """Every stage's time ``factor`` times longer (guests slower than the reference)."""
         return Deadlines(*(factor * getattr(self, f.name) for f in fields(self)))
+
+    @classmethod
+    def for_cql(cls, cql_s: float) -> Deadlines:
+        """Deadlines for nodes given ``cql_s`` to listen for CQL clients (``--cql-timeout``):
+        a host that much slower to start than the default allows is slower at every stage
+        (a TCG guest beside other work logged its first line after 44 s, past the 30 s
+        default), so each other stage gets the same factor more; never less than its
+        default."""
+        return replace(cls().scaled(max(1.0, cql_s / cls.cql_s)), cql_s=cql_s)
 
 
 @dataclass

@@ -333,3 +333,17 @@ def test_guests_slower_than_the_reference_get_proportionally_longer_deadlines():
     assert guest_slowness({"e0": 3 * ref, "e1": 3 * ref, "ep": 3 * ref}, cores=2) == 2.0
     scaled = Deadlines().scaled(3.0)
     assert scaled.cql_s == 3 * Deadlines().cql_s and scaled.driver_s == 3 * Deadlines().driver_s
+
+
+def test_a_longer_cql_timeout_gives_every_stage_as_many_times_more():
+    """``--cql-timeout`` (hosts of an inventory: nothing is booted to measure them) says
+    how slow the hosts are: the JVM's first log line of a TCG guest beside other work
+    came after 44 s, past the 30 s default, while CQL had its 600 s."""
+    from testbed.cassandra.readiness import Deadlines
+
+    default = Deadlines()
+    slow = Deadlines.for_cql(3 * default.cql_s)
+    assert slow == default.scaled(3.0)
+    assert Deadlines.for_cql(default.cql_s) == default
+    quick = Deadlines.for_cql(60)  # less time for CQL: the other stages keep theirs
+    assert quick.cql_s == 60 and quick.process_s == default.process_s
