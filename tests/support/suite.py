@@ -1,5 +1,5 @@
-"""The suite with the VM tests in a pytest session of their own, beside the rest (not yet
-`make test`'s way: two deadlines do not scale with the guests' speed, docs/testing.md).
+"""`make test`: the suite with the VM tests in a pytest session of their own, beside the
+rest (docs/testing.md).
 
 Under TCG the VM tests are a third of the suite's time, most of it emulated CPU in
 guests that wait on one vCPU each, while the rest of the suite waits on shaped links
@@ -7,10 +7,14 @@ as often as it computes; one after the other the two halves leave cores idle. Si
 side each session keeps its own ``$EDGETB_HOME``, session tag and leak check (which
 tells the other session's runs from its own through the run registry,
 tests/support/leaks.py), so neither's leak check fails on the other's runs; each is
-also the "other work on the machine" the suite must stand, and the VM tests do not yet
-(their guests run ~3x slower beside the rest).
+also the "other work on the machine" the suite must stand (the VM tests' budgets scale
+with their guests' measured speed, ~3x slower beside the rest).
 
     python -m tests.support.suite [PYTEST ARGS...]
+
+Arguments that name tests (``tests/unit``, ``tests/integration/test_2_emulation.py::x``)
+run those in one session, as pytest would; any other arguments (``-k``, ``-x``) go to
+both sessions.
 
 The VM session's lines are printed as they come, prefixed ``vm| ``; the exit code is
 the first failure's (pytest's 5, "no tests collected", counts as success for a session
@@ -30,6 +34,20 @@ ROOT = Path(__file__).resolve().parents[2]
 VM_TESTS = ["tests/integration/test_4_vms.py", "tests/integration/test_5_vm_sweep.py"]
 REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in VM_TESTS)]
 NO_TESTS = 5  # pytest's exit code when the selection is empty
+# pytest options whose value is the next argument (``-k tests`` names no path)
+_VALUED = set(
+    "-k -m -p -c -o -W --deselect --ignore --ignore-glob --rootdir --basetemp --durations "
+    "--maxfail --junitxml --confcutdir".split()
+)
+
+
+def named_tests(argv: list[str]) -> list[str]:
+    """The arguments of ``argv`` that name test files, directories or test ids."""
+    return [
+        arg
+        for prev, arg in zip(["", *argv], argv, strict=False)
+        if prev not in _VALUED and not arg.startswith("-") and (ROOT / arg.split("::")[0]).exists()
+    ]
 
 
 def _pytest(args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -51,6 +69,9 @@ def _relay(proc: subprocess.Popen, prefix: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if named_tests(argv):  # the caller chose the tests: one session, as pytest would
+        return subprocess.call([sys.executable, "-m", "pytest", "-ra", "--durations=25", *argv],
+                               cwd=ROOT)  # fmt: skip
     common = ["-ra", *argv]
     env = dict(os.environ)
     # each session a home and a tag of its own (tests/conftest.py makes them): a home

@@ -17,3 +17,12 @@ def test_the_vm_tests_run_in_their_session_only():
     for path in suite.VM_TESTS:
         assert (suite.ROOT / path).is_file(), path  # a renamed module is not lost
         assert f"--ignore={path}" in suite.REST
+
+
+def test_arguments_that_name_tests_run_those_alone_and_options_go_to_both_sessions():
+    assert suite.named_tests(["-x", "-k", "ownership"]) == []
+    assert suite.named_tests(["-k", "tests"]) == []  # an expression, though a directory
+    assert suite.named_tests(["tests/unit", "-x"]) == ["tests/unit"]
+    named = "tests/unit/test_suite_runner.py::test_the_vm_tests_run_in_their_session_only"
+    assert suite.named_tests(["-q", named]) == [named]
+    assert suite.named_tests(["tests/no_such_file.py"]) == []  # pytest's own error then
