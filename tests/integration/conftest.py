@@ -140,6 +140,15 @@ def vm_budget(seconds: float) -> float:
     return seconds * GUESTS.get("factor", 1.0)
 
 
+def guest_rtt_ok(rtt_ms: float, expected_rtt_ms: float, slack_ms: float = 0.0) -> bool:
+    """Whether a round trip shaped by netem inside the guests is the one asked for: not
+    early by more than ``rtt_tolerance_ms`` (+ ``slack_ms``), late by at most that scaled
+    with the guests' measured slowness (netem's timers in a TCG guest fire late as the
+    guest runs slower: +10.9 ms on a 40 ms round trip beside the other test session)."""
+    tolerance = rtt_tolerance_ms(expected_rtt_ms) + slack_ms
+    return -tolerance <= rtt_ms - expected_rtt_ms <= vm_budget(tolerance)
+
+
 def over_budget(argv: list[str], timeout: float) -> str:
     """The one line a command that ran past its budget fails with."""
     speed = (
@@ -204,6 +213,13 @@ def run_id_in(output: str) -> str:
     match = re.search(r"\brun ([0-9a-f]{6})\b", output)
     assert match, output[-2000:]
     return match.group(1)
+
+
+def refused_for_its_certificate(error: str) -> bool:
+    """Whether a TLS client without a certificate was refused by the handshake: the
+    alert says why, or, when the node closes before the client reads the alert (seen in
+    CI beside other work, on a node's CQL port), the connection ends mid-protocol."""
+    return "CERTIFICATE_REQUIRED" in error or "EOF occurred in violation of protocol" in error
 
 
 def rtt_tolerance_ms(expected_rtt_ms: float) -> float:

@@ -11,7 +11,13 @@ import re
 import sys
 import time
 
-from .conftest import assert_no_residue, edgetb, run_cli, run_id_in
+from .conftest import (
+    assert_no_residue,
+    edgetb,
+    refused_for_its_certificate,
+    run_cli,
+    run_id_in,
+)
 
 
 def states_from(tb_name: str, via: str) -> dict[str, str]:
@@ -61,7 +67,12 @@ def tls_refuses_strangers(name: str, addresses: dict[str, str]) -> None:
     assert answers.returncode == 0, answers.stderr
     found = json.loads(answers.stdout)
     assert set(found) == {"cql", "internode", "internode as the client"}, found
-    assert "CERTIFICATE_REQUIRED" in found["cql"] and "CERTIFICATE_REQUIRED" in found["internode"]
+    # refused during the handshake: the alert says why, or, when the node closes before
+    # the alert is read (seen once in CI beside other work, on the CQL port), the client
+    # sees the connection end mid-handshake; never a byte of CQL
+    for port in ("cql", "internode"):
+        assert found[port].startswith("refused"), (port, found)
+        assert refused_for_its_certificate(found[port]), (port, found)
     # the client's certificate is of the clients' CA, which the internode port does not trust
     assert found["internode as the client"].startswith("refused"), found
 
