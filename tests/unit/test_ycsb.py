@@ -246,3 +246,38 @@ def test_the_open_loops_intended_raw_rows_are_not_operations(tmp_path):
         ("READ", 1700000000000, 812),
         ("UPDATE", 1700000000002, 1500),
     ]
+
+
+def test_a_phase_that_did_fewer_operations_than_asked_is_an_error(tmp_path):
+    """YCSB drops a client thread whose binding fails to start (a stack trace, exit 0)
+    and the others finish their share: CI saw a load of 200 records report 100, error
+    free. The shortfall is an error naming the thread's failure, not a result."""
+    tb = SimpleNamespace(
+        backend=SimpleNamespace(remote=False, tool_java=lambda java: java),
+        java=SimpleNamespace(path="/java"),
+        run_id="ab",
+    )
+    runner = ycsb_client.Ycsb(tb, dist=ycsb.dist.YcsbDist(Path("/d"), {}))  # type: ignore[arg-type]
+    rows = [
+        {"metric": "HdrINSERT", "measurement": "Operations", "value": 100},
+        {"metric": "HdrINSERT", "measurement": "Return=OK", "value": 100},
+    ]
+    (tmp_path / "load.json").write_text(__import__("json").dumps(rows))
+    (tmp_path / "load-hdr").mkdir()
+    (tmp_path / "load.log").write_text(
+        "site.ycsb.DBException: cannot prepare the workload's statements: "
+        "DriverTimeoutException: Query timed out after PT12S\n\tat edgetb.ycsb.CqlClient\n"
+    )
+    seen = {"operations": 100, "errors": {}, "window": {}}
+    spec = ycsb.Spec("a", records=200, operations=300)
+    with pytest.raises(ycsb.YcsbError, match="load did 100 of 200 operations .*Query timed out"):
+        runner._result("load", spec, tmp_path, seen)
+    rows[0]["value"] = rows[1]["value"] = 200  # all of them: a result
+    (tmp_path / "load.json").write_text(__import__("json").dumps(rows))
+    assert runner._result("load", spec, tmp_path, seen).ops["INSERT"]["count"] == 200
+    # a run given a duration stops when it is over: fewer operations are not a shortfall
+    timed = ycsb.Spec("a", records=200, operations=300, duration_s=5)
+    assert runner._result("load", timed, tmp_path, seen).ops["INSERT"]["count"] == 200
+    # workload F: a read-modify-write is also counted as a READ and an UPDATE
+    f_ops = {"READ": {"count": 10}, "UPDATE": {"count": 4}, "READ-MODIFY-WRITE": {"count": 4}}
+    assert ycsb_client.operations_done(f_ops) == 10

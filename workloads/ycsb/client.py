@@ -203,6 +203,18 @@ class Ycsb:
         operations = seen["operations"]
         if not operations or not ops:  # e.g. every client thread failed to connect
             raise YcsbError(f"YCSB {phase} ran no operation: {_tail(log_path)}")
+        props = spec.properties()
+        asked = _number(props, "recordcount" if phase == "load" else "operationcount")
+        done = operations_done(ops)
+        if "maxexecutiontime" not in props and done < asked:
+            # YCSB drops a client thread whose DB init failed (a stack trace, exit 0)
+            # and the others finish their share: a silent shortfall, never a result
+            why = next((ln for ln in _tail(log_path, 400).splitlines() if "DBException" in ln), "")
+            raise YcsbError(
+                f"YCSB {phase} did {done} of {asked} operations"
+                + (f" (a client thread could not start: {why.strip()})" if why else "")
+                + f": {_tail(log_path)}"
+            )
         raw = spec.raw and phase == "run"
         if raw and not (out / f"{phase}-raw.csv").is_file():
             raise YcsbError(f"YCSB {phase} wrote no raw measurements: {_tail(log_path)}")
@@ -300,6 +312,13 @@ class Ycsb:
                     if progress is not None:
                         progress(int(m.group(2)), total, 0.0 if rate == "NaN" else float(rate))
         return seen
+
+
+def operations_done(ops: dict[str, dict[str, Any]]) -> int:
+    """The operations a phase did, from its per-operation counts: workload F's
+    read-modify-writes are also counted as a READ and an UPDATE each."""
+    rmw = ops.get("READ-MODIFY-WRITE", {}).get("count", 0)
+    return sum(d.get("count", 0) for op, d in ops.items() if op != "READ-MODIFY-WRITE") - rmw
 
 
 def read_raw(path: Path):

@@ -83,10 +83,35 @@ public class CqlClient extends DB {
     }
     synchronized (LOCK) {
       if (session == null) {
-        session = connect(p);
-        prepareAll(p);
+        startSession(p);
       }
       users++;
+    }
+  }
+
+  /**
+   * The shared session, its statements prepared. A failure closes it (the next thread
+   * starts anew rather than using a session without them): YCSB drops a thread whose
+   * init fails and lets the others run, so a slow node's first answers (a cold JVM in
+   * an emulated guest took over the request timeout to prepare) get two more attempts.
+   */
+  private static void startSession(Properties p) throws DBException {
+    for (int attempt = 1; ; attempt++) {
+      try {
+        session = connect(p);
+        prepareAll(p);
+        return;
+      } catch (DBException e) {
+        if (session != null) {
+          session.close();
+          session = null;
+        }
+        PREPARED.clear();
+        if (attempt == 3) {
+          throw e;
+        }
+        System.err.println("edgetb: attempt " + attempt + " to start the session failed: " + e);
+      }
     }
   }
 
