@@ -80,29 +80,43 @@ def test_port_already_in_use_is_a_clear_error():
 
 
 def test_sigkilled_up_is_removed_by_clean():
-    before = set(tagged_processes())
+    # the run is the one that appears in this session's home: another session's runs
+    # (the VM tests beside this one) start tagged processes meanwhile too
+    runs = home() / "runs"
+    before = set(os.listdir(runs)) if runs.is_dir() else set()
     up = subprocess.Popen(
         [sys.executable, "-m", "testbed", "up", "--nodes", "3"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 90
-    while len(mine := {p: r for p, r in tagged_processes().items() if p not in before}) < 3:
-        assert up.poll() is None, "up ended before it could be killed"
-        assert time.monotonic() < deadline, "no Cassandra JVM appeared"
-        time.sleep(0.1)
-    os.kill(up.pid, signal.SIGKILL)
-    up.wait()
-    (run_id,) = set(mine.values())
-    left = residue(run_id)
-    assert len(left["namespaces"]) == 5 and len(left["processes"]) == 3, left
-    # the killed `up` owned it and never detached it: a crashed run's leftover, which a
-    # machine-wide `clean` may remove too; the test names it (and only it)
-    proc = run_cli("clean", run=run_id)
-    assert proc.returncode == 0, proc.stderr
-    assert_no_residue(run_id)
-    assert run_cli("clean", run=run_id).stdout.strip() == "nothing to clean"
+
+    def new_runs() -> set[str]:
+        return set(os.listdir(runs)) - before if runs.is_dir() else set()
+
+    try:
+        deadline = time.monotonic() + 90
+        while len(mine := {p: r for p, r in tagged_processes().items() if r in new_runs()}) < 3:
+            assert up.poll() is None, "up ended before it could be killed"
+            assert time.monotonic() < deadline, "no Cassandra JVM appeared"
+            time.sleep(0.1)
+        os.kill(up.pid, signal.SIGKILL)
+        up.wait()
+        (run_id,) = set(mine.values())
+        left = residue(run_id)
+        assert len(left["namespaces"]) == 5 and len(left["processes"]) == 3, left
+        # the killed `up` owned it and never detached it: a crashed run's leftover, which
+        # a machine-wide `clean` may remove too; the test names it (and only it)
+        proc = run_cli("clean", run=run_id)
+        assert proc.returncode == 0, proc.stderr
+        assert_no_residue(run_id)
+        assert run_cli("clean", run=run_id).stdout.strip() == "nothing to clean"
+    finally:  # a failure above leaves nothing of the run either
+        if up.poll() is None:
+            os.kill(up.pid, signal.SIGKILL)
+            up.wait()
+        for run_id in new_runs():
+            run_cli("clean", run=run_id)
 
 
 def test_gateway_left_by_a_killed_emulation_command_is_removed_by_clean():
