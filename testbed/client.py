@@ -176,6 +176,21 @@ def auth_setup(
                 time.sleep(1.0)
         raise ClientError(f"{what} within {timeout_s:.0f} s: {last}")
 
+    def execute(session, cql: str) -> None:
+        """``cql`` (idempotent: IF [NOT] EXISTS, a replication set again) until it is
+        done or the deadline: a replica in a slow guest may miss the server's own write
+        timeout (CI: "received only 1 responses" on CREATE ROLE), a later try reaches it."""
+        from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
+
+        while True:
+            try:
+                session.execute(cql)
+                return
+            except (WriteTimeout, ReadTimeout, Unavailable, OperationTimedOut):
+                if time.monotonic() > deadline - 1:
+                    raise
+                time.sleep(1.0)
+
     created = False
     try:
         cluster, session = connect(points, timeout_s, creds)
@@ -183,16 +198,17 @@ def auth_setup(
         admin, admin_session = session_as(default, "no login as the default superuser")
         try:
             if per_dc:  # every node stays a replica: nothing streams
-                admin_session.execute(
-                    f"ALTER KEYSPACE system_auth WITH replication = {replication(per_dc)}"
+                execute(
+                    admin_session,
+                    f"ALTER KEYSPACE system_auth WITH replication = {replication(per_dc)}",
                 )
-            admin_session.execute(auth.create_role_cql(creds))
+            execute(admin_session, auth.create_role_cql(creds))
             created = True
         finally:
             admin.shutdown()
         cluster, session = session_as(creds, f"no login as {creds.username}")
     try:
-        session.execute(auth.DROP_DEFAULT_ROLE_CQL)
+        execute(session, auth.DROP_DEFAULT_ROLE_CQL)
     finally:
         cluster.shutdown()
     pending = list(points)

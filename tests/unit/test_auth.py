@@ -258,6 +258,28 @@ def test_the_schema_changes_get_what_is_left_of_the_stage_not_ten_seconds(fake):
     assert min(fake.request_timeouts) > 300, fake.request_timeouts
 
 
+def test_a_replica_that_misses_the_servers_write_timeout_gets_another_try(fake, monkeypatch):
+    """CI: a replica in a slow guest did not answer CREATE ROLE within the coordinator's
+    write timeout; the statements are idempotent and tried again until the deadline."""
+    from cassandra import WriteTimeout
+
+    from testbed import client
+
+    execute = fake.execute
+    failures: list[str] = []
+
+    def flaky(cql, timeout_s=None):
+        if cql.startswith("CREATE ROLE") and not failures:
+            failures.append(cql)
+            raise WriteTimeout("Operation timed out - received only 1 responses.", write_type=0)
+        execute(cql, timeout_s)
+
+    monkeypatch.setattr(fake, "execute", flaky)
+    creds = auth.generate("ab12cd")
+    assert client.auth_setup(POINTS, 30, creds)["created"] is True
+    assert failures and fake.roles == {"edgetb_ab12cd": creds.password}
+
+
 def test_on_sites_system_auth_is_replicated_per_datacenter_before_the_role_exists(fake):
     from testbed import client
 
