@@ -129,7 +129,7 @@ def _processes() -> set[str]:
         named = bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline)) or any(
             d in cmdline for d in dirs
         )
-        mine = named and not _anothers(proc)
+        mine = named and not _anothers(proc) and not in_another_test_home(cmdline)
         if comm in PROGRAMS or mine:
             mark = OURS_MARK if mine else ""
             out.add(f"{proc.name} {fields[19]} {comm} {mark}{cmdline.strip()[:200]}")
@@ -162,6 +162,18 @@ def _anothers(proc: Path) -> bool:
         ours = os.path.realpath(os.path.expanduser(os.environ.get("EDGETB_HOME", "~/.edgetb")))
         return os.path.realpath(home.decode(errors="replace")) != ours
     return False
+
+
+# the homes tests/conftest.py makes for a test session (tempfile.mkdtemp's prefix)
+TEST_HOME = re.compile(r"(/[^\s:]*/edgetb-tests-[A-Za-z0-9_]+)/")
+
+
+def in_another_test_home(cmdline: str) -> bool:
+    """Whether ``cmdline`` names a path under another test session's home: a process
+    whose environment says nothing (an SSH connection master a worker started with an
+    environment of its own) but that only that session's runs use."""
+    own = os.path.realpath(os.environ.get("EDGETB_HOME", "/nonexistent"))
+    return any(os.path.realpath(m.group(1)) != own for m in TEST_HOME.finditer(cmdline))
 
 
 def _project_dirs() -> list[str]:

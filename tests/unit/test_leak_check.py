@@ -138,3 +138,17 @@ def test_another_sessions_runs_beside_this_one_are_theirs(monkeypatch):
     ]
     assert "- network namespaces: tb-ccc333-e0" in leaks.out_of_scope(before, after)
     assert "+ qdiscs: qdisc fq_codel 0: dev vnet7 root" in leaks.out_of_scope(before, after)
+
+
+def test_a_process_under_another_test_sessions_home_is_that_sessions(monkeypatch, tmp_path):
+    """CI, the sessions side by side: the main session's SSH connection master of a
+    worker (its environment of its own, neither variable) was counted as a leak of the
+    VM session, whose check ended while it was alive."""
+    from tests.support import leaks
+
+    own = tmp_path / "edgetb-tests-own1"
+    monkeypatch.setenv("EDGETB_HOME", str(own))
+    other = "ssh: /tmp/edgetb-tests-iv1y6r4o/workers/458df4f797/edgetb.run=wk-458df4f797:1 [mux]"
+    assert leaks.in_another_test_home(other)
+    assert not leaks.in_another_test_home(f"ssh: {own}/workers/ab/edgetb.run=wk-ab:1 [mux]")
+    assert not leaks.in_another_test_home("java -Dedgetb.run=ab12cd:e0 -cp /root/.cache/x")
