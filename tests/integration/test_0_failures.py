@@ -96,7 +96,11 @@ def test_sigkilled_up_is_removed_by_clean():
 
     try:
         deadline = time.monotonic() + 90
-        while len(mine := {p: r for p, r in tagged_processes().items() if r in new_runs()}) < 3:
+        while True:
+            fresh = new_runs()  # once per look, not once per tagged process
+            mine = {p: r for p, r in tagged_processes().items() if r in fresh}
+            if len(mine) >= 3:
+                break
             assert up.poll() is None, "up ended before it could be killed"
             assert time.monotonic() < deadline, "no Cassandra JVM appeared"
             time.sleep(0.1)
