@@ -5,7 +5,8 @@
 #   install-system.sh [GROUP...]   GROUP: core (default), vms, ycsb, all
 #
 # core: a sweep on namespaces (Cassandra, both shapers); vms: QEMU and libvirt (the VM
-# backend, the netem gateway VM); ycsb: javac for the project's YCSB binding.
+# backend, the netem gateway VM); ycsb: javac for the project's YCSB binding (core has it
+# too: quiet nodes' class).
 set -euo pipefail
 
 core=(
@@ -14,6 +15,7 @@ core=(
   procps
   openjdk-17-jre-headless
   maven               # assembles Cassandra from Maven Central
+  openjdk-17-jdk-headless  # javac: quiet nodes' one rebuilt class, the YCSB binding
   python3 python3-venv python3-pip
   ca-certificates
   # the host shaper (kernels without sch_netem): netfilter queues in the testbed's

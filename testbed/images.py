@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cassandra import dist as dist_mod
+from .cassandra import quiet
 from .cassandra.dist import cache_root
 from .errors import CommandError, ConfigError, StateError
 from .keyed_cache import input_key, publish
@@ -144,6 +145,8 @@ def inputs(dist: dist_mod.CassandraDist, definition: Path = DEFINITION) -> dict:
         "cassandra_jars": hashlib.sha256(
             json.dumps(dist.jars, sort_keys=True).encode()
         ).hexdigest(),
+        # quiet nodes' class, copied with the distribution (testbed.cassandra.quiet)
+        "cassandra_quiet": quiet.describe(dist)["jar_sha256"],
     }
 
 
@@ -249,6 +252,7 @@ def build(*, force: bool = False, progress=print) -> NodeImage:
         if not shutil.which(tool):
             raise ConfigError(f"{tool} is missing: `make vms` installs it")
     dist = dist_mod.install(progress=progress)
+    quiet.install(dist, progress=progress)
     packages = read_packages()
     spec = inputs(dist)
     key = input_key(spec)

@@ -57,3 +57,28 @@ def copy_dependencies(
         ],
         timeout=1800,
     )
+
+
+def copy_artifact(artifact: Artifact, classifier: str, workdir: Path, out: Path) -> Path:
+    """One artifact's ``classifier`` jar (``sources``: its Java sources) into ``out``, alone
+    (no dependencies; checksums checked); its path. Errors as ``copy_dependencies``."""
+    group, name, version = artifact
+    if shutil.which("mvn") is None:
+        raise ConfigError(f"Maven (mvn) is needed to fetch {name}: apt-get install maven")
+    path = workdir / "pom.xml"
+    path.write_text(pom([], "single-artifact"))
+    run(
+        [
+            "mvn",
+            "-B",
+            "-q",
+            "--strict-checksums",
+            "-f",
+            str(path),
+            "dependency:copy",
+            f"-Dartifact={group}:{name}:{version}:jar:{classifier}",
+            f"-DoutputDirectory={out}",
+        ],
+        timeout=1800,
+    )
+    return out / f"{name}-{version}-{classifier}.jar"

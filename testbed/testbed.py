@@ -27,6 +27,7 @@ from . import state as st
 from .backends import Backend, backend_class, make_backend
 from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
+from .cassandra import quiet
 from .cassandra import tls as tls_mod
 from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
@@ -155,6 +156,8 @@ class Testbed:
             check_runs_dir(st.runs_dir(self.base))
         if cassandra is not None:
             self.dist = dist_mod.install(progress=self.progress)
+            if cassandra.build == "quiet":
+                quiet.install(self.dist, progress=self.progress)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -361,7 +364,8 @@ class Testbed:
         """The backend starts the JVMs its way (processes in namespaces, or units on its
         hosts through a playbook) and waits for the readiness stages."""
         assert self.state and self.backend and self.settings and self.dist
-        archive = self.dist.cds_archive(self.java.version) if self.java else None
+        build = self.settings.build
+        archive = self.dist.cds_archive(self.java.version, build) if self.java else None
         use_archive = archive if archive and archive.is_file() and not self.cds_training else None
         dump = None
         if self.cds_training:
@@ -456,15 +460,15 @@ class Testbed:
 
     def _cds_tmp(self) -> Path:
         """Where the training node dumps its archive (renamed into place only when whole)."""
-        assert self.dist and self.java
-        return self.dist.cds_archive(self.java.version).with_suffix(".jsa.tmp")
+        assert self.dist and self.java and self.settings
+        return self.dist.cds_archive(self.java.version, self.settings.build).with_suffix(".jsa.tmp")
 
     def _keep_cds_archive(self) -> None:
-        if not (self.cds_training and self.dist and self.java):
+        if not (self.cds_training and self.dist and self.java and self.settings):
             return
         tmp = self._cds_tmp()
         if tmp.is_file() and tmp.stat().st_size > 0:
-            os.replace(tmp, self.dist.cds_archive(self.java.version))
+            os.replace(tmp, self.dist.cds_archive(self.java.version, self.settings.build))
 
     def driver_probe(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Connect a driver session from the endpoint and wait until it sees every node up."""

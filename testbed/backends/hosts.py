@@ -387,13 +387,14 @@ class HostsBackend(remote.RemoteBackend):
         import tarfile
 
         from ..cassandra import dist as dist_mod
+        from ..cassandra import quiet
 
         dist = dist_mod.load()
         _ = dist.tools_logback  # written on first use; the hosts' nodetool needs it
         path = self.state.run_dir / "ansible" / "cassandra.tar.gz"
         path.parent.mkdir(parents=True, exist_ok=True)
         with tarfile.open(path, "w:gz", compresslevel=1) as tar:
-            for sub in ("lib", "conf"):
+            for sub in ("lib", "conf", quiet.DIR):
                 if (dist.root / sub).is_dir():
                     tar.add(dist.root / sub, arcname=sub)
         return path

@@ -268,6 +268,7 @@ class NetnsBackend:
         launch.progress(
             f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
             f"(heap {launch.settings.heap_mb} MB, jvm profile {launch.settings.jvm_profile}"
+            f"{', quiet nodes' if launch.settings.build == 'quiet' else ''}"
             f"{', class-data sharing' if launch.cds_archive else ''})"
         )
         for i, node in enumerate(nodes.values()):

@@ -151,6 +151,7 @@ class RemoteBackend:
         stages over SSH. Returns the stages' timings."""
         from ..cassandra import auth as auth_mod
         from ..cassandra import config as cfg
+        from ..cassandra import quiet
         from ..cassandra.node import _NO_MLOCK
         from ..cassandra.readiness import wait_for_nodes
 
@@ -166,7 +167,7 @@ class RemoteBackend:
             nodes[host.name] = node
             jvm = cfg.jvm_args(
                 settings=launch.settings,
-                classpath=launch.dist.classpath,
+                classpath=quiet.classpath(launch.dist, launch.settings.build),
                 node_dir=node.node_dir,
                 run_id=state.run_id,
                 host=host.name,
@@ -187,7 +188,8 @@ class RemoteBackend:
             }
         launch.progress(
             f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
-            f"({self.name}, heap {launch.settings.heap_mb} MB)"
+            f"({self.name}, heap {launch.settings.heap_mb} MB"
+            f"{', quiet nodes' if launch.settings.build == 'quiet' else ''})"
         )
         endpoint_files = [launch.credentials] if launch.credentials is not None else []
         if launch.tls_dir is not None:

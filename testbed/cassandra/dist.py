@@ -24,6 +24,15 @@ log = logging.getLogger(__name__)
 
 CASSANDRA_VERSION = "5.0.6"
 MANIFEST = "manifest.json"
+# nodetool and other tools: warnings only, on stderr, so stdout stays parseable.
+LOGBACK_TOOLS_XML = """<configuration scan="false">
+  <appender name="STDERR" class="ch.qos.logback.core.ConsoleAppender">
+    <target>System.err</target>
+    <encoder><pattern>%-5level %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="STDERR" /></root>
+</configuration>
+"""
 
 
 def cache_root() -> Path:
@@ -53,17 +62,17 @@ class CassandraDist:
     @property
     def tools_logback(self) -> Path:
         """Logging config for nodetool (written on first use; warnings to stderr only)."""
-        from .config import LOGBACK_TOOLS_XML
-
         path = self.root / "conf" / "logback-tools.xml"
         if not path.is_file():
             path.parent.mkdir(exist_ok=True)
             path.write_text(LOGBACK_TOOLS_XML)
         return path
 
-    def cds_archive(self, java_version: str) -> Path:
-        """Path of the class-data-sharing archive for this dist and Java version."""
-        return self.root / "cds" / f"cassandra-java{java_version}.jsa"
+    def cds_archive(self, java_version: str, build: str = "stock") -> Path:
+        """Path of the class-data-sharing archive for this dist, Java version and build
+        (``testbed.cassandra.quiet``: an archive holds only its own classpath's classes)."""
+        suffix = "" if build == "stock" else f"-{build}"
+        return self.root / "cds" / f"cassandra-java{java_version}{suffix}.jsa"
 
     def verify(self, *, full: bool = False) -> None:
         """Check every jar is present with its recorded size (``full``: its sha256 too).

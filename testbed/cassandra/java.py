@@ -58,3 +58,15 @@ def find_java(explicit: str | None = None) -> Java:
             f"(install openjdk-17-jre-headless or pass --java)"
         )
     return Java(candidate, major, match.group(0).split('"')[1])
+
+
+def find_javac(purpose: str) -> str:
+    """javac of the JDK next to the java in use ($JAVA_HOME, else PATH); ConfigError saying
+    what needs it (``purpose``) and which package has it."""
+    home = os.environ.get("JAVA_HOME")
+    candidate = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
+    if not candidate or not os.access(candidate, os.X_OK):
+        raise ConfigError(
+            f"javac is needed to build {purpose}: apt-get install openjdk-17-jdk-headless"
+        )
+    return candidate

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ..errors import ConfigError, NodeError, PortInUseError
 from ..topology import Host, Topology
-from . import config
+from . import config, quiet
 from .config import CassandraSettings
 from .dist import CassandraDist
 from .java import Java
@@ -210,7 +210,7 @@ class CassandraNode:
         (self.node_dir / "tmp").mkdir(exist_ok=True)  # a node dir of an older version lacks it
         args = config.jvm_args(
             settings=settings,
-            classpath=dist.classpath,
+            classpath=quiet.classpath(dist, settings.build),
             node_dir=self.node_dir,
             run_id=self.run_id,
             host=self.name,

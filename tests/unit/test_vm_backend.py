@@ -158,6 +158,8 @@ def test_image_definition_reads_and_is_keyed_on_its_files(tmp_path, monkeypatch)
 
     versions = {"linux-image-amd64": "6.1.1", "openjdk-17-jre-headless": "17.0.1"}
     monkeypatch.setattr(images, "_candidate", lambda package: versions[package])
+    quiet_jar = {"jar_sha256": "q1"}
+    monkeypatch.setattr(images.quiet, "describe", lambda dist: quiet_jar)
     definition = tmp_path / "node"
     shutil.copytree(images.DEFINITION, definition)
     cassandra = dist_mod.CassandraDist("5.0.6", tmp_path / "c", "maven", {"a.jar": "aa"})
@@ -179,7 +181,9 @@ def test_image_definition_reads_and_is_keyed_on_its_files(tmp_path, monkeypatch)
     seen.add(key())
     versions["openjdk-17-jre-headless"] = "17.0.1"
     seen.add(key(dist_mod.CassandraDist("5.0.6", tmp_path / "c", "maven", {"a.jar": "bb"})))
-    assert len(seen) == 3 + len(list(definition.iterdir()))
+    quiet_jar["jar_sha256"] = "q2"  # quiet nodes' class is copied into the image too
+    seen.add(key())
+    assert len(seen) == 4 + len(list(definition.iterdir()))
 
 
 def test_guest_wheels_are_the_hosts_pins():

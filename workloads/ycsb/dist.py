@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ from pathlib import Path
 
 from testbed import maven
 from testbed.cassandra.dist import cache_root
-from testbed.errors import CommandError, ConfigError, StateError
+from testbed.cassandra.java import find_javac
+from testbed.errors import CommandError, StateError
 from testbed.runner import run
 
 YCSB_VERSION = "0.17.0"
@@ -92,17 +92,6 @@ def load(root: Path | None = None) -> YcsbDist:
     return dist
 
 
-def find_javac() -> str:
-    """javac of the JDK next to the java in use ($JAVA_HOME, else PATH)."""
-    home = os.environ.get("JAVA_HOME")
-    candidate = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
-    if not candidate or not os.access(candidate, os.X_OK):
-        raise ConfigError(
-            "javac is needed to build the YCSB binding: apt-get install openjdk-17-jdk-headless"
-        )
-    return candidate
-
-
 def install(*, root: Path | None = None, force: bool = False, progress=print) -> YcsbDist:
     """Fetch YCSB and the driver, build the binding (idempotent; one installer at a time)."""
     directory = dist_dir(root)
@@ -111,7 +100,7 @@ def install(*, root: Path | None = None, force: bool = False, progress=print) ->
             return load(root)
         except StateError:
             pass
-    javac = find_javac()  # before anything is fetched
+    javac = find_javac("the YCSB binding")  # before anything is fetched
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.parent / f".{directory.name}.install.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
