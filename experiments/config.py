@@ -18,7 +18,8 @@ from emulation.trace import load as load_trace
 from testbed import cgroups
 from testbed.backends import backend_options
 from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
-from testbed.cassandra.config import JvmProfile
+from testbed.cassandra.config import JVM_PROFILES, JvmProfile
+from testbed.cassandra.quiet import BUILDS, CassandraBuild
 from testbed.cassandra.readiness import Deadlines
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
@@ -27,19 +28,12 @@ from workloads.ycsb import workload_path
 from . import cells as grid
 from . import checks
 from .cells import WRITES
-from .fields import (
-    Knob,
-    as_tuple,
-    grid_knob,
-    knob,
-    node_knob,
-)
+from .fields import Knob, as_tuple, grid_knob, knob, node_knob
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 POLICIES = ("round-robin", "token-aware")
 SHAPERS = ("auto", "direct", "host", "gateway")
-JVM_PROFILES = ("fast", "standard")
 DEFAULT_LATENCIES = tuple(float(x) for x in range(0, 101, 10))
 MAX_HEAP_MB = 64 * 1024
 
@@ -116,6 +110,11 @@ class SweepConfig:
     jvm_profile: JvmProfile = knob(
         "fast", "the JVMs' settings", str, choices=JVM_PROFILES, group="testbed"
     )
+    cassandra_build: CassandraBuild = knob(
+        "stock", "stock: Apache's jars; quiet: idle executor threads stop spinning after 0.1 ms "
+        "instead of 10 ms (one class rebuilt, docs/backends.md)", str, choices=BUILDS,
+        group="testbed", fingerprint="unless-default",
+    )  # fmt: skip
     tls: str = knob(
         "auto",
         "client-to-node and internode TLS with the run's own certificates (auto: on for "

@@ -12,21 +12,16 @@ run removes (``remove_stale_testbeds``)."""
 from __future__ import annotations
 
 import os
-import platform
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from emulation import api as emulation
-from emulation import links, shapers
-from model.rtt import tcp_from_proc
+from emulation import links
 from testbed import CassandraSettings, Testbed
-from testbed.backends.libvirt import LibvirtRecord
 from testbed.cassandra.readiness import Deadlines
 from testbed.clean import clean
 from testbed.command import stop_signals
@@ -35,6 +30,7 @@ from workloads import WriteWorker
 from . import estimate, plan, units
 from .cells import Cell
 from .config import SweepConfig
+from .manifest import cluster_entry
 from .measure import keyspace
 from .progress import Progress
 from .store import Store, StoreFullError
@@ -42,31 +38,6 @@ from .summary import stats_ms
 from .watch import component_watch
 
 ETA_EVERY_S = 5.0  # the ETA's replay of the rules runs at most this often
-
-
-def _version(package: str) -> str | None:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
-    return {
-        "command": ["python", "-m", "experiments.sweep", *argv],
-        "packages": {
-            p: _version(p) for p in ("edge-testbed", "cassandra-driver", "tcconfig", "numpy")
-        },
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "hostname": platform.node(),
-        "clusters": {},
-        "baseline": {},
-        # what model.rtt takes from the measuring host (not the analysing one)
-        "tcp": tcp_from_proc().to_dict(),
-    }
 
 
 # -- the sweep -------------------------------------------------------------------------------
@@ -255,6 +226,7 @@ class Shard:
         settings = CassandraSettings(
             heap_mb=cfg.heap_mb,
             jvm_profile=cfg.jvm_profile,
+            build=cfg.cassandra_build,
             tls={"on": True, "off": False}.get(cfg.tls),  # auto: the backend's default
         )
 
@@ -304,28 +276,8 @@ class Shard:
         """The new cluster in the run's manifest: its nodes, versions, shaper, bring-up."""
         cfg, tb, worker = self.config, self.tb, self.worker
         assert tb is not None and worker is not None
-        assert tb.state is not None
-        gateway = tb.state.get(shapers.GatewayRecord)
-        vms = tb.state.get(LibvirtRecord)
-        entry = {
-            "nodes": self.nodes,
-            "shard": self.name,
-            "testbed_run": tb.run_id,
-            "backend": tb.backend_name,
-            "vm_accel": vms.accel if vms else None,  # kvm or tcg: the VMs' timings differ
-            "subnet": tb.topology.subnet,
-            # sites: each host's (a request's coordinator and replicas are host names)
-            "sites": {h.name: h.site for h in tb.topology.hosts} if tb.topology.sites else None,
-            "cassandra": tb.dist.version if tb.dist else None,
-            "java": tb.java.version if tb.java else None,
-            "heap_mb": cfg.heap_mb,
-            "jvm_profile": cfg.jvm_profile,
-            "driver": worker.hello,
-            "shaper": shaper,
-            "gateway_accel": gateway.accel if gateway else None,
-            "gateway_boot_s": gateway.boot_s if gateway else None,
-            "bringup_s": bringup_s,
-        }
+        entry = cluster_entry(cfg, tb, worker.hello, shard=self.name, nodes=self.nodes)
+        entry.update(shaper=shaper, bringup_s=bringup_s)
         self.sweep.store.update_manifest(self.sweep.run_id, clusters={tb.run_id: entry})
 
     def down(self) -> None:

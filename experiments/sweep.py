@@ -57,9 +57,10 @@ from .launch import (
     preflight,
     sharing_warning,
 )
+from .manifest import static_manifest
 from .plan import Gate, Stopped
 from .progress import Progress
-from .scheduler import Sweep, remove_stale_testbeds, static_manifest
+from .scheduler import Sweep, remove_stale_testbeds
 from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
 from .summary import dry_run, summary_table
 

@@ -28,7 +28,8 @@ from testbed.state import OwnerLock, describe_holder, home
 from . import estimate, plan, units
 from .config import SweepConfig
 from .launch import CORES, LOCK_NAME, calibrate_from, meminfo_mb
-from .scheduler import Shard, Sweep, remove_stale_testbeds, static_manifest
+from .manifest import static_manifest
+from .scheduler import Shard, Sweep, remove_stale_testbeds
 from .store import Store
 
 TOPIC = "edgetb"  # the Dask event topic of progress and manifest entries

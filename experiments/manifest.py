@@ -1,0 +1,73 @@
+"""What a run's manifest records: the machine and the packages at the start of a sweep
+(``static_manifest``), and each cluster it brings up (``cluster_entry``): its testbed, the
+Cassandra it runs (version, Java, heap, JVM profile, build) and how its hosts were made."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from emulation import shapers
+from model.rtt import tcp_from_proc
+from testbed import Testbed
+from testbed.backends.libvirt import LibvirtRecord
+from testbed.cassandra import quiet
+
+from .config import SweepConfig
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
+    return {
+        "command": ["python", "-m", "experiments.sweep", *argv],
+        "packages": {
+            p: _version(p) for p in ("edge-testbed", "cassandra-driver", "tcconfig", "numpy")
+        },
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "hostname": platform.node(),
+        "clusters": {},
+        "baseline": {},
+        # what model.rtt takes from the measuring host (not the analysing one)
+        "tcp": tcp_from_proc().to_dict(),
+    }
+
+
+def cluster_entry(
+    cfg: SweepConfig, tb: Testbed, driver: dict[str, Any], *, shard: str, nodes: int | None
+) -> dict[str, Any]:
+    """A cluster's entry (``clusters`` of the manifest), from its running testbed."""
+    assert tb.state is not None
+    gateway = tb.state.get(shapers.GatewayRecord)
+    vms = tb.state.get(LibvirtRecord)
+    return {
+        "nodes": nodes,
+        "shard": shard,
+        "testbed_run": tb.run_id,
+        "backend": tb.backend_name,
+        "vm_accel": vms.accel if vms else None,  # kvm or tcg: the VMs' timings differ
+        "subnet": tb.topology.subnet,
+        # sites: each host's (a request's coordinator and replicas are host names)
+        "sites": {h.name: h.site for h in tb.topology.hosts} if tb.topology.sites else None,
+        "cassandra": tb.dist.version if tb.dist else None,
+        "java": tb.java.version if tb.java else None,
+        "heap_mb": cfg.heap_mb,
+        "jvm_profile": cfg.jvm_profile,
+        # a deliberate deviation from stock Cassandra: quiet nodes' rebuilt class, hashed
+        "cassandra_build": cfg.cassandra_build,
+        "quiet": quiet.describe(tb.dist) if tb.dist and cfg.cassandra_build == "quiet" else None,
+        "driver": driver,
+        "gateway_accel": gateway.accel if gateway else None,
+        "gateway_boot_s": gateway.boot_s if gateway else None,
+    }
