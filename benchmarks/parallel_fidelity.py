@@ -49,6 +49,7 @@ from emulation import shapers
 from experiments import estimate, fidelity
 from experiments.launch import CORES
 from experiments.store import Store
+from testbed.cassandra.quiet import BUILDS
 
 ABS_MS, REL = 0.5, 0.01  # mean and median: within max(0.5 ms, 1 %)
 P99_REL, P99_ABS_MS = 0.10, 1.0  # p99: within max(1 ms, 10 %)
@@ -57,7 +58,8 @@ NOISE_SLOPE = 1.5
 NOISE_MEDIAN, NOISE_MEDIAN_MS = 1.5, 0.1
 SHARE = 0.95  # of cells
 SLOPE_REL = 0.02
-SIGN_ALPHA = 0.01
+SIGN_ALPHA = 0.01  # shown for information: with enough cells it finds any shift at all
+EQUIV_MS = fidelity.EQUIV_MS  # the shift's 95 % CI inside ±this (experiments.fidelity)
 
 
 def run_name(parallel: int, max_busy: float) -> str:
@@ -65,13 +67,13 @@ def run_name(parallel: int, max_busy: float) -> str:
     return f"p{parallel}-busy{100 * max_busy:g}"
 
 
-def sweep(args: argparse.Namespace, out: Path, parallel: int) -> float:
+def sweep(args: argparse.Namespace, out: Path, parallel: int, build: str) -> float:
     """Run (or resume, or reuse) one sweep of the sub-grid; its wall seconds."""
     cmd = [
         sys.executable, "-m", "experiments.sweep", "--nodes", args.nodes, "--rf", args.rf,
         "--latency", args.latency, "--loss", args.loss, "--profile", args.profile,
         "--writes", str(args.writes), "--parallel", str(parallel), "--out", str(out),
-        "--shaper", args.shaper,
+        "--shaper", args.shaper, "--cassandra-build", build,
     ]  # fmt: skip
     env = dict(os.environ)
     if args.max_busy is not None and parallel > 1:
@@ -169,6 +171,7 @@ def deviation(base: dict, other: dict) -> float:
 def judge(rows: list[dict], base: tuple[dict, dict], other: tuple[dict, dict]) -> dict:
     """``rows`` (``compare``) and the two runs' ``run_slopes`` against the rules."""
     n = len(rows)
+    median_shift, lo, hi = fidelity.shift([r["median_diff_ms"] for r in rows])
     slower = sum(r["median_diff_ms"] > 0 for r in rows)
     moved = sum(r["median_diff_ms"] != 0 for r in rows)
     slope_dev = deviation(base[0], other[0])
@@ -182,6 +185,9 @@ def judge(rows: list[dict], base: tuple[dict, dict], other: tuple[dict, dict]) -
         "median_slope_dev": deviation(base[1], other[1]),
         "slower": slower,
         "sign_p": stats.binomtest(slower, moved).pvalue if moved else 1.0,
+        "shift_ms": median_shift,
+        "shift_ci": (lo, hi),
+        "equivalent": -EQUIV_MS <= lo and hi <= EQUIV_MS,
     }
     s["accepted"] = (
         s["agree"] >= SHARE
@@ -193,14 +199,15 @@ def judge(rows: list[dict], base: tuple[dict, dict], other: tuple[dict, dict]) -
 
 
 def as_close_as(s: dict, noise: dict) -> bool:
-    """The noise rule: ``s`` agrees with seq-a about as well as seq-b does."""
+    """The verdict: the shift is too small to change a conclusion (``equivalent``), and
+    ``s`` agrees with seq-a about as well as seq-b does (the noise rules)."""
     return (
-        s["agree"] >= noise["agree"] - NOISE_SHARE
+        s["equivalent"]
+        and s["agree"] >= noise["agree"] - NOISE_SHARE
         and s["p99_agree"] >= noise["p99_agree"] - NOISE_SHARE
         and s["median_slope_dev"] <= max(SLOPE_REL, NOISE_SLOPE * noise["median_slope_dev"])
         and s["median_abs_median_diff_ms"]
         <= NOISE_MEDIAN * noise["median_abs_median_diff_ms"] + NOISE_MEDIAN_MS
-        and s["sign_p"] >= SIGN_ALPHA
     )
 
 
@@ -212,8 +219,15 @@ def main() -> int:
     p.add_argument("--loss", default="0.5,2.5,7.5")
     p.add_argument("--profile", default="paper")
     p.add_argument("--writes", type=int, default=300)
-    p.add_argument("--parallel", default="2,4,6,8")
+    p.add_argument("--parallel", default="2,4,6,8", help="Ps to test ('' with --ab: none)")
     p.add_argument("--shaper", default="auto", choices=shapers.SHAPERS)
+    p.add_argument("--build", default="stock", choices=BUILDS, help="every run's nodes")
+    p.add_argument(
+        "--ab",
+        action="store_true",
+        help="stock against quiet nodes instead: seq-a, quiet-a, seq-b, quiet-b, one at a "
+        "time, alternating; each quiet run judged against seq-a as the P runs are",
+    )
     p.add_argument("--out", type=Path, default=Path("results/fidelity"))
     p.add_argument(
         "--max-busy",
@@ -224,32 +238,44 @@ def main() -> int:
         "--no-record", action="store_true", help="do not make the verdict this machine's"
     )
     args = p.parse_args()
-    ps = [int(x) for x in args.parallel.split(",")]
+    ps = [int(x) for x in args.parallel.split(",") if x] if not args.ab else []
     shaper = shapers.resolve(args.shaper)
     walls = {}
     default_busy = estimate.defaults(shaper).max_busy
     busy = default_busy if args.max_busy is None else args.max_busy
-    names = {q: run_name(q, busy) for q in ps}
-    for name, parallel in [("seq-a", 1), ("seq-b", 1)] + [(names[q], q) for q in ps]:
-        print(f"running {name} (--parallel {parallel}) ...", file=sys.stderr, flush=True)
-        walls[name] = sweep(args, args.out / name, parallel)
+    base_build = "stock" if args.ab else args.build
+    runs = [("seq-a", 1, base_build), ("seq-b", 1, base_build)]
+    if args.ab:  # alternating: a drift of the machine over hours falls on both builds
+        runs = [("seq-a", 1, "stock"), ("quiet-a", 1, "quiet"),
+                ("seq-b", 1, "stock"), ("quiet-b", 1, "quiet")]  # fmt: skip
+    runs += [(run_name(q, busy), q, args.build) for q in ps]
+    for name, parallel, build in runs:
+        print(
+            f"running {name} (--parallel {parallel}, {build} nodes) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        walls[name] = sweep(args, args.out / name, parallel, build)
     base, cells, _ = rtts(args.out / "seq-a")
     base_slopes = run_slopes(base, cells)
     grid = (
         f"nodes {args.nodes}, RF {args.rf}, latency {args.latency} ms, loss {args.loss} %, "
-        f"{args.profile} profile, {args.writes} writes per cell, shaper {shaper}, "
-        f"budget {100 * busy:g} % of the cores"
+        f"{args.profile} profile, {args.writes} writes per cell, shaper {shaper}"
+        + (", stock against quiet nodes" if args.ab else f", {args.build} nodes")
+        + f", budget {100 * busy:g} % of the cores"
     )
     report = [
-        f"## Parallel fidelity: {grid}",
+        f"## {'Stock against quiet nodes' if args.ab else 'Parallel fidelity'}: {grid}",
         "",
         "Each run compared with the sequential run seq-a. Agree: mean and median within "
         f"max({ABS_MS} ms, {100 * REL:g} %); p99 within max({P99_ABS_MS:g} ms, "
-        f"{100 * P99_REL:g} %).",
+        f"{100 * P99_REL:g} %). Shift: the median over cells of the signed Δ median, with "
+        f"its 95 % CI (bootstrap over cells); equivalent when the CI is inside "
+        f"±{EQUIV_MS} ms.",
         "",
     ]
     sums = {}
-    for name in ["seq-b"] + [names[q] for q in ps]:
+    for name, _, _ in runs[1:]:
         other, _, manifest = rtts(args.out / name)
         rows = compare(base, other)
         sums[name] = judge(rows, base_slopes, run_slopes(other, cells))
@@ -260,35 +286,42 @@ def main() -> int:
     report += [
         "| run | cells | mean & median agree | p99 agree | max abs Δ mean ms "
         "| median abs Δ median ms | max slope Δ (means) | max slope Δ (medians) "
-        "| cells slower | sign test p | wall s "
-        "| CPU busy | by the issue's rules |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| shift ms (95 % CI) | cells slower | sign test p | wall s "
+        "| CPU busy | issue 23's rules | verdict |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
+    verdict = {name: name != "seq-b" and as_close_as(s, sums["seq-b"]) for name, s in sums.items()}
     for name, s in sums.items():
+        lo, hi = s["shift_ci"]
         report.append(
             f"| {name} | {s['cells']} | {100 * s['agree']:.0f} % | {100 * s['p99_agree']:.0f} % "
             f"| {s['max_abs_mean_diff_ms']:.2f} | {s['median_abs_median_diff_ms']:.2f} "
             f"| {100 * s['slope_dev']:.2f} % | {100 * s['median_slope_dev']:.2f} % "
+            f"| {s['shift_ms']:+.3f} ({lo:+.3f}, {hi:+.3f}) "
             f"| {s['slower']}/{s['cells']} | {s['sign_p']:.3f} | {s['wall_s']} "
-            f"| {100 * (s['cpu_util'] or 0):.0f} % | {'yes' if s['accepted'] else 'NO'} |"
+            f"| {100 * (s['cpu_util'] or 0):.0f} % | {'yes' if s['accepted'] else 'no'} "
+            f"| {'-' if name == 'seq-b' else 'accepted' if verdict[name] else 'REJECTED'} |"
         )
-    if sums["seq-b"]["accepted"]:
-        rule = "the issue's rules"
-        verdicts = {q: sums[names[q]]["accepted"] for q in ps}
+    rule = f"equivalence (shift CI inside ±{EQUIV_MS} ms) and as close as two sequential runs"
+    report += [""]
+    if args.ab:
+        same = verdict["quiet-a"] and verdict["quiet-b"]
+        report += [
+            f"Verdict by {rule}: quiet nodes "
+            + ("measure the same as stock" if same else "do NOT measure the same as stock")
+        ]
     else:
-        rule = "as close as two sequential runs (seq-b fails the issue's rules)"
-        verdicts = {q: as_close_as(sums[names[q]], sums["seq-b"]) for q in ps}
-    report += [
-        "",
-        f"Verdicts by {rule}: "
-        + ", ".join(f"P={q} {'accepted' if ok else 'REJECTED'}" for q, ok in verdicts.items()),
-    ]
-    if busy != default_busy:
-        report += ["Not recorded: the parallel runs had a budget other than the shaper's."]
-    elif not args.no_record:
-        best = fidelity.record(shaper, CORES, verdicts, grid, rule, args.out)
-        report += [f"--parallel auto with the {shaper} shaper: at most P={best} "
-                   f"(every grid recorded in {fidelity.path()})"]  # fmt: skip
+        verdicts = {q: verdict[run_name(q, busy)] for q in ps}
+        report += [
+            f"Verdicts by {rule}: "
+            + ", ".join(f"P={q} {'accepted' if ok else 'REJECTED'}" for q, ok in verdicts.items()),
+        ]
+        if busy != default_busy:
+            report += ["Not recorded: the parallel runs had a budget other than the shaper's."]
+        elif not args.no_record and ps:
+            best = fidelity.record(shaper, CORES, verdicts, grid, rule, args.out, args.build)
+            report += [f"--parallel auto with the {shaper} shaper and {args.build} nodes: at "
+                       f"most P={best} (every grid recorded in {fidelity.path()})"]  # fmt: skip
     text = "\n".join(report)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

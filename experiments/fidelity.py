@@ -1,10 +1,11 @@
-"""What the fidelity benchmark found on this machine: the largest P it accepted, per shaper.
+"""What the fidelity benchmark found on this machine: the largest P it accepted, per shaper
+and Cassandra build.
 
 ``benchmarks/parallel_fidelity.py`` compares cells measured P testbeds at a time with
 cells measured one at a time and records its verdict here
 ($EDGETB_HOME/fidelity.json); ``--parallel auto`` then runs at most that many testbeds
-with that shaper. Without a verdict for this machine's shaper and core count, auto uses
-the development machine's (``estimate.Costs.max_parallel``).
+with that shaper and build. Without a verdict for this machine's shaper, build and core
+count, auto uses the development machine's (``estimate.Costs.max_parallel``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,33 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from testbed import state
+
+# Equivalence (issue 39): a faster way of measuring (P testbeds at once, quiet nodes) is
+# accepted when the median over cells of the signed Δ median against the sequential
+# reference has a 95 % CI (bootstrap over cells) inside ±EQUIV_MS. A sign test finds any
+# shift at all given enough cells; what matters is whether the shift could change a
+# conclusion, and the smallest difference the paper's figures resolve between two RFs is
+# several ms (docs/measured.md): a shift ten times smaller changes none.
+EQUIV_MS = 0.25
+BOOTSTRAP = 10_000
+
+
+def shift(diffs_ms: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """The median of the cells' signed Δ median (``diffs_ms``) and its 95 % CI from a
+    bootstrap over the cells (seeded: the same cells give the same interval)."""
+    d = np.asarray(diffs_ms, dtype=float)
+    picks = np.random.default_rng(seed).integers(0, len(d), (BOOTSTRAP, len(d)))
+    lo, hi = np.percentile(np.median(d[picks], axis=1), [2.5, 97.5])
+    return float(np.median(d)), float(lo), float(hi)
+
+
+def equivalent(diffs_ms: list[float]) -> bool:
+    """Whether the shift's 95 % CI lies inside ±EQUIV_MS."""
+    _, lo, hi = shift(diffs_ms)
+    return -EQUIV_MS <= lo and hi <= EQUIV_MS
 
 
 def path() -> Path:
@@ -33,14 +60,26 @@ def largest_accepted(verdicts: dict[int, bool]) -> int:
     return best
 
 
+def key(shaper: str, build: str = "stock") -> str:
+    """The verdicts' entry: the shaper's name for stock nodes (as before builds existed),
+    ``SHAPER+BUILD`` otherwise (quiet nodes load the machine differently)."""
+    return shaper if build == "stock" else f"{shaper}+{build}"
+
+
 def record(
-    shaper: str, cores: int, verdicts: dict[int, bool], grid: str, rule: str, out: Path
+    shaper: str,
+    cores: int,
+    verdicts: dict[int, bool],
+    grid: str,
+    rule: str,
+    out: Path,
+    build: str = "stock",
 ) -> int:
-    """Store the benchmark's verdicts (P -> accepted) on ``grid`` for ``shaper`` on this
-    machine, beside those of other grids (a grid measured again replaces its verdicts);
-    returns the largest P that every grid accepted."""
+    """Store the benchmark's verdicts (P -> accepted) on ``grid`` for ``shaper`` and
+    ``build`` on this machine, beside those of other grids (a grid measured again replaces
+    its verdicts); returns the largest P that every grid accepted."""
     data = _read()
-    entry = data.get(shaper)
+    entry = data.get(key(shaper, build))
     same = isinstance(entry, dict) and entry.get("cores") == cores
     grids = entry.get("grids", {}) if same else {}  # type: ignore[union-attr]
     grids[grid] = {
@@ -52,7 +91,7 @@ def record(
     best = min(
         largest_accepted({int(p): ok for p, ok in g["verdicts"].items()}) for g in grids.values()
     )
-    data[shaper] = {"max_parallel": best, "cores": cores, "grids": grids}
+    data[key(shaper, build)] = {"max_parallel": best, "cores": cores, "grids": grids}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}")
@@ -61,10 +100,10 @@ def record(
     return best
 
 
-def accepted(shaper: str, cores: int) -> tuple[int, str] | None:
-    """(largest accepted P, where it comes from) for ``shaper`` on this machine, or None
-    when the benchmark has not run here with this many cores."""
-    entry = _read().get(shaper)
+def accepted(shaper: str, cores: int, build: str = "stock") -> tuple[int, str] | None:
+    """(largest accepted P, where it comes from) for ``shaper`` and ``build`` on this
+    machine, or None when the benchmark has not run here with this many cores."""
+    entry = _read().get(key(shaper, build))
     if not isinstance(entry, dict) or entry.get("cores") != cores:
         return None
     best = entry.get("max_parallel")

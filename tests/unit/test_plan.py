@@ -5,6 +5,7 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from experiments import estimate, fidelity, plan
@@ -306,8 +307,26 @@ def test_the_largest_accepted_p_is_below_the_first_rejection(tmp_path, monkeypat
     assert fidelity.record("host", 2, {2: True, 4: True}, "5 nodes", "r", tmp_path) == 4
     assert fidelity.accepted("host", 4) is None  # measured with other cores
     assert fidelity.accepted("gateway", 2) is None
+    # quiet nodes load the machine differently: their verdicts are their own
+    assert fidelity.accepted("host", 2, "quiet") is None
+    assert fidelity.record("host", 2, {2: True, 4: True, 6: True}, "5", "r", tmp_path, "quiet") == 6
+    assert fidelity.accepted("host", 2, "quiet")[0] == 6  # type: ignore[index]
+    assert fidelity.accepted("host", 2)[0] == 4  # type: ignore[index]
     fidelity.path().write_text("{not json")
     assert fidelity.accepted("host", 2) is None  # damaged: as if never measured
+
+
+def test_equivalence_is_a_bound_on_the_shift_not_a_test_for_any_shift():
+    rng = np.random.default_rng(1)
+    # 72 cells all 0.05 ms slower: a sign test rejects (72 of 72 slower), equivalence accepts
+    small = list(0.05 + rng.normal(0, 0.02, 72))
+    assert fidelity.equivalent(small)
+    median, lo, hi = fidelity.shift(small)
+    assert lo <= median <= hi and 0.03 < median < 0.07
+    assert fidelity.shift(small) == (median, lo, hi)  # seeded
+    # a shift of 0.4 ms, or a noisy one whose CI reaches past 0.25 ms, is not accepted
+    assert not fidelity.equivalent(list(0.4 + rng.normal(0, 0.02, 72)))
+    assert not fidelity.equivalent(list(rng.normal(0.1, 2.0, 12)))
 
 
 def calibration_cells() -> tuple[list[dict], list[dict]]:
