@@ -11,7 +11,9 @@ round-robin writes of the paper's workload. Around the timed writes the benchmar
   SEP workers (the shared executor pool: Native-Transport-Requests, MutationStage,
   RequestResponseStage, ... and idle SharedPool-Worker threads), other JVM threads;
 - the writer (the workload process and its children), the host shaper's delayer;
-- ``/proc/stat``: the whole machine's busy CPU, and its irq + softirq part (kernel).
+- ``/proc/stat``: the whole machine's busy CPU (by the tick: short wake-ups are missed,
+  so it can read less than the threads' schedstat sum), its irq + softirq part, and the
+  steal time (a VM's CPU its hypervisor gave to others, apart).
 
 It prints, per build and latency, CPU-ms per write of each part, SEP wake-ups per write,
 the median RTT, then the idle share of a core per JVM (``--idle`` s with nothing to do)
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -91,12 +94,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def machine() -> tuple[int, int]:
-    """(busy ticks, irq + softirq ticks) of the whole machine, from /proc/stat."""
+def machine() -> tuple[int, int, int]:
+    """(busy ticks, irq + softirq ticks, steal ticks) of the whole machine, from
+    /proc/stat. Steal (a virtual machine's CPU taken by its hypervisor for others) is
+    not the machine's own work: shown apart, it explains late releases."""
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
-    return user + nice + system + irq + softirq + steal, irq + softirq
+    return user + nice + system + irq + softirq, irq + softirq, steal
 
 
 def is_sep(comm: str) -> bool:
@@ -109,7 +114,7 @@ class Snapshot:
         self.jvm = {pid: threads(pid) for pid in jvms}
         self.writer = {p: threads(p) for p in descendants(writer)}
         self.shaper = threads(shaper) if shaper else {}
-        self.busy, self.kernel = machine()
+        self.busy, self.kernel, self.steal = machine()
 
 
 def delta(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]]):
@@ -141,6 +146,7 @@ def attribute(a: Snapshot, b: Snapshot, writes: int) -> dict[str, float]:
         "writer": writer_ns / 1e6 / writes,
         "shaper": shaper_ns / 1e6 / writes,
         "kernel_irq": (b.kernel - a.kernel) * 1000 / TICK / writes,
+        "steal": (b.steal - a.steal) * 1000 / TICK / writes,
         "busy_cores": busy_ms / 1000 / (b.t - a.t),
         **{f"jvm:{name}": ns / 1e6 / writes for name, ns in named.items()},
     }
@@ -193,6 +199,7 @@ def measure(build: str, args: argparse.Namespace, log_dir: Path) -> dict:
                     figures["late_p99_us"] = late["p99"]
                     figures["late_p999_us"] = late["p999"]
                     figures["late_max_us"] = late["max"]
+                    figures["spin"] = shaper.stats()["spun_us"] / 1000 / args.writes
                 results[latency] = figures
                 print(f"  {build} {latency:g} ms: " + fmt(figures), flush=True)
             emulation_api.clear(tb)
@@ -216,13 +223,16 @@ def fmt(f: dict) -> str:
         f"other JVM {f['jvm_other']:.2f}",
         f"writer {f['writer']:.2f}",
         f"shaper {f['shaper']:.2f}",
-        f"irq {f['kernel_irq']:.2f} CPU-ms/write",
+        f"irq {f['kernel_irq']:.2f} CPU-ms/write (steal {f.get('steal', 0):.2f})",
         f"median {f['median_ms']:.2f} ms p99 {f['p99_ms']:.2f}",
     ]
     top = sorted((k for k in f if k.startswith("jvm:")), key=lambda k: -f[k])[:5]
     parts.append("other JVM: " + ", ".join(f"{k[4:]} {f[k]:.2f}" for k in top))
     if "late_p999_us" in f:
-        parts.append(f"late p99 {f['late_p99_us']} p99.9 {f['late_p999_us']} us")
+        parts.append(
+            f"late p99 {f['late_p99_us']} p99.9 {f['late_p999_us']} max {f['late_max_us']} us, "
+            f"spinning {f['spin']:.2f} CPU-ms/write"
+        )
     return ", ".join(parts)
 
 
@@ -237,6 +247,10 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle measure")
     parser.add_argument("--shaper", default="auto")
     args = parser.parse_args()
+    # Ctrl-C, or SIGTERM (and SIGINT where a shell started it in the background, which
+    # ignores it), ends the benchmark through its testbeds' teardown
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.latencies = [float(x) for x in args.latencies.split(",")]
     builds = args.builds.split(",")
     runs: dict[str, list[dict]] = {b: [] for b in builds}

@@ -21,7 +21,6 @@ import select
 import subprocess
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -142,6 +141,13 @@ def preflight(name: str) -> None:
                 f"the host shaper needs {', '.join(missing)}: `make shaper` installs "
                 f"{hs.PACKAGES} and builds it"
             )
+        if not hs.bridge_netfilter():
+            raise ConfigError(
+                "the host shaper holds packets in the testbed's bridge, which needs the "
+                "kernel's bridge netfilter (`modprobe br_netfilter`; it also sends the "
+                "machine's other bridges through iptables), or use --shaper direct where "
+                "the kernel has netem"
+            )
 
 
 class Shaper(Protocol):
@@ -204,13 +210,14 @@ class DirectRecord(Record):
 @dataclass
 class HostShaperRecord(Record):
     """The host shaper of the run: the delayer's pid and control socket, the iptables back
-    end that took its chains, the queued sources and the offloads before, per host."""
+    end that took its chain (in the switch namespace), the queued links (source address,
+    destination address, queue) and the offloads before, per host."""
 
     KEY = "shaper.host"
     pid: int | None = None
     socket: str = ""
     iptables: str = "nft"
-    queued: dict[str, list[str]] = field(default_factory=dict)
+    links: list[list[Any]] = field(default_factory=list)
     offloads: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -536,20 +543,20 @@ class DirectShaper:
 
 class HostShaper:
     """A compiled delayer on the machine, fed by netfilter queues in the testbed's own
-    namespaces (``emulation.hostshaper``): the default where the kernel has no netem.
+    switch namespace (``emulation.hostshaper``): the default where the kernel has no netem.
 
-    Each host queues what arrives on its eth0 from a shaped source; one delayer process
-    per testbed, in its switch namespace, holds each packet for its link's delay and
-    drops it with the link's loss. A change of the matrix is one message to the delayer
-    (and new queue rules only where a link becomes shaped or unshaped). Its state in the
-    run: the delayer's pid and control socket, the queued sources per host, and each
-    host's offload settings before (put back by ``stop``).
+    The switch's bridge queues what it forwards on a shaped link to the queue of the
+    link's destination; one delayer process per testbed, in that namespace, holds each
+    packet for its link's delay and drops it with the link's loss. A change of the matrix
+    is one message to the delayer (and new queue rules only where a link becomes shaped or
+    unshaped). Its state in the run: the delayer's pid and control socket, the queued
+    links, and each host's offload settings before (put back by ``stop``).
     """
 
     name = "host"
     loss_location = (
-        "in the network (dropped at the receiver's ingress, before its stack: the sender "
-        "is not told and recovers by its timer)"
+        "in the network (dropped in the switch, between the hosts: the sender is not told "
+        "and recovers by its timer)"
     )
 
     def __init__(self, tb: Testbed):
@@ -586,7 +593,8 @@ class HostShaper:
         t0 = time.monotonic()
         binary = hs.build()
         hosts = self.tb.topology.hosts
-        members = [hs.Member(h.name, h.address, f"/run/netns/{self._ns(h.name)}") for h in hosts]
+        switch = f"/run/netns/{switch_namespace(self.tb.run_id)}"
+        members = [hs.Member(h.name, h.address, switch, i) for i, h in enumerate(hosts)]
         # Recorded before anything is made, so a crash midway leaves what `stop` undoes.
         self.saved = _put(self.tb, HostShaperRecord(socket=self.control.path))
         try:
@@ -600,7 +608,7 @@ class HostShaper:
                 wanted = {f: "off" for f in offloads[h.name]}
                 if wanted:
                     run(self._in(h.name, hs.offload_argv(wanted)))
-            self.saved.iptables = self._chains([h.name for h in hosts])
+            self.saved.iptables = self._chain()
             self.saved.pid = self._spawn(binary, members)
             _save(self.tb)
         except BaseException:
@@ -608,22 +616,31 @@ class HostShaper:
             raise
         return time.monotonic() - t0
 
-    def _chains(self, hosts: list[str]) -> str:
-        """The chain and its jump made in every host; returns the iptables back end that
-        took them (the faster one where the kernel has its tables)."""
+    def _in_switch(self, argv: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", switch_namespace(self.tb.run_id), *argv]
+
+    def _chain(self) -> str:
+        """The chain and its jump made in the switch namespace, after its bridge was set to
+        pass IPv4 through iptables; returns the iptables back end that took them (the
+        faster one where the kernel has its tables)."""
+        proc = run(self._in_switch(hs.sysctl_argv()), check=False)
+        if proc.returncode != 0:
+            raise hs.ShaperError(
+                "the host shaper holds packets in the testbed's bridge, which needs the "
+                "kernel's bridge netfilter (br_netfilter: built in, or `modprobe "
+                "br_netfilter`), or shape with --shaper direct where the kernel has netem: "
+                + (proc.stderr.strip().splitlines() or ["sysctl failed"])[-1]
+            )
         found = hs.variants()
         if not found:
             raise hs.ShaperError("no iptables-restore on this machine (`make shaper`)")
         for variant in found:
-            proc = run(self._in(hosts[0], hs.restore_argv(variant)),
+            proc = run(self._in_switch(hs.restore_argv(variant)),
                        input=hs.chain_setup_text(), check=False)  # fmt: skip
             if proc.returncode == 0:
-                break
-        else:  # not one back end took it: the last one's error
-            raise CommandError(proc.args, proc.returncode, proc.stdout, proc.stderr)
-        for host in hosts[1:]:
-            run(self._in(host, hs.restore_argv(variant)), input=hs.chain_setup_text())
-        return variant
+                return variant
+        # not one back end took it: the last one's error
+        raise CommandError(proc.args, proc.returncode, proc.stdout, proc.stderr)
 
     def _spawn(self, binary: Path, members: Sequence[hs.Member]) -> int:
         assert self.tb.state is not None
@@ -657,22 +674,14 @@ class HostShaper:
             )
         return proc.pid
 
-    def _queue(self, wanted: dict[str, list[str]]) -> None:
-        """Queue rules changed only in the namespaces whose shaped sources changed."""
+    def _queue(self, wanted: list[hs.Queued]) -> None:
+        """The switch's queue rules rewritten when the set of shaped links changed."""
         assert self.saved is not None
-        queued = self.saved.queued
-        variant = self.saved.iptables
-        changed = {h: s for h, s in wanted.items() if queued.get(h) != s}
-        if not changed:
+        if sorted(tuple(x) for x in self.saved.links) == sorted(wanted):
             return
-        argv = hs.restore_argv(variant)
-        with ThreadPoolExecutor(max_workers=len(changed)) as pool:
-            done = pool.map(
-                lambda item: run(self._in(item[0], argv), input=hs.chain_rules_text(item[1])),
-                changed.items(),
-            )
-            list(done)  # raises the first failure
-        queued.update(changed)
+        argv = self._in_switch(hs.restore_argv(self.saved.iptables))
+        run(argv, input=hs.chain_rules_text(wanted))
+        self.saved.links = [list(x) for x in wanted]
         _save(self.tb)
 
     def apply(self, matrix: LinkMatrix) -> float:
@@ -683,7 +692,7 @@ class HostShaper:
         # Links first, queues second: a newly queued packet finds its link's setting.
         self.control.send(hs.matrix_lines(matrix.links))
         addresses = {h.name: h.address for h in self.tb.topology.hosts}
-        self._queue(hs.shaped_sources(matrix.links, addresses))
+        self._queue(hs.shaped_links(matrix.links, addresses))
         return time.monotonic() - t0
 
     def stats(self) -> dict[str, Any]:
@@ -704,12 +713,10 @@ class HostShaper:
             self.control.ping()
         except hs.ShaperError as exc:
             found.append(str(exc))
-        variant = self.saved.iptables
-        for host, sources in self.saved.queued.items():
-            proc = run(self._in(host, hs.list_argv(variant)), check=False)
-            present = hs.queued_sources(proc.stdout) if proc.returncode == 0 else None
-            if present != set(sources):
-                found.append(f"{host}: its queue rules are gone or changed")
+        proc = run(self._in_switch(hs.list_argv(self.saved.iptables)), check=False)
+        present = hs.queued_links(proc.stdout) if proc.returncode == 0 else None
+        if present != {tuple(x) for x in self.saved.links}:
+            found.append("the switch's queue rules are gone or changed")
         return found
 
     def show(self) -> list[str]:
@@ -741,11 +748,12 @@ class HostShaper:
         assert self.tb.state is not None
         saved = self.saved or self.tb.state.get(HostShaperRecord) or HostShaperRecord()
         present = set(list_prefixed_namespaces(self.tb.run_id))
+        if switch_namespace(self.tb.run_id) in present:
+            for argv in hs.chain_remove_argvs(saved.iptables):
+                run(self._in_switch(argv), check=False)
         for host in self.tb.topology.hosts:
             if self._ns(host.name) not in present:
                 continue
-            for argv in hs.chain_remove_argvs(saved.iptables):
-                run(self._in(host.name, argv), check=False)
             before = saved.offloads.get(host.name)
             if before:
                 run(self._in(host.name, hs.offload_argv(before)), check=False)

@@ -21,6 +21,7 @@ core=(
   # the host shaper (kernels without sch_netem): netfilter queues in the testbed's
   # namespaces, a delayer compiled at set-up, offloads off on the testbed's links
   iptables libnetfilter-queue-dev libmnl-dev ethtool gcc
+  tcpdump iputils-ping  # what a researcher checks the shaping with (and the tests do)
   libvirt-dev pkg-config  # to build libvirt-python (a dependency) from PyPI
 )
 vms=(

@@ -1,11 +1,14 @@
 """The host shaper's parts: its compiled delayer, the netfilter rules that feed it, and
 its control channel. ``emulation.shapers.HostShaper`` puts them together.
 
-Where the kernel has no sch_netem, each host namespace of a testbed queues the packets
-arriving on its eth0 from a shaped source to NFQUEUE 0 (a chain of its own, ``EDGETB``,
-in the raw table: nothing outside the testbed's namespaces); one ``edgetb-shaper``
-process per testbed (in its switch namespace, so it ends with the testbed) holds each
-packet for its link's delay and drops it with the link's loss (``edgetb-shaper.c``).
+Where the kernel has no sch_netem, the testbed's switch namespace queues every packet its
+bridge forwards on a shaped link to the NFQUEUE of the link's destination host (a chain
+of its own, ``EDGETB``, in its raw table, which bridged packets reach through
+br_netfilter: nothing outside the testbed's namespaces); one ``edgetb-shaper`` process
+per testbed (in that namespace, so it ends with the testbed) holds each packet for its
+link's delay and drops it with the link's loss (``edgetb-shaper.c``). Held between the
+hosts, a packet is stamped by the receiver's kernel when it arrives after the hold: ping
+and captures see both delays of a round trip, as on a wire.
 
 Builders here are pure (argument lists, iptables-restore text, control lines) and
 unit-tested; the one-off commands run through ``testbed.runner``.
@@ -33,8 +36,14 @@ LIBS = ("-lnetfilter_queue", "-lmnl")
 HEADERS = ("libnetfilter_queue/libnetfilter_queue.h", "libmnl/libmnl.h")
 PACKAGES = "libnetfilter-queue-dev libmnl-dev iptables ethtool"
 CHAIN = "EDGETB"
-QUEUE = 0
 DEVICE = "eth0"
+# In the switch namespace: bridged IPv4 through iptables (br_netfilter; the kernel's
+# default in a new namespace, set anyway), IPv6 and ARP not (nothing of them is shaped).
+BRIDGE_SYSCTLS = {
+    "net.bridge.bridge-nf-call-iptables": "1",
+    "net.bridge.bridge-nf-call-ip6tables": "0",
+    "net.bridge.bridge-nf-call-arptables": "0",
+}
 RT_PRIORITY = 10
 # iproute2's netem distribution tables (Debian puts them under the multiarch lib dir)
 DIST_DIRS = ("/usr/lib/x86_64-linux-gnu/tc", "/usr/lib/aarch64-linux-gnu/tc", "/usr/lib/tc",
@@ -130,16 +139,34 @@ def list_argv(variant: str) -> list[str]:
 # -- netfilter rules (inside the testbed's namespaces only) ------------------------------
 
 
+def bridge_netfilter() -> bool:
+    """Whether the kernel passes bridged packets to iptables where asked (br_netfilter
+    built in or loaded: its per-namespace sysctls exist). Reads only."""
+    return Path("/proc/sys/net/bridge/bridge-nf-call-iptables").exists()
+
+
+def sysctl_argv() -> list[str]:
+    """sysctl -w of BRIDGE_SYSCTLS (run inside the switch namespace: they are per namespace)."""
+    return ["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in BRIDGE_SYSCTLS.items())]
+
+
 def chain_setup_text() -> str:
-    """iptables-restore input that makes the chain and sends eth0's arrivals to it."""
-    return f"*raw\n:{CHAIN} - [0:0]\n-A PREROUTING -i {DEVICE} -j {CHAIN}\nCOMMIT\n"
+    """iptables-restore input that makes the chain and sends the bridge's IPv4 to it."""
+    return f"*raw\n:{CHAIN} - [0:0]\n-A PREROUTING -j {CHAIN}\nCOMMIT\n"
 
 
-def chain_rules_text(sources: Iterable[str]) -> str:
+Queued = tuple[str, str, int]  # source address, destination address, destination's queue
+
+
+def chain_rules_text(queued: Iterable[Queued]) -> str:
     """iptables-restore input (for ``--noflush``) that makes the chain queue exactly the
-    packets from ``sources`` (addresses): the chain is declared, so it is flushed first."""
+    packets of the ``queued`` links, each to its destination's queue: the chain is
+    declared, so it is flushed first."""
     lines = ["*raw", f":{CHAIN} - [0:0]"]
-    lines += [f"-A {CHAIN} -s {a}/32 -j NFQUEUE --queue-num {QUEUE}" for a in sorted(sources)]
+    lines += [
+        f"-A {CHAIN} -s {src}/32 -d {dst}/32 -j NFQUEUE --queue-num {queue}"
+        for src, dst, queue in sorted(queued)
+    ]
     return "\n".join([*lines, "COMMIT", ""])
 
 
@@ -147,36 +174,39 @@ def chain_remove_argvs(variant: str = "nft") -> list[list[str]]:
     """The iptables commands that take the chain and its jump away again."""
     ipt = [VARIANTS[variant][0], "-w", "-t", "raw"]
     return [
-        [*ipt, "-D", "PREROUTING", "-i", DEVICE, "-j", CHAIN],
+        [*ipt, "-D", "PREROUTING", "-j", CHAIN],
         [*ipt, "-F", CHAIN],
         [*ipt, "-X", CHAIN],
     ]
 
 
-def queued_sources(listing: str) -> set[str] | None:
-    """The sources the chain queues, from ``iptables -t raw -S EDGETB``; None when the
+def queued_links(listing: str) -> set[Queued] | None:
+    """The links the chain queues, from ``iptables -t raw -S EDGETB``; None when the
     chain is not there."""
     if f"-N {CHAIN}" not in listing:
         return None
     found = set()
     for line in listing.splitlines():
         parts = line.split()
-        if parts[:2] == ["-A", CHAIN] and "-s" in parts and "NFQUEUE" in parts:
-            found.add(parts[parts.index("-s") + 1].removesuffix("/32"))
+        if parts[:2] == ["-A", CHAIN] and "NFQUEUE" in parts and "-s" in parts and "-d" in parts:
+            src = parts[parts.index("-s") + 1].removesuffix("/32")
+            dst = parts[parts.index("-d") + 1].removesuffix("/32")
+            found.add((src, dst, int(parts[parts.index("--queue-num") + 1])))
     return found
 
 
-def shaped_sources(
+def shaped_links(
     matrix_links: Mapping[tuple[str, str], Link], addresses: Mapping[str, str]
-) -> dict[str, list[str]]:
-    """Destination host -> addresses of the sources whose link to it is shaped: only
-    those packets are queued (an unshaped link costs nothing, not a trip through the
-    delayer)."""
-    out: dict[str, list[str]] = {h: [] for h in addresses}
-    for (src, dst), link in matrix_links.items():
-        if link.shaped:
-            out[dst].append(addresses[src])
-    return {h: sorted(a) for h, a in out.items()}
+) -> list[Queued]:
+    """The links to queue: only the shaped ones (an unshaped link costs nothing, not a trip
+    through the delayer), each to the queue of its destination (its place in
+    ``addresses``, the order the delayer binds the queues in)."""
+    queue = {h: i for i, h in enumerate(addresses)}
+    return sorted(
+        (addresses[src], addresses[dst], queue[dst])
+        for (src, dst), link in matrix_links.items()
+        if link.shaped
+    )
 
 
 def offload_argv(settings: Mapping[str, str]) -> list[str]:
@@ -212,11 +242,13 @@ def parse_offloads(text: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Member:
-    """A host the delayer serves: its name, address and namespace file."""
+    """A host the delayer serves: its name, address, and where the packets to it are
+    queued (the namespace file, the queue number there)."""
 
     name: str
     address: str
     netns_path: str
+    queue: int = 0
 
 
 def delayer_argv(
@@ -234,7 +266,7 @@ def delayer_argv(
         argv += ["--dist-dir", dists]
     if seed is not None:
         argv += ["--seed", str(seed)]
-    return argv + [f"{m.name}={m.address}={m.netns_path}" for m in members]
+    return argv + [f"{m.name}={m.address}={m.netns_path}={m.queue}" for m in members]
 
 
 def link_line(src: str, dst: str, link: Link) -> str:

@@ -2,11 +2,13 @@
  * edgetb-shaper: the host shaper's per-packet path. Delays and drops the packets of a
  * testbed's links as netem would, where the kernel has no sch_netem.
  *
- * Each host namespace of the testbed queues the IPv4 packets arriving on its eth0 to
- * NFQUEUE 0 (a rule in its raw PREROUTING chain, made by emulation/hostshaper.py). This
- * process binds queue 0 in every host namespace (setns, socket, back), finds each
- * packet's link (source address -> source host, queue -> destination host) and, per
- * link, drops it with the link's loss probability or holds it until its release time:
+ * The testbed's switch namespace queues every IPv4 packet the bridge forwards on a
+ * shaped link to the NFQUEUE numbered after its destination host (rules in its raw
+ * PREROUTING chain, made by emulation/hostshaper/__init__.py; bridged packets reach
+ * iptables through br_netfilter there). This process binds each host's queue (in the
+ * namespace given with the host: setns, socket, back), finds each packet's link (source
+ * address -> source host, queue -> destination host) and, per link, drops it with the
+ * link's loss probability or holds it until its release time:
  *
  *   release = max(now + delay + jitter, last release of the link) [+ serialisation at
  *             rate, after the previous packet, as netem's rate does]
@@ -15,12 +17,14 @@
  * normal, pareto, paretonormal). A link keeps FIFO order (no reordering); a link holds
  * at most LINK_LIMIT packets (more are dropped, as netem's limit does).
  *
- * Why at the receiver's ingress and not the sender's egress: a packet held below a TCP
- * socket still counts against it (TCP small queues allow ~2 packets below a slow
- * socket), so a delay queue at the sender throttles TCP; netem orphans the packets it
- * holds for that reason. At the receiver's ingress the packet has left its socket (veth
- * orphans it) and a drop is silent, as on a wire.
- *
+ * Why in the switch, between the hosts: there a packet has left its sender's socket (a
+ * delay queue below a TCP socket throttles it: TCP small queues allow ~2 packets below a
+ * slow socket; netem orphans what it holds for that reason), a drop is silent, as on a
+ * wire, and the receiver's kernel stamps the packet's arrival after the hold (the
+ * veth crossing clears the stamp), so ping, captures and SO_TIMESTAMP applications see
+ * both delays of a round trip. Held at the receiver's ingress instead, a packet keeps
+ * the stamp of its arrival before the hold and such tools see one delay less.
+
  * Control: a Unix stream socket; one line in, one line out:
  *   ping                  -> pong PID
  *   begin                 -> ok        (staging: every link unshaped)
@@ -34,7 +38,7 @@
  *   resetlate             -> ok        (the lateness histogram starts again)
  *
  * Usage: edgetb-shaper --control PATH [--dist-dir DIR] [--seed N] [--rt-priority N]
- *                      [--tag=edgetb.run=RUN:shaper] HOST=ADDR=NETNS_PATH ...
+ *                      [--tag=edgetb.run=RUN:shaper] HOST=ADDR=NETNS_PATH[=QUEUE] ...
  * Prints "ready PID" on stdout once every queue is bound and the control socket listens.
  */
 #define _GNU_SOURCE
@@ -104,6 +108,7 @@ struct host {
 	struct mnl_socket *nl;
 	int fd;
 	uint32_t portid;
+	uint16_t queue; /* its NFQUEUE number (in the namespace it was bound in) */
 	char out[16384]; /* verdicts waiting to be sent */
 	size_t out_len;
 };
@@ -123,6 +128,7 @@ static int16_t *dist_table[D_COUNT];
 static int dist_size[D_COUNT];
 static uint64_t late_hist[LATE_BUCKETS];
 static uint64_t late_count, late_max_ns, released, unknown_source, stamped;
+static uint64_t spun_ns; /* time spent waiting out the last stretch before releases */
 static uint64_t rng_s[4];
 static struct client clients[MAX_CLIENTS];
 static int timer_fd, listen_fd, epoll_fd;
@@ -217,7 +223,7 @@ static void queue_verdict(struct host *h, uint32_t id, int verdict)
 			fprintf(stderr, "edgetb-shaper: verdicts to %s: %s\n", h->name, strerror(errno));
 		h->out_len = 0;
 	}
-	struct nlmsghdr *nlh = nfq_nlmsg_put(h->out + h->out_len, NFQNL_MSG_VERDICT, 0);
+	struct nlmsghdr *nlh = nfq_nlmsg_put(h->out + h->out_len, NFQNL_MSG_VERDICT, h->queue);
 	nfq_nlmsg_verdict_put(nlh, (int)id, verdict);
 	h->out_len += NLMSG_ALIGN(nlh->nlmsg_len);
 }
@@ -386,8 +392,10 @@ static void release_due(int all)
 		if (next == UINT64_MAX || next > now + advance_ns)
 			break;
 		flush_verdicts(); /* what is due goes now; then the short wait for the next */
+		uint64_t spin_from = now_ns();
 		while ((now = now_ns()) < next)
 			;
+		spun_ns += now - spin_from;
 	}
 	flush_verdicts();
 	struct itimerspec its = {0};
@@ -401,9 +409,10 @@ static void release_due(int all)
 	timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
-static void bind_queue(int i, const char *netns_path)
+static void bind_queue(int i, const char *netns_path, uint16_t queue)
 {
 	struct host *h = &hosts[i];
+	h->queue = queue;
 	int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
 	int target = open(netns_path, O_RDONLY | O_CLOEXEC);
 	if (self < 0 || target < 0)
@@ -426,11 +435,11 @@ static void bind_queue(int i, const char *netns_path)
 	fcntl(h->fd, F_SETFL, fcntl(h->fd, F_GETFL) | O_NONBLOCK);
 
 	char buf[MNL_SOCKET_BUFFER_SIZE];
-	struct nlmsghdr *nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, 0);
+	struct nlmsghdr *nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, queue);
 	nfq_nlmsg_cfg_put_cmd(nlh, AF_INET, NFQNL_CFG_CMD_BIND);
 	if (mnl_socket_sendto(h->nl, nlh, nlh->nlmsg_len) < 0)
 		die("bind queue");
-	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, 0);
+	nlh = nfq_nlmsg_put(buf, NFQNL_MSG_CONFIG, queue);
 	nfq_nlmsg_cfg_put_params(nlh, NFQNL_COPY_PACKET, COPY_RANGE);
 	nfq_nlmsg_cfg_put_qmaxlen(nlh, QUEUE_MAXLEN);
 	if (mnl_socket_sendto(h->nl, nlh, nlh->nlmsg_len) < 0)
@@ -464,10 +473,10 @@ static void stats_json(char *out, size_t size)
 		}
 	}
 	n += (size_t)snprintf(out + n, size - n,
-		"{\"pid\": %d, \"advance_us\": %" PRIu64 ", \"released\": %" PRIu64 ", \"unknown_source\": %" PRIu64 ", \"stamped\": %" PRIu64
+		"{\"pid\": %d, \"advance_us\": %" PRIu64 ", \"spun_us\": %" PRIu64 ", \"released\": %" PRIu64 ", \"unknown_source\": %" PRIu64 ", \"stamped\": %" PRIu64
 		", \"late_us\": {\"count\": %" PRIu64 ", \"p50\": %" PRIu64 ", \"p99\": %" PRIu64
 		", \"p999\": %" PRIu64 ", \"max\": %" PRIu64 "}, \"links\": [",
-		getpid(), advance_ns / 1000, released, unknown_source, stamped, late_count, pct[0], pct[1], pct[2], late_max_ns / 1000);
+		getpid(), advance_ns / 1000, spun_ns / 1000, released, unknown_source, stamped, late_count, pct[0], pct[1], pct[2], late_max_ns / 1000);
 	int first = 1;
 	for (int s = 0; s < n_hosts; s++)
 		for (int d = 0; d < n_hosts; d++) {
@@ -532,7 +541,7 @@ static void command(struct client *c, char *line)
 		out = reply;
 	} else if (!strcmp(line, "resetlate")) {
 		memset(late_hist, 0, sizeof late_hist);
-		late_count = late_max_ns = 0;
+		late_count = late_max_ns = spun_ns = 0;
 	} else {
 		snprintf(reply, sizeof reply, "error unknown command: %.80s\n", line);
 		out = reply;
@@ -597,6 +606,7 @@ int main(int argc, char **argv)
 	uint64_t seed = 0;
 	int have_seed = 0, rt_priority = 0;
 	char *netns[MAX_HOSTS];
+	uint16_t queue[MAX_HOSTS];
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--control") && i + 1 < argc)
 			control = argv[++i];
@@ -609,13 +619,23 @@ int main(int argc, char **argv)
 		else if (!strncmp(argv[i], "--tag=", 6))
 			continue; /* names the run's process for `testbed clean` */
 		else {
-			char *a = strdup(argv[i]), *addr = strchr(a, '='), *path;
+			char *a = strdup(argv[i]), *addr = strchr(a, '='), *path, *num, *end = NULL;
 			if (!addr || !(path = strchr(addr + 1, '=')) || n_hosts == MAX_HOSTS) {
-				fprintf(stderr, "edgetb-shaper: bad argument %s (HOST=ADDR=NETNS_PATH)\n", argv[i]);
+				fprintf(stderr, "edgetb-shaper: bad argument %s (HOST=ADDR=NETNS_PATH[=QUEUE])\n", argv[i]);
 				return 2;
 			}
 			*addr++ = 0;
 			*path++ = 0;
+			unsigned long q = 0;
+			if ((num = strchr(path, '='))) {
+				*num++ = 0;
+				q = strtoul(num, &end, 10);
+				if (!*num || *end || q > 65535) {
+					fprintf(stderr, "edgetb-shaper: bad queue number in %s\n", argv[i]);
+					return 2;
+				}
+			}
+			queue[n_hosts] = (uint16_t)q;
 			struct in_addr in;
 			if (strlen(a) >= sizeof hosts[0].name || inet_pton(AF_INET, addr, &in) != 1) {
 				fprintf(stderr, "edgetb-shaper: bad host %s\n", argv[i]);
@@ -627,7 +647,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!control || n_hosts < 2) {
-		fprintf(stderr, "usage: edgetb-shaper --control PATH HOST=ADDR=NETNS_PATH ...\n");
+		fprintf(stderr, "usage: edgetb-shaper --control PATH HOST=ADDR=NETNS_PATH[=QUEUE] ...\n");
 		return 2;
 	}
 	if (!have_seed && getrandom(&seed, sizeof seed, 0) != sizeof seed)
@@ -668,7 +688,7 @@ int main(int argc, char **argv)
 	epoll_ctl(epoll_fd, EPOLL_CTL_ADD, sig_fd, &ev);
 
 	for (int i = 0; i < n_hosts; i++)
-		bind_queue(i, netns[i]);
+		bind_queue(i, netns[i], queue[i]);
 	/* Receive timestamps are taken only while some socket asks for them: this one does
 	 * (it is never read), so the queue reports each packet's arrival. */
 	int stamp_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), on = 1;

@@ -1,13 +1,17 @@
 """The host shaper (the default where the kernel has no netem) on a testbed of its own:
-jitter drawn from netem's normal table, the paper's highest loss, a runtime change, a
-killed delayer detected and replaced, and nothing left once the testbed is down.
+plain ping and a packet capture see both delays of a round trip (the hold is between the
+hosts, before the receiver's kernel stamps a packet's arrival), jitter drawn from netem's
+normal table, the paper's highest loss, a runtime change, a killed delayer detected and
+replaced, and nothing left once the testbed is down.
 
 Runs on any machine: ``--shaper host`` is asked for by name (elsewhere the default is
 the direct shaper)."""
 
 import os
+import re
 import signal
 import statistics
+import subprocess
 import time
 
 import pytest
@@ -34,6 +38,48 @@ def small():
 
 def _offloads(tb, host):
     return tb.exec(host, ["ethtool", "-k", "eth0"]).stdout
+
+
+def _capture_rtts_ms(text: str) -> list[float]:
+    """Round trips from ``tcpdump -n -tt`` lines of ICMP echoes: reply time - request time
+    per sequence number (the kernel's timestamps of the packets on the interface)."""
+    sent, rtts = {}, []
+    for line in text.splitlines():
+        m = re.match(r"(\d+\.\d+) IP .*ICMP echo (request|reply), id \d+, seq (\d+)", line)
+        if m and m[2] == "request":
+            sent[m[3]] = float(m[1])
+        elif m and m[3] in sent:
+            rtts.append(1000 * (float(m[1]) - sent[m[3]]))
+    return rtts
+
+
+def test_ping_and_a_capture_see_both_delays_of_a_round_trip(small):
+    """Tools that read the kernel's receive timestamps: held at the receiver's ingress,
+    a packet kept the stamp of its arrival before the hold and ping printed 10.3 ms for
+    a 20 ms round trip (`ping -U`, user to user, 20.5 ms)."""
+    api.set_links(small, links.uniform(small.topology, 10, 0), "host")
+    e1 = small.topology.host("e1").address
+    capture = small.popen(
+        "e0", ["tcpdump", "-i", "eth0", "-n", "-tt", "-l", "-c", "60", "icmp"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert capture.stderr is not None
+        said: list[str] = []  # until it is attached, before the first echo
+        while not said or ("listening on" not in said[-1] and said[-1] and len(said) < 5):
+            said.append(capture.stderr.readline())
+        assert "listening on" in said[-1], said
+        ping = small.exec("e0", ["ping", "-n", "-c", "30", "-i", "0.05", e1])
+        out, _ = capture.communicate(timeout=30)  # 30 requests, 30 replies
+    finally:
+        if capture.poll() is None:
+            capture.kill()
+            capture.wait()
+    ping_rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping.stdout)]
+    captured = _capture_rtts_ms(out)
+    assert len(ping_rtts) == 30 and len(captured) == 30, (ping.stdout, out)
+    for rtts in (ping_rtts, captured):
+        assert abs(statistics.median(rtts) - 20) <= rtt_tolerance_ms(20), rtts
 
 
 def test_jitter_has_the_configured_spread_and_loss_its_rate(small):

@@ -10,50 +10,59 @@ from testbed import ConfigError, Topology
 from testbed.tags import tag_of
 
 
-def test_chain_rules_queue_exactly_the_shaped_sources_and_flush_first():
-    text = hs.chain_rules_text(["10.0.0.12", "10.0.0.10"])
+def test_chain_rules_queue_exactly_the_shaped_links_to_their_destinations_queue():
+    text = hs.chain_rules_text([("10.0.0.12", "10.0.0.10", 0), ("10.0.0.10", "10.0.0.12", 2)])
     assert text.splitlines() == [
         "*raw",
         ":EDGETB - [0:0]",  # a declared chain is flushed by iptables-restore --noflush
-        "-A EDGETB -s 10.0.0.10/32 -j NFQUEUE --queue-num 0",
-        "-A EDGETB -s 10.0.0.12/32 -j NFQUEUE --queue-num 0",
+        "-A EDGETB -s 10.0.0.10/32 -d 10.0.0.12/32 -j NFQUEUE --queue-num 2",
+        "-A EDGETB -s 10.0.0.12/32 -d 10.0.0.10/32 -j NFQUEUE --queue-num 0",
         "COMMIT",
     ]
     assert hs.chain_rules_text([]).splitlines() == ["*raw", ":EDGETB - [0:0]", "COMMIT"]
-    assert "-A PREROUTING -i eth0 -j EDGETB" in hs.chain_setup_text()
+    # every bridged IPv4 packet of the switch namespace (there is no other IPv4 there)
+    assert "-A PREROUTING -j EDGETB" in hs.chain_setup_text()
     for variant, binary in (("nft", "iptables"), ("legacy", "iptables-legacy")):
         removal = hs.chain_remove_argvs(variant)
         assert [a[4] for a in removal] == ["-D", "-F", "-X"]
         assert all(a[:4] == [binary, "-w", "-t", "raw"] for a in removal)
         assert hs.list_argv(variant)[0] == binary
         assert hs.restore_argv(variant) == [f"{binary}-restore", "-w", "--noflush"]
+    # bridged IPv4 through iptables, set in the switch namespace (the sysctls are per
+    # namespace), IPv6 and ARP not
+    assert hs.sysctl_argv() == [
+        "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1",
+        "net.bridge.bridge-nf-call-ip6tables=0", "net.bridge.bridge-nf-call-arptables=0",
+    ]  # fmt: skip
 
 
-def test_queued_sources_read_back_from_iptables_listing():
+def test_queued_links_read_back_from_iptables_listing():
     listing = (
         "-N EDGETB\n"
-        "-A EDGETB -s 10.0.0.10/32 -j NFQUEUE --queue-num 0\n"
-        "-A EDGETB -s 10.0.0.11/32 -j NFQUEUE --queue-num 0\n"
+        "-A EDGETB -s 10.0.0.10/32 -d 10.0.0.11/32 -j NFQUEUE --queue-num 1\n"
+        "-A EDGETB -s 10.0.0.11/32 -d 10.0.0.10/32 -j NFQUEUE --queue-num 0\n"
     )
-    assert hs.queued_sources(listing) == {"10.0.0.10", "10.0.0.11"}
-    assert hs.queued_sources("-N EDGETB\n") == set()
-    assert hs.queued_sources("") is None  # the chain is gone
+    assert hs.queued_links(listing) == {
+        ("10.0.0.10", "10.0.0.11", 1),
+        ("10.0.0.11", "10.0.0.10", 0),
+    }
+    assert hs.queued_links("-N EDGETB\n") == set()
+    assert hs.queued_links("") is None  # the chain is gone
 
 
-def test_only_shaped_links_are_queued_at_their_destination():
+def test_only_shaped_links_are_queued_to_their_destinations_queue():
     topo = Topology(edge_nodes=2, subnet="10.9.0.0/24")
     addresses = {h.name: h.address for h in topo.hosts}
+    queue = {h.name: i for i, h in enumerate(topo.hosts)}  # the order the delayer binds
     matrix = links.paper(topo, 20, 1)
-    queued = hs.shaped_sources(matrix.links, addresses)
+    queued = hs.shaped_links(matrix.links, addresses)
+    a = addresses
     # the paper profile leaves the endpoint's egress unshaped: ep's packets pass untouched
-    assert queued["e0"] == [addresses["e1"]]
-    assert queued["e1"] == [addresses["e0"]]
-    assert queued["ep"] == sorted([addresses["e0"], addresses["e1"]])
-    assert hs.shaped_sources(links.uniform(topo, 0, 0).links, addresses) == {
-        "e0": [],
-        "e1": [],
-        "ep": [],
-    }
+    assert queued == sorted([
+        (a["e0"], a["e1"], queue["e1"]), (a["e1"], a["e0"], queue["e0"]),
+        (a["e0"], a["ep"], queue["ep"]), (a["e1"], a["ep"], queue["ep"]),
+    ])  # fmt: skip
+    assert hs.shaped_links(links.uniform(topo, 0, 0).links, addresses) == []
 
 
 def test_link_lines_carry_netems_parameters_in_integers():
@@ -100,13 +109,13 @@ def test_offloads_parsed_without_the_fixed_ones_and_set_back():
 
 
 def test_delayer_argv_is_tagged_for_clean_and_names_every_member():
-    members = [hs.Member("e0", "10.0.0.11", "/run/netns/tb-abc123-e0")]
+    members = [hs.Member("e0", "10.0.0.11", "/run/netns/tb-abc123-sw", 3)]
     argv = hs.delayer_argv("/b/edgetb-shaper", "/r/s.sock", "edgetb.run=abc123:shaper",
                            members, dists="/usr/lib/tc", seed=7)  # fmt: skip
     assert argv[:3] == ["/b/edgetb-shaper", "--control", "/r/s.sock"]
     assert "--tag=edgetb.run=abc123:shaper" in argv
     assert argv[argv.index("--seed") + 1] == "7"
-    assert argv[-1] == "e0=10.0.0.11=/run/netns/tb-abc123-e0"
+    assert argv[-1] == "e0=10.0.0.11=/run/netns/tb-abc123-sw=3"  # its queue there
     assert tag_of("\0".join(argv).encode()) == "abc123"
 
 

@@ -162,7 +162,7 @@ def test_each_part_reads_back_its_own_typed_record(tmp_path: Path):
     lock.release()
     state = RunState.load(tmp_path / "runs" / "a00002")
     assert state.get(HostShaperRecord) is None  # a part the run never used
-    state.put(HostShaperRecord(pid=42, socket="/s", queued={"e0": ["10.0.0.2"]}))
+    state.put(HostShaperRecord(pid=42, socket="/s", links=[["10.0.0.2", "10.0.0.3", 0]]))
     state.put(CgroupRecord({"e0": {"cpu": "/sys/fs/cgroup/cpu/tb-a00002-e0"}}))
     state.save()
     saved = json.loads(state.path.read_text())["parts"]
@@ -173,7 +173,7 @@ def test_each_part_reads_back_its_own_typed_record(tmp_path: Path):
     state.path.write_text(json.dumps({**json.loads(state.path.read_text()), "parts": saved}))
     loaded = RunState.load(state.path.parent)
     host = loaded.get(HostShaperRecord)
-    assert host == HostShaperRecord(pid=42, socket="/s", queued={"e0": ["10.0.0.2"]})
+    assert host == HostShaperRecord(pid=42, socket="/s", links=[["10.0.0.2", "10.0.0.3", 0]])
     assert loaded.get(EmulationRecord) == EmulationRecord(shaper="host")
     loaded.drop(HostShaperRecord)
     loaded.save()
