@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..topology import DEFAULT_RACK, Host, Topology
 from . import tls
 from .auth import AUTH_SETTINGS, system_auth_properties
-from .quiet import BUILDS, JAR, CassandraBuild, jvm_properties
+from .quiet import APPROX_TIME_MS, BUILDS, JAR, YAML_SETTINGS, CassandraBuild, jvm_properties
 
 CQL_PORT = 9042
 STORAGE_PORT = 7000
@@ -313,6 +313,7 @@ def node_settings(
     layer (they win over every override)."""
     return merge(
         BASE_SETTINGS,
+        YAML_SETTINGS[settings.build],
         cluster_layer(topology, settings.cluster_name),
         settings.overrides,
         node_layer(topology, host, node_dir),
@@ -434,12 +435,12 @@ FAST_LIFECYCLE_PROPERTIES: tuple[str, ...] = (
     "-Dcassandra.unsafesystem=true",
     "-Dcassandra.test.messagingService.nonGracefulShutdown=true",
     "-Dcassandra.shutdown_announce_in_ms=0",
-    # Cassandra refreshes its approximate clock every 2 ms (500 wake-ups a second, the
-    # largest part of an idle node's CPU); it times out and expires messages (seconds),
-    # never a latency the sweep records: at 20 ms an idle JVM takes 1.58 % of a core
-    # instead of 2.67 % (medians of 2, benchmarks/jvm_profiles.py's idle measure).
-    "-Dcassandra.approximate_time_precision_ms=20",
 )
+# Cassandra refreshes its approximate clock every 2 ms (500 wake-ups a second, the largest
+# part of an idle node's CPU); it times out and expires messages (seconds), never a
+# latency the sweep records: at 20 ms an idle JVM takes 1.58 % of a core instead of
+# 2.67 % (medians of 2, benchmarks/jvm_profiles.py's idle measure); quiet nodes refresh it
+# every 100 ms (testbed.cassandra.quiet).
 
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 NODETOOL_CLASS = "org.apache.cassandra.tools.NodeTool"
@@ -486,6 +487,7 @@ def jvm_args(
         *JPMS_OPTIONS,
         "-Djava.net.preferIPv4Stack=true",
         *FAST_LIFECYCLE_PROPERTIES,
+        f"-Dcassandra.approximate_time_precision_ms={APPROX_TIME_MS[settings.build]}",
         *jvm_properties(settings.build),
         f"-Dcassandra.config=file://{node_dir / 'conf' / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={node_dir}",

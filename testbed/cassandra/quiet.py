@@ -10,11 +10,17 @@ other down with it (issue 39; ``benchmarks/write_cpu.py`` measures it per thread
 
 What changes: the one line that defines ``stopCheckInterval`` reads a system property
 (:data:`PROPERTY`) with the stock value as its default; quiet nodes start with
-:data:`STOP_CHECK_NS`. Nothing else: the class is compiled from the 5.0.6 sources jar
-of Maven Central, whose sha256 and the source file's are checked, and the patched line
-must match exactly once. The jar holding the rebuilt class is put first on quiet nodes'
+:data:`STOP_CHECK_NS`. The class is compiled from the 5.0.6 sources jar of Maven
+Central, whose sha256 and the source file's are checked, and the patched line must
+match exactly once. The jar holding the rebuilt class is put first on quiet nodes'
 classpath; stock nodes run the unmodified jars. A run's manifest records the build
 (``CassandraSettings.build``), and ``stock`` stays available everywhere.
+
+Quiet nodes also trim two periodic tasks of an idle node where they cannot change what
+a write measures: the approximate clock, which times out and expires messages (seconds),
+is refreshed every 100 ms instead of the testbed's 20 (Cassandra's own: 2); the dynamic
+snitch, which ranks replicas for reads (a write goes to every replica), recomputes its
+scores every second instead of every 100 ms. A researcher's cassandra.yaml settings win.
 """
 
 from __future__ import annotations
@@ -50,6 +56,13 @@ PATCHED_LINE = (
 # A worker alone spins for 0.1 ms instead of 10 ms before it blocks; waking a blocked
 # worker costs one unpark (tens of µs), far below what a write at edge latencies measures.
 STOP_CHECK_NS = 100_000
+# Idle housekeeping per build (the approximate clock's period; cassandra.yaml settings
+# under the cluster's and the user's layers).
+APPROX_TIME_MS = {"stock": 20, "quiet": 100}
+YAML_SETTINGS: dict[str, dict[str, str]] = {
+    "stock": {},
+    "quiet": {"dynamic_snitch_update_interval": "1000ms"},
+}
 JAVA_RELEASE = "11"  # the stock classes' own (class file major version 55)
 
 DIR = "quiet"

@@ -13,6 +13,7 @@ from testbed.cassandra import config, quiet
 from testbed.cassandra.config import CassandraSettings
 from testbed.cassandra.dist import CassandraDist
 from testbed.errors import ConfigError, StateError
+from testbed.topology import Topology
 
 SOURCE = "\n".join(
     [
@@ -74,13 +75,29 @@ def test_jvm_args_carry_the_build_and_refuse_a_mismatched_classpath(tmp_path):
 
     stock = args("stock", quiet.classpath(dist, "stock"))
     assert not any(quiet.PROPERTY in a for a in stock)
+    assert "-Dcassandra.approximate_time_precision_ms=20" in stock
     quiet_args = args("quiet", quiet.classpath(dist, "quiet"))
     assert f"-D{quiet.PROPERTY}={quiet.STOP_CHECK_NS}" in quiet_args
+    clock = [a for a in quiet_args if "approximate_time_precision_ms" in a]
+    assert clock == ["-Dcassandra.approximate_time_precision_ms=100"]
     assert quiet_args[-2].startswith(str(quiet.jar_path(dist)))
     with pytest.raises(ValueError, match="quiet build"):
         args("quiet", dist.classpath)  # the property alone would silently run stock
     with pytest.raises(ValueError, match="stock build"):
         args("stock", quiet.classpath(dist, "quiet"))
+
+
+def test_quiet_nodes_update_the_dynamic_snitch_every_second_unless_the_user_says(tmp_path):
+    topo = Topology(edge_nodes=3)
+    host = topo.host("e0")
+
+    def snitch(**kw):
+        values = config.node_settings(CassandraSettings(**kw), topo, host, tmp_path)
+        return values.get("dynamic_snitch_update_interval")
+
+    assert snitch() is None  # stock: Cassandra's own 100 ms
+    assert snitch(build="quiet") == "1000ms"
+    assert snitch(build="quiet", overrides={"dynamic_snitch_update_interval": "50ms"}) == "50ms"
 
 
 def test_each_build_has_its_own_class_data_archive(tmp_path):
