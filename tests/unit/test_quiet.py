@@ -1,6 +1,6 @@
 """Quiet nodes (testbed.cassandra.quiet): the one patched line, the classpath and JVM
 properties per build, the archive per build. Pure logic; the integration test
-tests/integration/test_1g_quiet.py measures what the rebuilt class does."""
+tests/integration/test_1e_quiet.py measures what the rebuilt class does."""
 
 from __future__ import annotations
 
