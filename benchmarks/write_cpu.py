@@ -195,11 +195,12 @@ def measure(build: str, args: argparse.Namespace, log_dir: Path) -> dict:
                 figures["median_ms"] = rtts[len(rtts) // 2] / 1e6
                 figures["p99_ms"] = rtts[int(0.99 * (len(rtts) - 1))] / 1e6
                 if isinstance(shaper, shapers.HostShaper):
-                    late = shaper.stats()["late_us"]
+                    counters = shaper.stats()
+                    late = counters["late_us"]
                     figures["late_p99_us"] = late["p99"]
                     figures["late_p999_us"] = late["p999"]
                     figures["late_max_us"] = late["max"]
-                    figures["spin"] = shaper.stats()["spun_us"] / 1000 / args.writes
+                    figures["spin"] = counters["spun_us"] / 1000 / args.writes
                 results[latency] = figures
                 print(f"  {build} {latency:g} ms: " + fmt(figures), flush=True)
             emulation_api.clear(tb)

@@ -142,12 +142,7 @@ def preflight(name: str) -> None:
                 f"{hs.PACKAGES} and builds it"
             )
         if not hs.bridge_netfilter():
-            raise ConfigError(
-                "the host shaper holds packets in the testbed's bridge, which needs the "
-                "kernel's bridge netfilter (`modprobe br_netfilter`; it also sends the "
-                "machine's other bridges through iptables), or use --shaper direct where "
-                "the kernel has netem"
-            )
+            raise ConfigError(hs.NO_BRIDGE_NETFILTER)
 
 
 class Shaper(Protocol):
@@ -625,12 +620,8 @@ class HostShaper:
         faster one where the kernel has its tables)."""
         proc = run(self._in_switch(hs.sysctl_argv()), check=False)
         if proc.returncode != 0:
-            raise hs.ShaperError(
-                "the host shaper holds packets in the testbed's bridge, which needs the "
-                "kernel's bridge netfilter (br_netfilter: built in, or `modprobe "
-                "br_netfilter`), or shape with --shaper direct where the kernel has netem: "
-                + (proc.stderr.strip().splitlines() or ["sysctl failed"])[-1]
-            )
+            said = (proc.stderr.strip().splitlines() or ["sysctl failed"])[-1]
+            raise hs.ShaperError(f"{hs.NO_BRIDGE_NETFILTER}: {said}")
         found = hs.variants()
         if not found:
             raise hs.ShaperError("no iptables-restore on this machine (`make shaper`)")

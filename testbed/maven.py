@@ -34,51 +34,30 @@ def pom(artifacts: Sequence[Artifact], name: str = "deps") -> str:
 """
 
 
+def _mvn(name: str, pom_text: str, workdir: Path, goal: Sequence[str]) -> None:
+    """Maven with strict checksums on a throw-away POM in ``workdir``: ``goal`` and its
+    -D properties; ConfigError when Maven is missing (fetching ``name``)."""
+    if shutil.which("mvn") is None:
+        raise ConfigError(f"Maven (mvn) is needed to fetch {name}: apt-get install maven")
+    path = workdir / "pom.xml"
+    path.write_text(pom_text)
+    run(["mvn", "-B", "-q", "--strict-checksums", "-f", str(path), *goal], timeout=1800)
+
+
 def copy_dependencies(
     artifacts: Sequence[Artifact], workdir: Path, lib: Path, name: str = "deps"
 ) -> None:
     """``artifacts`` and their runtime dependencies into ``lib`` (resolved by Maven, checksums
     checked); ConfigError when Maven is missing, CommandError when resolution fails."""
-    if shutil.which("mvn") is None:
-        raise ConfigError(f"Maven (mvn) is needed to fetch {name}: apt-get install maven")
-    path = workdir / "pom.xml"
-    path.write_text(pom(artifacts, name))
-    run(
-        [
-            "mvn",
-            "-B",
-            "-q",
-            "--strict-checksums",
-            "-f",
-            str(path),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={lib}",
-        ],
-        timeout=1800,
-    )
+    goal = ["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"]
+    _mvn(name, pom(artifacts, name), workdir, goal)
 
 
 def copy_artifact(artifact: Artifact, classifier: str, workdir: Path, out: Path) -> Path:
     """One artifact's ``classifier`` jar (``sources``: its Java sources) into ``out``, alone
     (no dependencies; checksums checked); its path. Errors as ``copy_dependencies``."""
     group, name, version = artifact
-    if shutil.which("mvn") is None:
-        raise ConfigError(f"Maven (mvn) is needed to fetch {name}: apt-get install maven")
-    path = workdir / "pom.xml"
-    path.write_text(pom([], "single-artifact"))
-    run(
-        [
-            "mvn",
-            "-B",
-            "-q",
-            "--strict-checksums",
-            "-f",
-            str(path),
-            "dependency:copy",
-            f"-Dartifact={group}:{name}:{version}:jar:{classifier}",
-            f"-DoutputDirectory={out}",
-        ],
-        timeout=1800,
-    )
+    coordinates = f"{group}:{name}:{version}:jar:{classifier}"
+    goal = ["dependency:copy", f"-Dartifact={coordinates}", f"-DoutputDirectory={out}"]
+    _mvn(name, pom([], "single-artifact"), workdir, goal)
     return out / f"{name}-{version}-{classifier}.jar"

@@ -139,6 +139,15 @@ def list_argv(variant: str) -> list[str]:
 # -- netfilter rules (inside the testbed's namespaces only) ------------------------------
 
 
+# Why the host shaper cannot start without br_netfilter, and what to do instead.
+NO_BRIDGE_NETFILTER = (
+    "the host shaper holds packets in the testbed's bridge, which needs the kernel's "
+    "bridge netfilter (br_netfilter: built in, or `modprobe br_netfilter`, which also "
+    "sends the machine's other bridges through iptables), or use --shaper direct where "
+    "the kernel has netem"
+)
+
+
 def bridge_netfilter() -> bool:
     """Whether the kernel passes bridged packets to iptables where asked (br_netfilter
     built in or loaded: its per-namespace sysctls exist). Reads only."""
