@@ -7,11 +7,13 @@ costs: one cluster bring-up and teardown per node count, one emulation check per
 setting.
 The running sweep rescales the model by what it has measured so far.
 
-The machine's costs (``Costs``: the write at 0 ms, CPU per write, an idle testbed's CPU)
-start from figures measured on the development machine and are recalibrated from the
-cells a results directory already holds (``calibrate``: a robust line fit of each
-cell's measured CPU use against its write rate; baselines for the write at 0 ms), so
---dry-run and auto-P on this machine use this machine's numbers.
+The machine's costs (``Costs``: the write at 0 ms, CPU per write, an idle testbed's CPU,
+bring-ups, how cells compare with the model) start from figures measured on the
+development machine; this machine's calibration (``experiments.calibration``: what earlier
+runs measured here, in $EDGETB_HOME) comes over them, and the cells a results directory
+already holds over both (``calibrate``: a robust line fit of each cell's measured CPU use
+against its write rate; baselines for the write at 0 ms), so --dry-run and auto-P use
+this machine's numbers.
 """
 
 from __future__ import annotations
@@ -55,6 +57,15 @@ class Costs:
     max_busy: float
     max_parallel: int
     source: str
+    # This machine's measurements (experiments.calibration): a cell's measured over its
+    # modelled time, bring-up seconds per node count, a teardown's seconds.
+    cell_scale: float = 1.0
+    bringup: tuple[tuple[int, float], ...] = ()
+    teardown_s: float = 2.0
+
+
+# The costs a results directory's cells refit (``calibrate``)
+FITTED = ("base_write_ms", "cpu_ms_per_write", "idle_cores_per_node", "idle_cores_shaper")
 
 
 # What each shaper costs on the 2-core development machine (TCG, no netem), until a
@@ -133,16 +144,22 @@ def use(costs: Costs) -> None:
 
 
 def calibrate(
-    cells: list[dict[str, Any]], manifests: list[dict[str, Any]], cores: int, shaper: str
+    cells: list[dict[str, Any]],
+    manifests: list[dict[str, Any]],
+    cores: int,
+    shaper: str,
+    start: Costs | None = None,
 ) -> Costs | None:
-    """The costs fitted to measured cells (None when they are too few to fit).
+    """The costs fitted to measured cells (None when they are too few to fit), laid over
+    ``start`` (default: the development machine's costs with ``shaper``).
 
     Only runs whose testbeds were shaped by ``shaper`` count (a gateway's cells say
     nothing about the host shaper's costs). CPU: the cells of runs with one testbed
     (``manifest["parallel"]["p"] == 1``) give busy cores = idle + cpu_per_write x writes
     per second; a Theil-Sen line through them (robust to cells that shared the machine).
     The write at 0 ms: the median of the runs' baselines."""
-    base = costs = defaults(shaper)
+    base = defaults(shaper)
+    costs = start or base
     manifests = [
         m
         for m in manifests
@@ -182,15 +199,32 @@ def calibrate(
                     idle_cores_per_node=round(base.idle_cores_per_node * scale, 4),
                     idle_cores_shaper=round(base.idle_cores_shaper * scale, 4),
                 )
-    if costs == base:
+    if all(getattr(costs, f) == getattr(start or base, f) for f in FITTED):
         return None
-    return replace(costs, source=f"fitted to {len(rows)} measured cells and {len(bases)} baselines")
+    fitted = f"fitted to {len(rows)} measured cells and {len(bases)} baselines"
+    return replace(costs, source=fitted if start is None else f"{start.source}; {fitted}")
 
 
 def bringup_s(nodes: int) -> float:
-    """Cluster up (measured: 11.6 s for 3 nodes, 18.9 s for 5), the shaper's start,
-    teardown."""
-    return 1.0 + 3.7 * nodes + COSTS.shaper_boot_s + 2.0
+    """A cluster's bring-up (with its shaper) and teardown. This machine's measured
+    bring-ups (``COSTS.bringup``) where there are some: the node count's own, else a
+    line through the nearest two measured counts (with one: the development machine's
+    formula scaled to it); without any, that formula (measured there: 11.6 s for 3
+    nodes, 18.9 s for 5)."""
+    measured = dict(COSTS.bringup)
+    formula = lambda n: 1.0 + 3.7 * n + COSTS.shaper_boot_s  # noqa: E731
+    if nodes in measured:
+        up = measured[nodes]
+    elif len(measured) >= 2:
+        near = sorted(measured.items(), key=lambda kv: (abs(kv[0] - nodes), kv[0]))
+        (n0, s0), (n1, s1) = near[:2]
+        up = max(s0 + (s1 - s0) * (nodes - n0) / (n1 - n0), formula(nodes) / 4)
+    elif measured:
+        ((n0, s0),) = measured.items()
+        up = formula(nodes) * s0 / formula(n0)
+    else:
+        up = formula(nodes)
+    return up + COSTS.teardown_s
 
 
 @lru_cache(maxsize=1)
@@ -231,9 +265,12 @@ def ycsb_ops_per_s(config: SweepConfig, cell: Cell) -> float:
 
 
 def cell_s(config: SweepConfig, cell: Cell) -> float:
+    """A cell's wall time: its writes at the model's time per write, scaled by how this
+    machine's cells compared with the model (``COSTS.cell_scale``)."""
     if cell.ycsb:
         return config.operations / ycsb_ops_per_s(config, cell) + YCSB_START_S + CELL_OVERHEAD_S
-    return (config.writes + config.warmup) * write_ms(config, cell) / 1000 + CELL_OVERHEAD_S
+    model = (config.writes + config.warmup) * write_ms(config, cell) / 1000 + CELL_OVERHEAD_S
+    return model * COSTS.cell_scale
 
 
 def verify_s(config: SweepConfig, cell: Cell) -> float:

@@ -1,13 +1,15 @@
 """What a sweep does before its first testbed, on the controller and on a remote worker
 alike: the checks that need no testbed (``preflight``), the results directory's lock, and
 how many testbeds run at once (``parse_parallel``, ``calibrate_from``,
-``choose_parallel``: the cost model of the sweep's shaper, fitted to what the store
-already holds, within what the fidelity benchmark accepted on this machine).
+``choose_parallel``: the cost model of the sweep's shaper, calibrated on this machine and
+fitted to what the store already holds, within what the fidelity benchmark accepted on
+this machine), and what a run teaches this machine's calibration (``learn_from``).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from emulation import shapers
@@ -17,7 +19,7 @@ from testbed.errors import ConfigError, RunInUseError, StateError
 from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 from workloads.ycsb import dist as ycsb_dist
 
-from . import estimate, fidelity
+from . import calibration, estimate, fidelity
 from .config import SweepConfig
 from .store import DB_NAME, Store
 
@@ -78,24 +80,55 @@ def costs_shaper(config: SweepConfig) -> str:
     return shapers.resolve(config.shaper, config.backend or "netns", probe=False)
 
 
-def calibrate_from(config: SweepConfig, out: Path | None = None) -> None:
-    """The cost model of the sweep's shaper, fitted to the cells its results directory
-    (``out``, default the config's) already holds (the development machine's costs
-    without)."""
+def calibrate_from(
+    config: SweepConfig, out: Path | None = None, store: Store | None = None
+) -> estimate.Costs | None:
+    """The cost model of the sweep's shaper: the development machine's costs, this
+    machine's calibration over them (netns testbeds; ``experiments.calibration``), the
+    cells its results directory (``out``, default the config's; or an open ``store``)
+    already holds over both. Returns that last fit (None: too few cells)."""
     shaper = costs_shaper(config)
-    estimate.use(estimate.defaults(shaper))
+    costs = estimate.defaults(shaper)
+    if _calibrated(config):
+        costs = calibration.apply(costs, calibration.entry(shaper, config.cassandra_build, CORES))
+    estimate.use(costs)
     out = Path(config.out) if out is None else out
-    if not (out / DB_NAME).is_file():
+    try:
+        if store is not None:
+            runs, cells = store.runs(), store.cells()
+        elif (out / DB_NAME).is_file():
+            with Store(out, read_only=True) as opened:
+                runs, cells = opened.runs(), opened.cells()
+        else:
+            return None
+    except TestbedError:  # an empty store a kill left: nothing to fit
+        return None
+    manifests = [{**r.manifest, "run_id": r.run_id} for r in runs]
+    fitted = estimate.calibrate(cells, manifests, CORES, shaper, start=costs)
+    if fitted is not None:
+        estimate.use(fitted)
+    return fitted
+
+
+def _calibrated(config: SweepConfig) -> bool:
+    """Whether this machine's calibration applies: testbeds of network namespaces here
+    (VMs and real hosts cost what they cost; their bring-ups are not this machine's)."""
+    return (config.backend or "netns") == "netns"
+
+
+def learn_from(config: SweepConfig, store: Store, run_id: str) -> None:
+    """This machine's calibration from the run just measured here (a note on stderr
+    where it could not be stored: the run's results are not affected)."""
+    if not _calibrated(config):
         return
     try:
-        with Store(out, read_only=True) as store:
-            runs, cells = store.runs(), store.cells()
-    except TestbedError:  # an empty store a kill left: nothing to fit
-        return
-    manifests = [{**r.manifest, "run_id": r.run_id} for r in runs]
-    costs = estimate.calibrate(cells, manifests, CORES, shaper)
-    if costs is not None:
-        estimate.use(costs)
+        fitted = calibrate_from(config, store=store)
+        run = next(r for r in store.runs() if r.run_id == run_id)
+        one = (run.manifest.get("parallel") or {}).get("p") == 1
+        cells = store.cells(run_id) if one else []
+        calibration.learn(config, costs_shaper(config), CORES, run.manifest, cells, fitted)
+    except (OSError, TestbedError) as exc:
+        print(f"note: this machine's calibration was not updated: {exc}", file=sys.stderr)
 
 
 def meminfo_mb() -> dict[str, float]:

@@ -183,6 +183,7 @@ class Shard:
         self.worker: WriteWorker | None = None
         self.fault: Any = None  # the running cell's experiments.nemesis.Runner
         self.nodes: int | None = None
+        self.shaper: str | None = None  # the running cluster's, once it came up
         self.rfs: list[int] = []
         self.loaded: set[str] = set()  # YCSB keyspaces loaded on the current cluster
         self.seeds: dict[str, set[str]] = {}  # keyspace -> key seeds its cells used (cluster)
@@ -279,6 +280,7 @@ class Shard:
         entry = cluster_entry(cfg, tb, worker.hello, shard=self.name, nodes=self.nodes)
         entry.update(shaper=shaper, bringup_s=bringup_s)
         self.sweep.store.update_manifest(self.sweep.run_id, clusters={tb.run_id: entry})
+        self.shaper = shaper  # its teardown is timed too (experiments.calibration)
 
     def down(self) -> None:
         """Tear the shard's testbed down (also one whose bring-up failed and was undone);
@@ -286,10 +288,11 @@ class Shard:
         leaves it "up" there, so the next run of the sweep removes what is left."""
         if self.tb is None:
             return
-        tb, sweep, testbed_run = self.tb, self.sweep, self.testbed_run
+        tb, sweep, testbed_run, nodes = self.tb, self.sweep, self.testbed_run, self.nodes
         worker, self.worker = self.worker, None
         sweep.progress.shard_status(self.name, f"tearing the {self.nodes}-node cluster down")
         self.tb, self.nodes, self.testbed_run = None, None, None
+        shaper, self.shaper = self.shaper, None
         if sweep.gate is not None and self.idle:
             sweep.gate.remove_testbed(self.idle)
             self.idle = 0.0
@@ -300,10 +303,15 @@ class Shard:
                 else:
                     worker.close()
         finally:
+            t0 = time.monotonic()
             tb.down()  # a no-op when a failed bring-up was undone already
+            took = round(time.monotonic() - t0, 2)
             if testbed_run is not None:
                 try:
                     sweep.store.testbed_down(testbed_run)
+                    if shaper is not None:  # a cluster that came up (a failed one: no figure)
+                        teardown = {"nodes": nodes, "shaper": shaper, "teardown_s": took}
+                        sweep.store.update_manifest(sweep.run_id, teardowns={tb.run_id: teardown})
                 except StoreFullError as full:  # not instead of the error that got us here
                     self.note(str(full))
 

@@ -51,6 +51,7 @@ from .launch import (
     cpu_busy,
     cpu_times,
     enter_sweep,
+    learn_from,
     leave_sweep,
     lock_results,
     parse_parallel,
@@ -377,6 +378,8 @@ def _measure(
             store.set_status(run_id, status)
         except StoreFullError as full:
             status, code, problem = "failed", 1, f"error: {full}\n"
+        if not remote:  # what this machine's testbeds took, for the next dry run
+            learn_from(config, store, run_id)
     if problem:
         _say(
             f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "

@@ -1,0 +1,126 @@
+"""This machine's calibration (experiments.calibration): what a run measured here is kept
+in $EDGETB_HOME and used by the next dry run of any results directory."""
+
+import json
+
+import pytest
+
+from experiments import calibration, estimate, launch
+from experiments.config import SweepConfig
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETB_HOME", str(tmp_path / "home"))
+    before = estimate.COSTS
+    yield tmp_path / "home"
+    estimate.use(before)
+
+
+def manifest(bringups: dict[str, tuple[int, float]], teardowns=None, shaper="host") -> dict:
+    return {
+        "clusters": {
+            k: {"nodes": n, "shaper": shaper, "bringup_s": s} for k, (n, s) in bringups.items()
+        },
+        "teardowns": {
+            k: {"nodes": n, "shaper": shaper, "teardown_s": s}
+            for k, (n, s) in (teardowns or {}).items()
+        },
+    }  # fmt: skip
+
+
+def rows(config: SweepConfig, factor: float) -> list[dict]:
+    """Stored cells of ``config`` that took ``factor`` times what the model says."""
+    out, t = [], 1000.0
+    for cell in config.cells():
+        took = estimate.cell_s(config, cell) / estimate.COSTS.cell_scale * factor
+        out.append({"cell_id": cell.cell_id, "started": t, "finished": t + took})
+        t += took
+    return out
+
+
+def test_a_run_teaches_bringups_teardowns_and_how_cells_compare_with_the_model(home):
+    config = SweepConfig(nodes=(3,), latency_ms=(0.0, 20.0), loss_pct=(0.5, 2.5))
+    estimate.use(estimate.defaults("host"))
+    modelled = estimate.sweep_s(config)
+    m = manifest({"a": (3, 30.0), "b": (5, 50.0)}, {"a": (3, 4.0)})
+    calibration.learn(config, "host", 2, m, rows(config, 1.5), fitted=None)
+    found = calibration.entry("host", "stock", 2)
+    assert found is not None
+    assert found["bringup_s"] == {"3": [30.0], "5": [50.0]}
+    assert found["cell_scale"] == pytest.approx(1.5, abs=1e-3) and found["scale_cells"] == len(
+        config.cells()
+    )
+    estimate.use(calibration.apply(estimate.defaults("host"), found))
+    assert "this machine's calibration" in estimate.COSTS.source
+    assert estimate.bringup_s(3) == pytest.approx(34.0)  # measured up + teardown
+    assert estimate.bringup_s(4) == pytest.approx(44.0)  # between the two measured
+    assert estimate.bringup_s(7) == pytest.approx(74.0)  # along their line
+    cell = config.cells()[0]
+    estimate.use(estimate.defaults("host"))
+    plain = estimate.cell_s(config, cell)
+    estimate.use(calibration.apply(estimate.defaults("host"), found))
+    assert estimate.cell_s(config, cell) == pytest.approx(1.5 * plain)
+    assert estimate.sweep_s(config) > 1.4 * modelled
+    # learning again from a calibrated model converges (the scale is not compounded)
+    calibration.learn(config, "host", 2, {}, rows(config, 1.5), fitted=None)
+    assert calibration.entry("host", "stock", 2)["cell_scale"] == pytest.approx(1.5, abs=1e-3)
+
+
+def test_samples_are_kept_per_shaper_build_and_cores_and_a_median_is_used(home):
+    config = SweepConfig(nodes=(3,))
+    for i, s in enumerate((20.0, 40.0, 22.0)):
+        calibration.learn(config, "host", 2, manifest({f"c{i}": (3, s)}), [], fitted=None)
+    found = calibration.entry("host", "stock", 2)
+    assert found is not None and found["bringup_s"]["3"] == [20.0, 40.0, 22.0]
+    assert "cell_scale" not in found  # no cells of one testbed: no scale
+    estimate.use(calibration.apply(estimate.defaults("host"), found))
+    assert estimate.bringup_s(3) == pytest.approx(22.0 + 2.0)  # median; default teardown
+    # another build, another shaper's clusters, another machine's cores: nothing of this
+    assert calibration.entry("host", "quiet", 2) is None
+    assert calibration.entry("host", "stock", 4) is None
+    calibration.learn(config, "gateway", 2, manifest({"g": (3, 99.0)}, shaper="gateway"), [], None)
+    assert calibration.entry("gateway", "stock", 2)["bringup_s"]["3"] == [99.0]
+    assert calibration.entry("host", "stock", 2)["bringup_s"]["3"] == [20.0, 40.0, 22.0]
+    for i in range(calibration.SAMPLES + 3):
+        calibration.learn(config, "host", 2, manifest({f"d{i}": (3, 30.0 + i)}), [], fitted=None)
+    kept = calibration.entry("host", "stock", 2)["bringup_s"]["3"]
+    assert len(kept) == calibration.SAMPLES and kept[-1] == 30.0 + calibration.SAMPLES + 2
+
+
+def test_a_damaged_or_hostile_file_is_as_if_nothing_was_measured(home):
+    home.mkdir(parents=True)
+    path = calibration.path()
+    for text in ("{", "[]", json.dumps({"version": 99, "entries": {}})):
+        path.write_text(text)
+        assert calibration.entry("host", "stock", 2) is None
+    bad = {"cores": 2, "bringup_s": {"3": ["x", -1, 1e9], "z": [5]}, "cell_scale": 40.0}
+    path.write_text(json.dumps({"version": 1, "entries": {"host": bad}}))
+    found = calibration.entry("host", "stock", 2)
+    defaults = estimate.defaults("host")
+    assert calibration.apply(defaults, found) == defaults  # nothing usable in it
+    # the next run's learning replaces it; a planted temporary name is not followed
+    target = home / "elsewhere"
+    (home / f".calibration.json.{__import__('os').getpid()}").symlink_to(target)
+    with pytest.raises(OSError):
+        calibration.learn(SweepConfig(nodes=(3,)), "host", 2, manifest({"a": (3, 9.0)}), [], None)
+    assert not target.exists()
+
+
+def test_a_new_results_directory_is_estimated_with_this_machines_calibration(home, tmp_path):
+    """The dry run of a directory with no cells uses what runs measured here before;
+    VM and real-host backends keep the model's own figures."""
+    config = SweepConfig(nodes=(5,), latency_ms=(0.0,), out=str(tmp_path / "new"))
+    launch.calibrate_from(config)
+    before, up_before = estimate.sweep_s(config), estimate.bringup_s(5)
+    assert "development machine" in estimate.COSTS.source
+    shaper = launch.costs_shaper(config)
+    measured = manifest({"a": (5, 120.0)}, shaper=shaper)
+    calibration.learn(config, shaper, launch.CORES, measured, [], None)
+    launch.calibrate_from(config)
+    assert "this machine's calibration" in estimate.COSTS.source
+    assert estimate.bringup_s(5) == pytest.approx(120.0 + estimate.COSTS.teardown_s)
+    assert estimate.sweep_s(config) - before == pytest.approx(estimate.bringup_s(5) - up_before)
+    vms = SweepConfig(nodes=(5,), backend="libvirt", out=str(tmp_path / "vm"))
+    launch.calibrate_from(vms)
+    assert "this machine's calibration" not in estimate.COSTS.source
