@@ -96,7 +96,7 @@ def apply(costs: estimate.Costs, found: dict[str, Any] | None) -> estimate.Costs
         return costs
     parts = []
     fitted = found.get("costs") or {}
-    numbers = {
+    numbers: dict[str, Any] = {
         k: float(v)
         for k, v in fitted.items()
         if k in estimate.FITTED and isinstance(v, (int, float)) and v > 0
