@@ -29,6 +29,12 @@ def manifest(bringups: dict[str, tuple[int, float]], teardowns=None, shaper="hos
     }  # fmt: skip
 
 
+def stored(shaper: str, build: str = "stock") -> dict:
+    found = calibration.entry(shaper, build, 2)
+    assert found is not None
+    return found
+
+
 def rows(config: SweepConfig, factor: float) -> list[dict]:
     """Stored cells of ``config`` that took ``factor`` times what the model says."""
     out, t = [], 1000.0
@@ -64,7 +70,7 @@ def test_a_run_teaches_bringups_teardowns_and_how_cells_compare_with_the_model(h
     assert estimate.sweep_s(config) > 1.4 * modelled
     # learning again from a calibrated model converges (the scale is not compounded)
     calibration.learn(config, "host", 2, {}, rows(config, 1.5), fitted=None)
-    assert calibration.entry("host", "stock", 2)["cell_scale"] == pytest.approx(1.5, abs=1e-3)
+    assert stored("host")["cell_scale"] == pytest.approx(1.5, abs=1e-3)
 
 
 def test_samples_are_kept_per_shaper_build_and_cores_and_a_median_is_used(home):
@@ -80,11 +86,11 @@ def test_samples_are_kept_per_shaper_build_and_cores_and_a_median_is_used(home):
     assert calibration.entry("host", "quiet", 2) is None
     assert calibration.entry("host", "stock", 4) is None
     calibration.learn(config, "gateway", 2, manifest({"g": (3, 99.0)}, shaper="gateway"), [], None)
-    assert calibration.entry("gateway", "stock", 2)["bringup_s"]["3"] == [99.0]
-    assert calibration.entry("host", "stock", 2)["bringup_s"]["3"] == [20.0, 40.0, 22.0]
+    assert stored("gateway")["bringup_s"]["3"] == [99.0]
+    assert stored("host")["bringup_s"]["3"] == [20.0, 40.0, 22.0]
     for i in range(calibration.SAMPLES + 3):
         calibration.learn(config, "host", 2, manifest({f"d{i}": (3, 30.0 + i)}), [], fitted=None)
-    kept = calibration.entry("host", "stock", 2)["bringup_s"]["3"]
+    kept = stored("host")["bringup_s"]["3"]
     assert len(kept) == calibration.SAMPLES and kept[-1] == 30.0 + calibration.SAMPLES + 2
 
 
