@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import posixpath
+import re
 import shlex
 import shutil
 import subprocess
@@ -66,6 +68,34 @@ class WorkerSpec:
         return out
 
 
+# A worker's name names its logs and Ansible directories under the results
+WORKER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+SAFE_PATH_RE = re.compile(r"/[A-Za-z0-9_./+-]*")
+# Directories a worker's own may not be (its set-up makes it 0700 and writes below it),
+# nor be inside (the kernel's and devices' file systems)
+SYSTEM_DIRS = frozenset(
+    "/ /bin /boot /dev /etc /home /lib /lib32 /lib64 /libx32 /media /mnt /opt /proc /root "
+    "/run /sbin /snap /srv /sys /tmp /usr /var /usr/bin /usr/lib /usr/lib64 /usr/local "
+    "/usr/local/bin /usr/local/lib /usr/sbin /usr/share /usr/src /var/cache /var/lib "
+    "/var/local /var/log /var/mail /var/opt /var/run /var/spool /var/tmp".split()
+)
+KERNEL_DIRS = ("/proc/", "/sys/", "/dev/", "/run/")
+
+
+def _dir_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a worker's directory (None: it can): an absolute, plain
+    path of its own, not a system directory."""
+    if not SAFE_PATH_RE.fullmatch(value):
+        return "must be an absolute path of letters, digits and _ . / + -"
+    parts = value.rstrip("/").split("/")
+    if ".." in parts or "." in parts or posixpath.normpath(value) != (value.rstrip("/") or "/"):
+        return "must be a plain path (no . or .. parts, no //)"
+    plain = value.rstrip("/") or "/"
+    if plain in SYSTEM_DIRS or (plain + "/").startswith(KERNEL_DIRS):
+        return "is a system directory: give a directory of the worker's own, e.g. /srv/edgetb"
+    return None
+
+
 def load_workers(path: str | Path) -> list[WorkerSpec]:
     """The workers of an inventory; ConfigError with one line naming every problem."""
     inv = read_inventory(path)
@@ -74,9 +104,23 @@ def load_workers(path: str | Path) -> list[WorkerSpec]:
     specs = []
     for name, v in inv.items():
         where = f"{name}: "
+        if not WORKER_NAME_RE.fullmatch(name) or ".." in name:
+            problems.append(
+                f"worker name {name[:64]!r} must be letters, digits and _ . - (no ..), "
+                f"at most 63, starting with a letter or digit"
+            )
+            continue
         wdir = str(v.get("edgetb_worker_dir", ""))
         if not wdir.startswith("/") or any(c.isspace() for c in wdir):
             problems.append(where + "edgetb_worker_dir must be an absolute path without spaces")
+            continue
+        bad = [
+            f"{var} {str(v[var])!r} {why}"
+            for var in ("edgetb_worker_dir", "edgetb_home", "edgetb_python")
+            if v.get(var) is not None and (why := _dir_problem(str(v[var])))
+        ]
+        if bad:
+            problems += [where + b for b in bad]
             continue
         pool = v.get("edgetb_subnet_pool")
         if pool is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,18 +71,88 @@ def read_inventory(path: str | Path) -> dict[str, dict]:
     said = io.StringIO()  # Ansible's warnings: the first is the reason, in one line
     with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
         manager = DataOnly(loader=DataLoader(), sources=[str(path)])
+    text = path.read_text()
+    warning = _first_warning(said.getvalue())
+    if warning is not None:  # a part Ansible skipped: hosts it silently left out
+        raise ConfigError(
+            f"inventory {path}: Ansible did not read all of it ({warning}{_line_of(text, warning)})"
+        )
     # a host's own variables over its groups' (``[group:vars]``), as Ansible merges them
     hosts = {
         h.name: dict(combine_vars(get_group_vars(h.get_groups()), h.get_vars()))
         for h in manager.get_hosts()
     }
     if not hosts:
-        why = next((line for line in said.getvalue().splitlines() if "arse" in line), "")
-        raise ConfigError(
-            f"inventory {path} lists no hosts"
-            + (f" ({' '.join(why.replace('[WARNING]:', '').split())})" if why else "")
-        )
+        raise ConfigError(f"inventory {path} lists no hosts")
+    for name, variables in hosts.items():
+        for where, value in [("its name", name), *_strings(variables)]:
+            if TEMPLATE_RE.search(value):
+                raise ConfigError(
+                    f"inventory {path}: host {name}: {where} {value[:80]!r} holds template "
+                    f"syntax ({{{{, {{% or {{#}}; Ansible would run it{_template_line(text, value)}"
+                )
     return hosts
+
+
+# Ansible renders Jinja in every string variable it uses (a lookup('pipe', ...) runs a
+# command on the controller, as root here): inventory values are data, never templates.
+TEMPLATE_RE = re.compile(r"\{\{|\{%|\{#")
+
+
+def _strings(value: object, where: str = "") -> list[tuple[str, str]]:
+    """(variable path, text) of every string in ``value``, nested values too."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, dict):
+        return [
+            pair
+            for k, v in value.items()
+            for pair in [(f"{where}.{k}" if where else str(k), str(k))]
+            + _strings(v, f"{where}.{k}" if where else str(k))
+        ]
+    if isinstance(value, list | tuple):
+        return [pair for i, v in enumerate(value) for pair in _strings(v, f"{where}[{i}]")]
+    return []
+
+
+def _first_warning(said: str) -> str | None:
+    """The first warning Ansible printed, in one line: its innermost cause where it gives
+    one ("<<< caused by >>>"), without the origin lines."""
+    blocks = re.split(r"^\[WARNING\]: ", said, flags=re.M)[1:]
+    if not blocks:
+        return None
+    cause = blocks[0].split("<<< caused by >>>")[-1]
+    lines = [
+        ln.strip()
+        for ln in cause.splitlines()
+        if ln.strip() and not ln.strip().startswith("Origin:")
+    ]
+    return " ".join(" ".join(lines).split())[:300]
+
+
+def _line_of(text: str, message: str) -> str:
+    """The ", line N" of ``text`` where a token ``message`` quotes first appears (a value
+    in quotes or parentheses, or what follows "got:"), else "" (Ansible 2.19's messages
+    name no line)."""
+    tokens = re.findall(r"'([^']+)'|\"([^\"]+)\"|\(([^)]+)\)|got:\s*(.+)$", message)
+    return _line_with(text, [t for group in tokens for t in group if t])
+
+
+def _line_with(text: str, tokens: list[str]) -> str:
+    """The ", line N" of the first line of ``text`` holding one of ``tokens``, else ""."""
+    for token in (t.strip() for t in tokens):
+        for number, line in enumerate(text.splitlines(), 1):
+            if token and token in line:
+                return f", line {number}"
+    return ""
+
+
+def _template_line(text: str, value: str) -> str:
+    """The ", line N" where ``value``'s template appears in ``text`` (quotes and escapes
+    may differ there: its first marker and what follows, up to a quote)."""
+    found = TEMPLATE_RE.search(value)
+    start = value[found.start() :] if found else value
+    return _line_with(text, [value, re.split(r"['\"]", start)[0], start[:2]])
 
 
 def _ipv4(value: object) -> str | None:

@@ -3,6 +3,7 @@ restoring the recorded qdiscs, naming a host it cannot reach, touching nothing w
 run never reached its hosts (ssh and ansible-runner replaced by fakes)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,51 @@ def test_ports_another_run_holds_are_refused_before_anything_is_copied(backend, 
     assert backend.playbooks == [] and seen  # asked the host, copied nothing
     rec = backend.state.get(hosts.HostsRecord)
     assert rec is not None and not rec.touched
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        # a host that is not a mapping: Ansible kept the hosts before it, dropped the rest
+        ("a.yml", "all:\n  hosts:\n    e0: {ansible_host: 10.77.0.11}\n    e1: [1, 2]\n"
+         "    ep: {ansible_host: 10.77.0.10}\n", "expected dictionary and got: [1, 2], line 4"),
+        # a key Ansible skips with a warning, and the hosts under it
+        ("b.yml", "all:\n  hosts:\n    e0: {ansible_host: 10.77.0.11}\n  host:\n    ep: {}\n",
+         "Skipping unexpected key (host) in group (all)"),
+        ("c.yml", "all:\n  children:\n    edge:\n      hosts: {e0: {}}\n      vars: 5\n",
+         'Invalid "vars" entry for "edge" group'),
+        ("d.ini", "[edge]\ne0 ansible_host=10.77.0.11\ne1 ansible_host=10.77.0.12 junk\n",
+         "got: junk, line 3"),
+    ],
+)  # fmt: skip
+def test_an_inventory_ansible_reads_only_in_part_is_refused_naming_the_line(
+    tmp_path, name, text, message
+):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        hosts.read_inventory(path)
+    assert "Ansible did not read all of it" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name, text, where",
+    [
+        ("t.ini", "[w]\ne0 ansible_host=10.77.0.11 edgetb_worker_dir=/w{{lookup('pipe','id')}}\n",
+         "host e0: edgetb_worker_dir '/w{{lookup(pipe,id)}}' holds template syntax"),
+        ("t2.ini", "[w]\ne0 ansible_host=10.77.0.11\n[w:vars]\nedgetb_site=\"{% raw %}x\"\n",
+         "host e0: edgetb_site '{% raw %}x' holds template syntax"),
+        ("t.yml", "all:\n  hosts:\n    e0:\n      ansible_host: 10.77.0.11\n"
+         "      deep: {a: [1, '{# c #}']}\n", "host e0: deep.a[1] '{# c #}' holds"),
+        ("t.json", json.dumps({"all": {"hosts": {"e{{1}}": {"ansible_host": "10.77.0.11"}}}}),
+         "host e{{1}}: its name 'e{{1}}' holds template syntax"),
+    ],
+)  # fmt: skip
+def test_inventory_values_are_data_never_templates(tmp_path, name, text, where):
+    """Ansible renders Jinja in the variables it uses: a lookup('pipe', ...) would run
+    as root on the controller. Any string with template syntax is refused, with its line."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(where)) as info:
+        hosts.read_inventory(path)
+    assert ", line " in str(info.value)

@@ -6,6 +6,7 @@ errors. The real thing over SSH, measuring, is test_8_workers."""
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -207,3 +208,33 @@ def test_a_good_inventory_gives_each_worker_its_home_and_pool(tmp_path):
     ]
     assert (w2.dir, w2.py, w2.subnet_pool) == ("/srv/w2", "/opt/py/bin/python", None)
     assert json.dumps(w2.parallel) == '"auto"'
+
+
+@pytest.mark.parametrize(
+    "name, values, message",
+    [
+        ("w1", "edgetb_worker_dir=/", "edgetb_worker_dir '/' is a system directory"),
+        ("w1", "edgetb_worker_dir=/tmp", "edgetb_worker_dir '/tmp' is a system directory"),
+        ("w1", "edgetb_worker_dir=/var/lib/", "'/var/lib/' is a system directory"),
+        ("w1", "edgetb_worker_dir=/proc/1", "'/proc/1' is a system directory"),
+        ("w1", "edgetb_worker_dir=/srv/../etc", "must be a plain path"),
+        ("w1", "edgetb_worker_dir=/srv//w", "must be a plain path"),
+        ("w1", "edgetb_worker_dir=/srv/w$(id)", "must be an absolute path of letters"),
+        ("w1", "edgetb_worker_dir=/srv/w edgetb_home=/root", "edgetb_home '/root' is a system"),
+        ("w1", "edgetb_worker_dir=/srv/w edgetb_python=py", "edgetb_python 'py' must be an"),
+        ("../up", "edgetb_worker_dir=/srv/w", "worker name '../up' must be letters"),
+        ("a..b", "edgetb_worker_dir=/srv/w", "worker name 'a..b' must be letters"),
+        ("-w", "edgetb_worker_dir=/srv/w", "worker name '-w' must be letters"),
+    ],
+)
+def test_worker_names_and_directories_are_names_and_paths_of_their_own(
+    tmp_path, name, values, message
+):
+    """A name becomes paths of logs and Ansible directories under the results; a
+    directory is made 0700 with home/ and src/ below it on the worker: neither may point
+    anywhere else."""
+    path = _inventory(
+        tmp_path, f"{name} ansible_host=127.0.0.1 ansible_ssh_private_key_file={{key}} {values}\n"
+    )
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_workers(path)
