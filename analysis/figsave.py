@@ -9,6 +9,8 @@ from typing import Any
 
 import matplotlib
 
+from testbed.files import replacing
+
 matplotlib.use("Agg")
 # Text stays text: selectable and searchable in the SVG, TrueType in the PDF (what
 # publishers ask for), not outlines.
@@ -42,7 +44,8 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
     paths = []
     for fmt in FORMATS:
         path = out / f"{name}.{fmt}"
-        fig.savefig(path, dpi=PNG_DPI if fmt == "png" else None, bbox_inches="tight")
+        with replacing(path, "wb") as f:  # never through a name planted in OUT
+            fig.savefig(f, format=fmt, dpi=PNG_DPI if fmt == "png" else None, bbox_inches="tight")
         paths.append(path)
     plt.close(fig)
     return paths

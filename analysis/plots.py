@@ -28,6 +28,7 @@ import numpy as np
 
 from testbed.command import command
 from testbed.errors import ConfigError
+from testbed.files import replacing, write_file
 
 from . import phi as phi_mod
 from . import prediction
@@ -426,7 +427,7 @@ def summary_table(
     one) and the model's predicted mean (empty without a model)."""
     predicted = predicted_means(model)
     path = out / SUMMARY
-    with open(path, "w", newline="") as f:
+    with replacing(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(SUMMARY_COLUMNS)
         for key, st in sorted(stats_.items()):
@@ -480,27 +481,27 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         levels_model = _model(levels, out, "levels_model", claims=False)
         made += levels_mod.figures(results.levels, out, levels_model)
         rows = levels_mod.table(results.levels, levels_model)
-        (out / "levels.txt").write_text(levels_mod.format_table(rows) + "\n")
+        write_file(out / "levels.txt", levels_mod.format_table(rows) + "\n")
     if results.ycsb:
         from . import ycsb as ycsb_mod
 
         cells = ycsb_mod.cells(results.ycsb)
         made += ycsb_mod.figures(cells, out)
         cost = ycsb_mod.format_cost(ycsb_mod.consistency_cost(cells))
-        (out / "ycsb.txt").write_text(f"{cost}\n\n{ycsb_mod.percentiles_table(cells)}\n")
+        write_file(out / "ycsb.txt", f"{cost}\n\n{ycsb_mod.percentiles_table(cells)}\n")
     if results.faults:
         from . import faults as faults_mod
 
         made += faults_mod.figures(results.faults, out)
         table = faults_mod.format_availability(faults_mod.availability(results.faults))
         traces = faults_mod.trace_table(results.faults)
-        (out / "faults.txt").write_text(table + "\n" + (f"\n{traces}\n" if traces else ""))
+        write_file(out / "faults.txt", table + "\n" + (f"\n{traces}\n" if traces else ""))
     index = {
         "runs": results.run_ids,
         "figures": [m["name"] for m in made],
         "model": model is not None,
     }
-    (out / FIGURES_INDEX).write_text(json.dumps(index, indent=1))
+    write_file(out / FIGURES_INDEX, json.dumps(index, indent=1))
     return made
 
 

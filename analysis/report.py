@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from testbed.command import command
+from testbed.files import write_file
 
 from . import claims
 from . import phi as phi_mod
@@ -379,9 +380,7 @@ def write_report(results: Results) -> Path:
             f"{html.escape(described)}"
             f"</pre></details>"
         )
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text("\n".join(parts))
-    tmp.replace(out)
+    write_file(out, "\n".join(parts))
     return out
 
 

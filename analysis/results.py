@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ import numpy as np
 from experiments.store import RunInfo, Store, check_writable_dir
 from testbed.command import prog
 from testbed.errors import ConfigError
+from testbed.files import write_file
 
 from .stats import per_cell
 
@@ -170,12 +170,7 @@ def save_text_and_json(out: Path, stem: str, text: str, data: Any) -> tuple[Path
     out.mkdir(parents=True, exist_ok=True)
     paths = (out / f"{stem}.txt", out / f"{stem}.json")
     for path, body in zip(paths, (text + "\n", json.dumps(data, indent=1)), strict=True):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(body)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)  # gone after the rename; left only by a failure
+        write_file(path, body)
     return paths
 
 

@@ -32,6 +32,7 @@ from testbed.backends.netns import BRIDGE, list_prefixed_namespaces, switch_name
 from testbed.cassandra.dist import cache_root
 from testbed.cassandra.node import pid_alive, terminate
 from testbed.errors import CommandError, ConfigError, StateError
+from testbed.files import append_to
 from testbed.runner import run
 from testbed.state import Record, namespace_name
 from testbed.testbed import Testbed
@@ -642,7 +643,7 @@ class HostShaper:
             *hs.delayer_argv(binary, sock, self.tag, members, dists=hs.dist_dir()),
         ]  # fmt: skip
         log_path = self.tb.state.run_dir / "shaper.log"
-        with open(log_path, "ab") as log:
+        with append_to(log_path, binary=True) as log:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,

@@ -23,7 +23,6 @@ been measured) and replaced by the next ``learn``.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from dataclasses import replace
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import state
+from testbed.files import write_file
 
 from . import estimate, fidelity
 from .cells import Cell
@@ -59,16 +59,7 @@ def _read() -> dict[str, Any]:
 def _write(data: dict[str, Any]) -> None:
     target = path()
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}")
-    # O_EXCL: a name someone planted (a symlink) is refused, not followed
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_file(target, json.dumps(data, indent=2, sort_keys=True) + "\n", perm=0o600)
 
 
 def entry(shaper: str, build: str, cores: int) -> dict[str, Any] | None:

@@ -153,6 +153,11 @@ def _testbeds(config: Any) -> None:
                     res.check_heap(config.heap_mb, host)
     if config.backend == "hosts" and not config.inventory:
         raise ConfigError("the hosts backend needs inventory (--inventory FILE)")
+    if config.backend == "hosts" and config.tls == "off":
+        raise ConfigError(
+            "--tls off on the hosts backend: the run's login and every write would cross "
+            "their network in plain text; --tls plain-text if that is meant"
+        )
     if config.subnet_pool is not None:
         pool_from(config.subnet_pool)
     if backend_class(config.backend).remote and config.shaper in ("gateway", "host"):

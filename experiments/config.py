@@ -118,9 +118,9 @@ class SweepConfig:
     tls: str = knob(
         "auto",
         "client-to-node and internode TLS with the run's own certificates (auto: on for "
-        "hosts, off for netns and libvirt)",
+        "hosts, off for netns and libvirt; plain-text: off, on real hosts too)",
         str,
-        choices=("auto", "on", "off"),
+        choices=("auto", "on", "off", "plain-text"),
         group="testbed",
         fingerprint="unless-default",
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from testbed.command import command, prog
 from testbed.errors import ConfigError, TestbedError
+from testbed.files import replacing, write_file
 
 from .store import CELL_COLUMNS, COLUMN_TYPES, Store, check_writable_dir
 
@@ -146,7 +147,7 @@ def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str,
             chunk_rows,
         )
     written["runs"] = target / "runs.json"
-    written["runs"].write_text(json.dumps(runs, indent=1))
+    write_file(written["runs"], json.dumps(runs, indent=1))
     return written
 
 
@@ -159,20 +160,20 @@ def arrow_schema(columns: Sequence[str]):
 
 
 def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) -> Path:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
+    """``rows`` into ``path`` whole or not at all (a failure half-way, a damaged store or
+    a full disk, keeps nothing), never through a name planted there (``replacing``)."""
+    with replacing(path, "w" if fmt == "csv" else "wb", newline="" if fmt == "csv" else None) as f:
         if fmt == "csv":
-            with open(tmp, "w", newline="") as f:
-                csv_writer = csv.writer(f)
-                csv_writer.writerow(columns)
-                csv_writer.writerows(rows)
+            csv_writer = csv.writer(f)
+            csv_writer.writerow(columns)
+            csv_writer.writerows(rows)
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
             schema = arrow_schema(columns)
             batch: list[tuple] = []
-            with pq.ParquetWriter(tmp, schema) as writer:
+            with pq.ParquetWriter(f, schema) as writer:
 
                 def flush() -> None:
                     data = {c: [r[i] for r in batch] for i, c in enumerate(columns)}
@@ -185,10 +186,6 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) 
                         flush()
                 if batch:
                     flush()
-    except BaseException:  # a failure half-way (a damaged store, a full disk) keeps nothing
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)
     return path
 
 

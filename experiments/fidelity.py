@@ -11,7 +11,6 @@ count, auto uses the development machine's (``estimate.Costs.max_parallel``).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from testbed import state
+from testbed.files import write_file
 
 # Equivalence (issue 39): a faster way of measuring (P testbeds at once, quiet nodes) is
 # accepted when the median over cells of the signed Δ median against the sequential
@@ -94,9 +94,7 @@ def record(
     data[key(shaper, build)] = {"max_parallel": best, "cores": cores, "grids": grids}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, target)
+    write_file(target, json.dumps(data, indent=2) + "\n")
     return best
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from testbed.files import append_to
+
 from .cells import Cell
 from .config import SweepConfig
 
@@ -82,7 +84,7 @@ class Figures:
         try:
             with self.hold():
                 self.log.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.log, "a") as log:
+                with append_to(self.log) as log:
                     code = subprocess.run(
                         ["nice", "-n", "19", sys.executable, "-m", "analysis.plots",
                          str(self.out), "--run", self.run_id],

@@ -31,6 +31,7 @@ from testbed.backends.hosts import (
 )
 from testbed.backends.ssh import SSH, RemoteHost
 from testbed.errors import ConfigError, TestbedError
+from testbed.files import append_to
 from testbed.state import home
 
 
@@ -96,6 +97,23 @@ def _dir_problem(value: str) -> str | None:
     return None
 
 
+def _worker_problems(name: str, v: dict[str, Any]) -> list[str]:
+    """What is wrong with a worker's name and paths (they become paths here and there)."""
+    if not WORKER_NAME_RE.fullmatch(name) or ".." in name:
+        return [
+            f"worker name {name[:64]!r} must be letters, digits and _ . - (no ..), "
+            f"at most 63, starting with a letter or digit"
+        ]
+    wdir = str(v.get("edgetb_worker_dir", ""))
+    if not wdir.startswith("/") or any(c.isspace() for c in wdir):
+        return [f"{name}: edgetb_worker_dir must be an absolute path without spaces"]
+    return [
+        f"{name}: {var} {str(v[var])!r} {why}"
+        for var in ("edgetb_worker_dir", "edgetb_home", "edgetb_python")
+        if v.get(var) is not None and (why := _dir_problem(str(v[var])))
+    ]
+
+
 def load_workers(path: str | Path) -> list[WorkerSpec]:
     """The workers of an inventory; ConfigError with one line naming every problem."""
     inv = read_inventory(path)
@@ -104,23 +122,10 @@ def load_workers(path: str | Path) -> list[WorkerSpec]:
     specs = []
     for name, v in inv.items():
         where = f"{name}: "
-        if not WORKER_NAME_RE.fullmatch(name) or ".." in name:
-            problems.append(
-                f"worker name {name[:64]!r} must be letters, digits and _ . - (no ..), "
-                f"at most 63, starting with a letter or digit"
-            )
-            continue
         wdir = str(v.get("edgetb_worker_dir", ""))
-        if not wdir.startswith("/") or any(c.isspace() for c in wdir):
-            problems.append(where + "edgetb_worker_dir must be an absolute path without spaces")
-            continue
-        bad = [
-            f"{var} {str(v[var])!r} {why}"
-            for var in ("edgetb_worker_dir", "edgetb_home", "edgetb_python")
-            if v.get(var) is not None and (why := _dir_problem(str(v[var])))
-        ]
+        bad = _worker_problems(name, v)
         if bad:
-            problems += [where + b for b in bad]
+            problems += bad
             continue
         pool = v.get("edgetb_subnet_pool")
         if pool is not None:
@@ -313,7 +318,7 @@ class Fleet:
         input (secrets stay off disk); its output goes to ``log``. Closing its input, or
         the session's end, stops it."""
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        with append_to(log, binary=True) as out:
             proc = subprocess.Popen(
                 self.session_argv(name),
                 stdin=subprocess.PIPE,

@@ -228,7 +228,9 @@ class Shard:
             heap_mb=cfg.heap_mb,
             jvm_profile=cfg.jvm_profile,
             build=cfg.cassandra_build,
-            tls={"on": True, "off": False}.get(cfg.tls),  # auto: the backend's default
+            # auto: the backend's default; plain-text: off, on real hosts too
+            tls={"on": True, "off": False, "plain-text": False}.get(cfg.tls),
+            plain_text=cfg.tls == "plain-text",
         )
 
         def say(msg: str) -> None:

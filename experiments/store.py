@@ -216,6 +216,18 @@ def check_writable_dir(directory: str | Path, what: str = "results directory") -
     return path
 
 
+def refuse_planted(directory: Path) -> None:
+    """StateFileError where a file of the store in ``directory`` is a symbolic link:
+    SQLite follows links, its -wal and -shm files' too, and a name planted in a results
+    directory others can write to would have root write through it."""
+    for name in (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal"):
+        if (directory / name).is_symlink():
+            raise StateFileError(
+                f"{directory / name} is a symbolic link: refused (the store's files are "
+                f"the sweep's own; remove it if you did not plant it)"
+            )
+
+
 def check_store_file(path: Path) -> None:
     """Raise StateFileError unless ``path`` is a results store of this tool (read-only
     check: a file that is not a store is never changed). An empty file is a store whose
@@ -467,19 +479,7 @@ class Store(Reads):
         """
         self.dir = Path(directory)
         self.path = self.dir / DB_NAME
-        if self.path.exists():
-            check_store_file(self.path)  # StateFileError for a file that is not a store
-            if read_only and self.path.stat().st_size == 0:
-                raise ConfigError(f"{self.path} holds no results yet")
-        elif read_only or not create:
-            raise ConfigError(
-                f"no results in {self.dir} (expected {DB_NAME}; run "
-                f"`python -m experiments.sweep --out {self.dir}` first)"
-            )
-        else:
-            check_writable_dir(self.dir)
-            self.dir.mkdir(parents=True, exist_ok=True)
-            _create(self.path)
+        self._find_or_make(create=create, read_only=read_only)
         if read_only:
             self.db = sqlite3.connect(
                 f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s
@@ -508,6 +508,24 @@ class Store(Reads):
             self._check_columns()
         present = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
         self._cell_select = ", ".join(c if c in present else f"NULL AS {c}" for c in CELL_COLUMNS)
+
+    def _find_or_make(self, *, create: bool, read_only: bool) -> None:
+        """Check the store's file, or make an empty store (``create``, not ``read_only``)."""
+        if not read_only:
+            refuse_planted(self.dir)
+        if self.path.exists():
+            check_store_file(self.path)  # StateFileError for a file that is not a store
+            if read_only and self.path.stat().st_size == 0:
+                raise ConfigError(f"{self.path} holds no results yet")
+        elif read_only or not create:
+            raise ConfigError(
+                f"no results in {self.dir} (expected {DB_NAME}; run "
+                f"`python -m experiments.sweep --out {self.dir}` first)"
+            )
+        else:
+            check_writable_dir(self.dir)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            _create(self.path)
 
     def _check_columns(self) -> None:
         """StateFileError unless every table has every column SCHEMA gives it (a store

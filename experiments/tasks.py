@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import RunInUseError
+from testbed.files import write_file
 from testbed.state import OwnerLock, describe_holder, home
 
 from . import estimate, plan, units
@@ -237,7 +238,7 @@ def open_run(
         data = dict(config_data, out=str(root / "results"))
         if links is not None:  # --profile file: the controller's links file
             root.mkdir(parents=True, exist_ok=True)
-            (root / "links.toml").write_text(links)
+            write_file(root / "links.toml", links)
             data["links_file"] = str(root / "links.toml")
         data["subnet_pool"] = os.environ.get("EDGETB_SUBNET_POOL") or data.get("subnet_pool")
         config = SweepConfig.from_dict(data)

@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         "for hosts, off for netns and libvirt, where nothing leaves this machine)",
     )
     up.add_argument(
+        "--plain-text",
+        action="store_true",
+        help="with --no-tls on --backend hosts: the login and every write cross the hosts' "
+        "network in plain text, and that is meant (refused without)",
+    )
+    up.add_argument(
         "--jvm-profile",
         choices=JVM_PROFILES,
         default="fast",
@@ -268,6 +274,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             build=args.cassandra_build,
             overrides=dict(args.yaml),
             tls=args.tls,
+            plain_text=args.plain_text,
         )
     tb = Testbed(
         topology,

@@ -1,14 +1,21 @@
-"""Reading a file a user hands in (a config, a link matrix, a trace, a workload): every
-problem is one ConfigError naming what the file is for and its path, before its content
-is used: missing, not a regular file (a directory, a FIFO, /dev/zero), larger than such a
-file ever is, unreadable, not UTF-8 text."""
+"""Files in and out. Reading a file a user hands in (a config, a link matrix, a trace, a
+workload): every problem is one ConfigError naming what the file is for and its path,
+before its content is used: missing, not a regular file (a directory, a FIFO,
+/dev/zero), larger than such a file ever is, unreadable, not UTF-8 text. Writing into a
+directory others may write to: never through a name planted there (``replacing``,
+``write_file``, ``open_own``, ``append_to``)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from .errors import ConfigError
 
@@ -81,3 +88,67 @@ def check_not_kernel_fs(path: Path | str, what: str) -> None:
     kind = filesystem_type(path)
     if kind in KERNEL_FILESYSTEMS:
         raise ConfigError(f"{what} {path} is on a {kind} filesystem, not a place for files")
+
+
+# -- writing where someone else may have planted a name -----------------------------------
+#
+# Root writes results, logs and figures into directories a researcher chose, which other
+# users may be able to write to. A name planted there (a symlink to /etc/shadow, a FIFO)
+# must never be followed or block: files are created under a fresh name with O_EXCL and
+# O_NOFOLLOW and renamed over the target (a rename replaces a symlink, it does not write
+# through it); appended-to files are opened with O_NOFOLLOW and must be regular files.
+
+
+class UnsafeFileError(ConfigError):
+    """A path the tool writes is a symlink or not a regular file."""
+
+
+@contextlib.contextmanager
+def replacing(path: Path | str, mode: str = "w", perm: int = 0o644, **kw: Any) -> Iterator[IO]:
+    """A file object whose content replaces ``path`` when the block ends without an
+    error (nothing is left behind when it raises); ``perm`` applies from creation (0600
+    for secrets). ``mode``: "w" or "wb"; ``kw``: open()'s (newline=...)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, perm)
+    try:
+        with os.fdopen(fd, mode, **kw) as f:
+            yield f
+        os.chmod(tmp, perm)  # the umask took bits off at creation
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_file(path: Path | str, data: str | bytes, perm: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` (``replacing``: never through a planted name)."""
+    with replacing(path, "wb" if isinstance(data, bytes) else "w", perm) as f:
+        f.write(data)
+
+
+def open_own(path: Path | str, flags: int, perm: int = 0o644) -> int:
+    """os.open of a file the tool owns (a lock, a log it appends to): never through a
+    symlink, never a FIFO or a device; UnsafeFileError (one line) otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, perm)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFileError(
+                f"{path} is a symbolic link: refused (the tool writes its own files only; "
+                f"remove it if you did not plant it)"
+            ) from None
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader, a socket
+            raise UnsafeFileError(f"{path} is not a regular file: refused") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeFileError(f"{path} is not a regular file: refused")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def append_to(path: Path | str, binary: bool = False, perm: int = 0o644) -> IO:
+    """``path`` opened to append (created when missing), through ``open_own``."""
+    fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, perm)
+    return os.fdopen(fd, "ab" if binary else "a")

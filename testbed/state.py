@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from .errors import ConfigError, RunSelectionError, StateError, StateFileError, StateVersionError
+from .files import open_own
 
 _SAVING = threading.RLock()  # RunState.save, across threads
 
@@ -416,7 +417,7 @@ class OwnerLock:
         process waited (the lock it got would be on a deleted file: the run is gone).
         """
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_own(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # never a planted name
         except FileNotFoundError:
             raise StateError(f"{self.path.parent} is gone") from None
         deadline = time.monotonic() + wait_s
@@ -463,7 +464,7 @@ class OwnerLock:
         if self._fd is not None:
             return json.loads(os.pread(self._fd, 4096, 0) or b"{}")
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_own(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:

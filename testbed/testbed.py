@@ -138,6 +138,17 @@ class Testbed:
             if cassandra.tls is None:  # the backend's default: on where hosts are real
                 cassandra = replace(cassandra, tls=bool(getattr(cls, "cassandra_tls", False)))
                 self.settings = cassandra
+            if not cassandra.tls and getattr(cls, "cassandra_tls", False):
+                if not cassandra.plain_text:
+                    raise ConfigError(
+                        "TLS off on real hosts: the run's login and every write would cross "
+                        "their network in plain text; add --plain-text (a sweep: --tls "
+                        "plain-text) if that is meant"
+                    )
+                self.progress(
+                    "warning: TLS is off on real hosts (--plain-text): the run's login and "
+                    "every write cross their network in plain text"
+                )
             node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
             if self.auth:
                 auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)

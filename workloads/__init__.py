@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from testbed.errors import TestbedError
+from testbed.files import append_to
 from testbed.testbed import Testbed
 
 from .writes import ROW_FIELDS
@@ -52,7 +53,7 @@ class WriteWorker:
             "--timeout",
             str(timeout_s),
         ]
-        self._log = open(log_path, "ab")
+        self._log = append_to(log_path, binary=True)
         self.proc = tb.popen(
             tb.topology.endpoint.name,
             argv,

@@ -97,6 +97,17 @@ def lookup(text: str, name: str) -> list[Key]:
     return keys
 
 
+def revoked(text: str, name: str) -> set[Key]:
+    """The keys ``@revoked`` lines of a known_hosts text revoke for ``name`` (OpenSSH
+    refuses such a key whatever else trusts it)."""
+    keys: set[Key] = set()
+    for raw in text.splitlines():
+        fields = raw.split()
+        if len(fields) >= 4 and fields[0] == "@revoked" and _names_match(fields[1], name):
+            keys.add((fields[2], fields[3]))
+    return keys
+
+
 def parse_keyscan(text: str) -> list[Key]:
     """Keys from ``ssh-keyscan`` output (``name type key`` lines; comments skipped)."""
     keys: list[Key] = []
@@ -195,16 +206,26 @@ def trust(
     and fingerprints. HostKeyError naming the first host that shows a different key or
     (``explicit``) has none; UnreachableError for one that does not answer."""
     sources = [explicit] if explicit is not None else [*user_files, store]
-    texts = {path: _read(path) for path in sources}
+    # revocations count from every file, the user's too when the inventory names its own
+    texts = {path: _read(path) for path in dict.fromkeys([*sources, *user_files, store])}
     lines = []
     report = {}
     for host in hosts:
         name = host_pattern(host.address, host.port)
-        shown = keyscan(host, timeout_s)
-        d = decide(
-            [(str(p), lookup(texts[p], name)) for p in sources], shown, explicit=bool(explicit)
-        )
         where = f"{host.name} ({host.address} port {host.port})"
+        bad = {k: str(p) for p, text in texts.items() for k in revoked(text, name)}
+        offered = keyscan(host, timeout_s)
+        shown = [k for k in offered if k not in bad]
+        if not shown:
+            k = offered[0]
+            raise HostKeyError(
+                f"{where}: its host key {fingerprint(k)} is revoked (@revoked in {bad[k]}): refused"
+            )
+        d = decide(
+            [(str(p), [k for k in lookup(texts[p], name) if k not in bad]) for p in sources],
+            shown,
+            explicit=bool(explicit),
+        )
         if d.action == "changed":
             raise HostKeyError(
                 f"{where}: SSH host key changed: it shows "

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..cassandra.launch import CassandraLaunch
+from ..files import replacing
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..state import RunState
 from ..topology import Host, Topology
@@ -209,7 +210,8 @@ class RemoteBackend:
         module run, where copying file by file costs seconds each on a slow host)."""
         path = self.ansible_dir / f"conf-{host}.tar"
         self.ansible_dir.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(path, "w") as tar:
+        # the node's keystore and the run's password inside: 0600 from creation
+        with replacing(path, "wb", perm=0o600) as out, tarfile.open(fileobj=out, mode="w") as tar:
             for f in sorted(conf.iterdir()):
                 tar.add(f, arcname=f.name)
         return path
@@ -222,7 +224,7 @@ class RemoteBackend:
         path = self.ansible_dir / "endpoint.tar"
         self.ansible_dir.mkdir(parents=True, exist_ok=True)
         run_dir = self.state.run_dir
-        with tarfile.open(path, "w") as tar:
+        with replacing(path, "wb", perm=0o600) as out, tarfile.open(fileobj=out, mode="w") as tar:
             added: set[Path] = set()
             for f in files:
                 rel = f.relative_to(run_dir)

@@ -220,6 +220,8 @@ class CassandraSettings:
         node_overrides: extra settings per host name (node layer, wins over everything).
         tls: client-to-node and internode TLS with the run's own certificates
             (``testbed.cassandra.tls``); None: the backend's default (on for hosts).
+        plain_text: TLS off on real hosts is meant (the login and every write cross
+            their network in plain text): without it, refused.
     """
 
     cluster_name: str = "edge-testbed"
@@ -229,6 +231,7 @@ class CassandraSettings:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     node_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tls: bool | None = None
+    plain_text: bool = False
 
     def __post_init__(self) -> None:
         if self.tls is not None and not isinstance(self.tls, bool):
@@ -293,6 +296,7 @@ class CassandraSettings:
             "overrides": dict(self.overrides),
             "node_overrides": {k: dict(v) for k, v in self.node_overrides.items()},
             "tls": self.tls,
+            "plain_text": self.plain_text,
         }
 
     @classmethod

@@ -105,12 +105,14 @@ def test_a_damaged_or_hostile_file_is_as_if_nothing_was_measured(home):
     found = calibration.entry("host", "stock", 2)
     defaults = estimate.defaults("host")
     assert calibration.apply(defaults, found) == defaults  # nothing usable in it
-    # the next run's learning replaces it; a planted temporary name is not followed
+    # the next run's learning replaces it; a name planted there is replaced, not followed
     target = home / "elsewhere"
-    (home / f".calibration.json.{__import__('os').getpid()}").symlink_to(target)
-    with pytest.raises(OSError):
-        calibration.learn(SweepConfig(nodes=(3,)), "host", 2, manifest({"a": (3, 9.0)}), [], None)
-    assert not target.exists()
+    target.write_text("theirs")
+    path.unlink()
+    path.symlink_to(target)
+    calibration.learn(SweepConfig(nodes=(3,)), "host", 2, manifest({"a": (3, 9.0)}), [], None)
+    assert target.read_text() == "theirs" and not path.is_symlink()
+    assert stored("host")["bringup_s"] == {"3": [9.0]}
 
 
 def test_a_new_results_directory_is_estimated_with_this_machines_calibration(home, tmp_path):

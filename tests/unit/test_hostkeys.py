@@ -2,6 +2,7 @@
 fingerprints, the trust decision, and what `trust` writes and refuses. ssh-keyscan is
 replaced by a fake: no network."""
 
+import re
 import stat
 
 import pytest
@@ -145,6 +146,34 @@ def test_explicit_file_only_and_no_first_contact(tmp_path, scan):
     with pytest.raises(HostKeyError, match=r"ep \(192.168.1.30 port 2222\): no host key in"):
         hostkeys.trust([E0, EP], run_file=tmp_path / "kh", store=store, explicit=given)
     assert not store.exists()  # nothing recorded on the way
+
+
+def test_a_revoked_key_is_never_trusted_whoever_lists_it(tmp_path, scan):
+    """``@revoked`` lines (in any file read: the user's, the store, the inventory's own)
+    revoke a key for the hosts they name; skipped before, a revoked key was trusted."""
+    scan.update({E0.address: [K1], EP.address: [K2]})
+    user = tmp_path / "user"
+    user.write_text(f"@revoked * {' '.join(K1)}\n192.168.1.20 {' '.join(K1)}\n")
+    store = tmp_path / "store"
+    assert hostkeys.revoked(user.read_text(), "192.168.1.20") == {K1}
+    with pytest.raises(
+        HostKeyError, match=re.escape(f"e0 (192.168.1.20 port 22): its host key {FP1}")
+    ):
+        hostkeys.trust([E0], run_file=tmp_path / "kh", store=store, user_files=[user])
+    assert not store.exists()  # not recorded as a first contact either
+    # the inventory names its own file: the user's revocation still counts
+    given = tmp_path / "given"
+    given.write_text(f"192.168.1.20 {' '.join(K1)}\n")
+    with pytest.raises(HostKeyError, match="revoked"):
+        hostkeys.trust(
+            [E0], run_file=tmp_path / "kh", store=store, explicit=given, user_files=[user]
+        )
+    # a host offering a good key beside the revoked one is trusted with the good one only
+    scan[E0.address] = [K1, K2]
+    user.write_text(f"@revoked 192.168.1.20 {' '.join(K1)}\n192.168.1.20 {' '.join(K2)}\n")
+    report = hostkeys.trust([E0], run_file=tmp_path / "kh", store=store, user_files=[user])
+    assert report["e0"]["fingerprints"] == [f"{FP2} (ssh-ed25519)"]
+    assert hostkeys.lookup((tmp_path / "kh").read_text(), "192.168.1.20") == [K2]
 
 
 def test_unreachable_host_named(tmp_path, scan):

@@ -349,3 +349,39 @@ def test_inventory_values_are_data_never_templates(tmp_path, name, text, where):
     with pytest.raises(ConfigError, match=re.escape(where)) as info:
         hosts.read_inventory(path)
     assert ", line " in str(info.value)
+
+
+def test_plain_text_on_real_hosts_must_be_meant(tmp_path, key, monkeypatch):
+    """TLS is the hosts backend's default; --no-tls alone passed without a word while the
+    run's login and every write crossed the hosts' network in plain text."""
+    from testbed import Testbed
+    from testbed.cassandra.config import CassandraSettings
+
+    inv = tmp_path / "inv.json"
+    inv.write_text(json.dumps({"all": {"hosts": _good(key)}}))
+    monkeypatch.setattr("testbed.testbed.os.geteuid", lambda: 0)
+    home = tmp_path / ("x" * 80)  # refused later for its length: nothing starts either way
+    said: list[str] = []
+
+    def up(settings):
+        Testbed(
+            Topology(edge_nodes=1),
+            "hosts",
+            cassandra=settings,
+            base=home,
+            backend_options={"inventory": str(inv)},
+            progress=said.append,
+        )
+
+    with pytest.raises(ConfigError, match="plain text; add --plain-text"):
+        up(CassandraSettings(tls=False))
+    assert said == []
+    with pytest.raises(ConfigError, match="EDGETB_HOME"):  # past the TLS check, with a word
+        up(CassandraSettings(tls=False, plain_text=True))
+    assert any("TLS is off on real hosts" in s for s in said)
+    assert not home.exists()
+    from experiments.config import SweepConfig
+
+    with pytest.raises(ConfigError, match="--tls plain-text if that is meant"):
+        SweepConfig(backend="hosts", inventory=str(inv), tls="off", shaper="direct")
+    SweepConfig(backend="hosts", inventory=str(inv), tls="plain-text", shaper="direct")

@@ -1,0 +1,111 @@
+"""Root writes results, logs, figures and secrets into directories others may write to: a
+name planted there (a symlink to a file of the system, a FIFO) is never written through
+and never blocks; secrets are owner-only from creation (testbed.files and its users)."""
+
+import os
+import stat
+import tarfile
+import types
+
+import pytest
+
+from analysis.figsave import plt, save_figure
+from experiments.export import _write
+from testbed.backends.remote import RemoteBackend
+from testbed.files import UnsafeFileError, append_to, replacing, write_file
+from testbed.state import OwnerLock
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file of someone else's that a planted symlink points to."""
+    path = tmp_path / "victim"
+    path.write_text("precious\n")
+    return path
+
+
+def plant(path, victim):
+    path.symlink_to(victim)
+    return path
+
+
+def test_replacing_replaces_a_planted_link_and_keeps_nothing_on_failure(tmp_path, victim):
+    target = plant(tmp_path / "report.html", victim)
+    write_file(target, "ours")
+    assert victim.read_text() == "precious\n" and not target.is_symlink()
+    assert target.read_text() == "ours"
+    secret = tmp_path / "secret"
+    old = os.umask(0)
+    try:
+        write_file(secret, b"key", perm=0o600)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    with pytest.raises(RuntimeError), replacing(tmp_path / "half.csv") as f:
+        f.write("a,b\n")
+        raise RuntimeError("the disk filled")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "secret", "victim"]
+
+
+def test_a_lock_or_log_on_a_planted_name_is_refused(tmp_path, victim):
+    lock = OwnerLock(plant(tmp_path / "sweep.lock", victim))
+    with pytest.raises(UnsafeFileError, match="sweep.lock is a symbolic link"):
+        lock.acquire(blocking=False)
+    with pytest.raises(UnsafeFileError, match="symbolic link"):
+        lock.holder()
+    with pytest.raises(UnsafeFileError, match="symbolic link"):
+        append_to(plant(tmp_path / "worker.log", victim))
+    fifo = tmp_path / "shaper.log"
+    os.mkfifo(fifo)
+    with pytest.raises(UnsafeFileError, match="not a regular file"):
+        append_to(fifo)  # neither blocks nor writes
+    assert victim.read_text() == "precious\n"
+    with append_to(tmp_path / "fresh.log") as log:
+        log.write("one line\n")
+    assert (tmp_path / "fresh.log").read_text() == "one line\n"
+
+
+def test_figures_exports_and_the_report_replace_planted_names(tmp_path, victim):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    for fmt in ("png", "svg", "pdf"):
+        plant(tmp_path / f"rtt.{fmt}", victim)
+    paths = save_figure(fig, tmp_path, "rtt")
+    assert all(not p.is_symlink() and p.stat().st_size > 0 for p in paths)
+    assert (tmp_path / "rtt.png").read_bytes().startswith(b"\x89PNG")
+    plant(tmp_path / "requests.csv", victim)
+    _write(tmp_path / "requests.csv", "csv", ("a", "b"), [(1, 2)], 100)
+    assert (tmp_path / "requests.csv").read_text().splitlines() == ["a,b", "1,2"]
+    plant(tmp_path / "requests.parquet", victim)
+    _write(tmp_path / "requests.parquet", "parquet", ("run_id", "seq"), [("r", 1)], 100)
+    assert (tmp_path / "requests.parquet").read_bytes()[:4] == b"PAR1"
+    assert victim.read_text() == "precious\n"
+
+
+def test_archives_of_secrets_are_owner_only_from_creation(tmp_path):
+    """The node's keystore and the run's password go to hosts in these archives."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "cassandra.yaml").write_text("x: 1\n")
+    backend = types.SimpleNamespace(ansible_dir=tmp_path / "ansible")
+    old = os.umask(0)
+    try:
+        path = RemoteBackend._conf_archive(backend, "e0", conf)  # type: ignore[arg-type]
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with tarfile.open(path) as tar:
+        assert tar.getnames() == ["cassandra.yaml"]
+
+
+@pytest.mark.parametrize("name", ["results.sqlite", "results.sqlite-wal", "results.sqlite-shm"])
+def test_the_store_refuses_its_files_planted_as_links(tmp_path, victim, name):
+    from experiments.store import DB_NAME, StateFileError, Store
+
+    assert name.startswith(DB_NAME)
+    if name != DB_NAME:
+        Store(tmp_path).close()  # a real store, then its WAL or shared memory planted
+    plant(tmp_path / name, victim)
+    with pytest.raises(StateFileError, match="is a symbolic link"):
+        Store(tmp_path)
+    assert victim.read_text() == "precious\n"
