@@ -80,6 +80,10 @@
 #define LATE_BUCKETS 20000 /* 1 us each; later ones go to the last */
 #define MAX_CLIENTS 8
 #define CLIENT_BUF 65536
+#define CLIENT_OUT 262144                  /* replies not read yet; a stats reply fits */
+#define CLIENT_IDLE_NS 10000000000ull     /* a connection silent this long is closed */
+#define RATE_MIN_BPS 1000ull              /* 0 is no limit */
+#define RATE_MAX_BPS 1000000000000ull     /* 1 Tbit/s */
 
 enum { D_UNIFORM, D_NORMAL, D_PARETO, D_PARETONORMAL, D_COUNT };
 static const char *DIST_NAMES[D_COUNT] = {"uniform", "normal", "pareto", "paretonormal"};
@@ -113,10 +117,17 @@ struct host {
 	size_t out_len;
 };
 
+/* A control client. The delayer has one thread, which also releases every held packet:
+ * nothing a client does may block it. Replies are queued and sent as the socket takes
+ * them; while some wait, the client's further lines wait too; a client whose replies do
+ * not fit (it never reads), or that stays silent, is closed. */
 struct client {
 	int fd;
 	char buf[CLIENT_BUF];
 	size_t len;
+	char out[CLIENT_OUT];
+	size_t out_len, out_off;
+	uint64_t last_ns;
 };
 
 static struct host hosts[MAX_HOSTS];
@@ -518,7 +529,8 @@ static void command(struct client *c, char *line)
 			snprintf(reply, sizeof reply, "error no link %s -> %s\n", src, dst);
 		} else if (k < 0 || (k != D_UNIFORM && !dist_table[k])) {
 			snprintf(reply, sizeof reply, "error distribution %s: no table\n", dist);
-		} else if (loss > (1ull << 32) || delay > 3600ull * 1000000000ull || jitter > delay) {
+		} else if (loss > (1ull << 32) || delay > 3600ull * 1000000000ull || jitter > delay ||
+			   (rate && (rate < RATE_MIN_BPS || rate > RATE_MAX_BPS))) {
 			snprintf(reply, sizeof reply, "error link %s -> %s: values out of range\n", src, dst);
 		} else {
 			staged[s * n_hosts + d] = (struct params){delay, jitter, rate, loss, k};
@@ -546,16 +558,12 @@ static void command(struct client *c, char *line)
 		snprintf(reply, sizeof reply, "error unknown command: %.80s\n", line);
 		out = reply;
 	}
-	size_t len = strlen(out), done = 0;
-	while (done < len) { /* replies are short; the client reads them at once */
-		ssize_t w = write(c->fd, out + done, len - done);
-		if (w < 0 && errno == EAGAIN) {
-			usleep(100);
-			continue;
-		}
-		if (w <= 0)
-			break;
-		done += (size_t)w;
+	size_t len = strlen(out);
+	if (c->out_len + len > sizeof c->out) { /* it does not read its replies */
+		c->out_len = SIZE_MAX;
+	} else {
+		memcpy(c->out + c->out_len, out, len);
+		c->out_len += len;
 	}
 	reply[0] = 0;
 }
@@ -565,34 +573,91 @@ static void client_close(struct client *c)
 	epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
-	c->len = 0;
+	c->len = c->out_len = c->out_off = 0;
 }
 
-static void client_read(struct client *c)
+/* Send what the socket takes of the queued replies (never waits). 1: all sent; 0: some
+ * wait (the client is then watched for room, not for input); -1: closed. */
+static int client_flush(struct client *c, uint64_t tag)
 {
-	for (;;) {
-		ssize_t n = read(c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n <= 0) {
-			client_close(c);
-			return;
-		}
-		c->len += (size_t)n;
-		c->buf[c->len] = 0;
-		char *start = c->buf, *nl;
-		while ((nl = strchr(start, '\n'))) {
-			*nl = 0;
-			command(c, start);
-			start = nl + 1;
-		}
-		c->len -= (size_t)(start - c->buf);
-		memmove(c->buf, start, c->len);
-		if (c->len >= sizeof c->buf - 1) { /* a line longer than the buffer */
-			client_close(c);
-			return;
-		}
+	if (c->out_len == SIZE_MAX) {
+		client_close(c);
+		return -1;
 	}
+	while (c->out_off < c->out_len) {
+		ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct epoll_event ev = {.events = EPOLLOUT, .data.u64 = tag};
+			epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
+			return 0;
+		}
+		if (w <= 0) {
+			client_close(c);
+			return -1;
+		}
+		c->out_off += (size_t)w;
+	}
+	c->out_len = c->out_off = 0;
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
+	epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
+	return 1;
+}
+
+/* Answer the complete lines buffered, as long as the replies are taken. */
+static void client_lines(struct client *c, uint64_t tag)
+{
+	char *start = c->buf, *nl;
+	c->buf[c->len] = 0;
+	while ((nl = strchr(start, '\n'))) {
+		*nl = 0;
+		command(c, start);
+		start = nl + 1;
+		if (client_flush(c, tag) <= 0)
+			break;
+	}
+	if (c->fd < 0)
+		return;
+	c->len -= (size_t)(start - c->buf);
+	memmove(c->buf, start, c->len);
+}
+
+static void client_event(struct client *c, uint64_t tag, uint32_t events)
+{
+	c->last_ns = now_ns();
+	if (c->out_len) { /* replies wait: send them first, then the lines behind them */
+		if (client_flush(c, tag) > 0)
+			client_lines(c, tag);
+		return;
+	}
+	if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+		return;
+	ssize_t n = read(c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return;
+	if (n <= 0) {
+		client_close(c);
+		return;
+	}
+	c->len += (size_t)n;
+	client_lines(c, tag);
+	if (c->fd >= 0 && c->len >= sizeof c->buf - 1) /* a line longer than the buffer */
+		client_close(c);
+}
+
+/* Close the connections silent for CLIENT_IDLE_NS; whether any is left open. */
+static int clients_expire(void)
+{
+	int open_ = 0;
+	uint64_t now = now_ns();
+	for (int i = 0; i < MAX_CLIENTS; i++) {
+		if (clients[i].fd < 0)
+			continue;
+		if (now - clients[i].last_ns > CLIENT_IDLE_NS)
+			client_close(&clients[i]);
+		else
+			open_ = 1;
+	}
+	return open_;
 }
 
 #define EV_TIMER (1ull << 40)
@@ -718,8 +783,9 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	struct epoll_event events[32];
+	int watching = 0; /* clients are connected: wake each second to expire silent ones */
 	for (;;) {
-		int n = epoll_wait(epoll_fd, events, 32, -1);
+		int n = epoll_wait(epoll_fd, events, 32, watching ? 1000 : -1);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -749,15 +815,17 @@ int main(int argc, char **argv)
 						continue;
 					}
 					clients[slot].fd = fd;
-					clients[slot].len = 0;
+					clients[slot].len = clients[slot].out_len = clients[slot].out_off = 0;
+					clients[slot].last_ns = now_ns();
 					struct epoll_event cev = {.events = EPOLLIN,
 								  .data.u64 = EV_CLIENT + (uint64_t)slot};
 					epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &cev);
 				}
 			} else if (tag >= EV_CLIENT && tag < EV_CLIENT + MAX_CLIENTS) {
-				client_read(&clients[tag - EV_CLIENT]);
+				client_event(&clients[tag - EV_CLIENT], tag, events[k].events);
 			}
 		}
+		watching = clients_expire();
 		release_due(0);
 	}
 }

@@ -10,6 +10,7 @@ the direct shaper)."""
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import time
@@ -119,6 +120,66 @@ def test_a_change_takes_effect_at_once_and_unshaped_links_are_not_queued(small):
     measure_pair(small, matrix, "ep", "e0")
     after = shapers.for_testbed(small).stats()  # type: ignore[attr-defined]
     assert sum(l["packets"] for l in after["links"] if l["src"] == "ep") == before
+
+
+def test_no_control_client_stalls_the_packets_or_the_control(small):
+    """The delayer has one thread, for the packets and its control socket. A client that
+    sends and never reads its replies made it retry its write forever: every held packet
+    waited, and so did the testbed's own control. A client gets only the room its
+    replies fit in, silent ones are closed, values are range-checked."""
+    from emulation.hostshaper import Control, ShaperError, socket_path
+
+    api.set_links(small, links.uniform(small.topology, 10, 0), "host")
+    control = Control(socket_path(small.state.run_dir, small.run_id))
+    hog = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hog.connect(control.path)
+    hog.setblocking(False)
+    sent = 0
+    try:
+        while sent < 200_000:  # stats replies (~1 KB each) it never reads
+            sent += hog.send(b"stats\n" * 1000)
+    except BlockingIOError:
+        pass  # the delayer stopped reading it: its replies did not fit
+    try:
+        control.ping()  # the control answers (its 5 s timeout: it hung here before)
+        ping = small.exec(
+            "e0", ["ping", "-n", "-c", "20", "-i", "0.05", small.topology.host("e1").address]
+        )
+        rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping.stdout)]
+        assert len(rtts) == 20 and abs(statistics.median(rtts) - 20) <= rtt_tolerance_ms(20)
+        hog.setblocking(True)
+        hog.settimeout(10)  # the delayer closed it: EOF (or a reset) before this
+        try:
+            while hog.recv(1 << 16):
+                pass
+        except ConnectionResetError:
+            pass
+    finally:
+        hog.close()
+    with pytest.raises(ShaperError, match="out of range"):
+        control.send(["begin", "link e0 e1 0 0 uniform 0 5"])  # 5 bit/s
+    control.send(["begin", "link e0 e1 0 0 uniform 0 1000000"])  # 1 Mbit/s: fine
+    # every client slot held by a silent connection: the control is refused until they
+    # are closed for their silence (10 s)
+    idle = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(8)]
+    try:
+        for sock in idle:
+            sock.connect(control.path)
+        with pytest.raises(ShaperError):
+            control.ping()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                control.ping()
+                break
+            except ShaperError:
+                assert time.monotonic() < deadline, "silent clients kept every slot"
+                time.sleep(1)
+        assert all(sock.recv(1) == b"" for sock in idle)  # closed by the delayer
+    finally:
+        for sock in idle:
+            sock.close()
+    api.set_links(small, links.uniform(small.topology, 10, 0), "host")
 
 
 def test_a_killed_delayer_is_detected_and_replaced(small):
