@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import TestbedError
+from testbed.errors import ConfigError, TestbedError
+from testbed.files import read_text
 
 from . import estimate
 from .cells import Cell
@@ -21,6 +22,71 @@ from .remote import Remote
 
 WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed by the scheduler
 JOIN_WAIT_S = 120.0  # for the started workers to reach the scheduler
+CONNECT_S = 10.0  # a --scheduler that does not answer in this time is an error
+MAX_FRAMES = 1 << 16  # a Dask message of more frames than this is not one
+
+
+def scheduler_security(address: str, insecure: bool) -> Any:
+    """The distributed Security for ``--scheduler ADDRESS``: tls:// with the TLS files of
+    Dask's own configuration (distributed.comm.tls.*: the CA, the client's certificate
+    and key); tcp:// (anyone who reaches the scheduler runs code as root on its workers)
+    only with ``--insecure-scheduler``. ConfigError (one line) otherwise."""
+    from distributed.security import Security
+
+    if address.startswith("tcp://"):
+        if not insecure:
+            raise ConfigError(
+                f"--scheduler {address}: plain tcp:// lets whoever reaches the scheduler run "
+                f"code as root on its workers; use tls:// (with Dask's TLS settings), or "
+                f"add --insecure-scheduler on a network you trust"
+            )
+        return None
+    security = Security()  # from dask's configuration (files, DASK_DISTRIBUTED__COMM__TLS__*)
+    missing = [
+        name
+        for name, value in (
+            ("ca-file", getattr(security, "tls_ca_file", None)),
+            ("client.cert", getattr(security, "tls_client_cert", None)),
+            ("client.key", getattr(security, "tls_client_key", None)),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError(
+            f"--scheduler {address}: tls:// needs Dask's TLS settings "
+            f"(distributed.comm.tls.{', distributed.comm.tls.'.join(missing)}: "
+            f"DASK_DISTRIBUTED__COMM__TLS__CA_FILE and the like)"
+        )
+    for name in ("tls_ca_file", "tls_client_cert", "tls_client_key"):
+        read_text(getattr(security, name), f"Dask's TLS {name[4:].replace('_', ' ')}")
+    return security
+
+
+def probe_scheduler(address: str, timeout_s: float = CONNECT_S) -> None:
+    """ConfigError (one line) unless something answers at ``address`` within
+    ``timeout_s``; for tcp://, unless what answers speaks Dask (a frame count first: an
+    SSH or HTTP banner read as one made Dask allocate exabytes)."""
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"--scheduler {address}: the port must be 1..65535")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            if scheme != "tcp":
+                return  # TLS speaks after the client's hello: reachable is what is known
+            sock.settimeout(0.5)
+            try:
+                head = sock.recv(64)
+            except TimeoutError:
+                return  # silent until spoken to: Dask's server may be
+    except OSError as exc:
+        raise ConfigError(
+            f"--scheduler {address}: no answer within {timeout_s:g} s ({exc.strerror or exc})"
+        ) from None
+    if head and (len(head) < 8 or int.from_bytes(head[:8], "little") > MAX_FRAMES):
+        shown = head.decode("ascii", "replace").strip()
+        raise ConfigError(f"--scheduler {address}: not a Dask scheduler (it says {shown[:40]!r})")
 
 
 class DaskRun:
@@ -31,6 +97,7 @@ class DaskRun:
     def __init__(self, config, store, run_id, progress, specs, scheduler, worker_timeout):  # noqa: ANN001
         self.config, self.store, self.run_id, self.progress = config, store, run_id, progress
         self.specs, self.scheduler, self.worker_timeout = specs, scheduler, worker_timeout
+        self.security: Any = None  # --scheduler tls://: scheduler_security's
         self.fleet = Fleet(specs, Path(config.out), run_id) if specs else None
         self.remote: Remote | None = None
         self.cluster: Any = None
@@ -54,8 +121,8 @@ class DaskRun:
                 self.start_workers(list(ready))
             else:
                 try:
-                    self.client = Client(self.scheduler, timeout=30)
-                except OSError as exc:
+                    self.client = Client(self.scheduler, timeout=CONNECT_S, security=self.security)
+                except (OSError, TimeoutError, ValueError) as exc:
                     raise WorkerLost(f"no Dask scheduler at {self.scheduler}: {exc}") from exc
             self.remote = Remote(
                 self.config,
@@ -101,7 +168,8 @@ class DaskRun:
         }
         logs = Path(config.out) / "logs"
         for n in names:
-            self.sessions[n] = fleet.start(n, setup, logs / f"{self.run_id}-worker-{n}.log")
+            own = {**setup, "host": fleet.specs[n].host.address}  # where it listens
+            self.sessions[n] = fleet.start(n, own, logs / f"{self.run_id}-worker-{n}.log")
         deadline = time.monotonic() + JOIN_WAIT_S
         while time.monotonic() < deadline:
             joined = {str(w.get("name")) for w in self.client.scheduler_info()["workers"].values()}

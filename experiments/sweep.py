@@ -30,7 +30,7 @@ from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
 from . import estimate
-from .cluster import DaskRun
+from .cluster import DaskRun, probe_scheduler, scheduler_security
 from .config import (
     DEFAULTS,
     KNOBS,
@@ -93,6 +93,11 @@ RUN_FLAGS: dict[str, dict[str, Any]] = {
         "metavar": "ADDRESS",
         "help": "measure on the workers of this running Dask cluster (tcp://HOST:8786 or "
         "tls://…; workers started with --resources testbed=N; see docs/design/workers.md)",
+    },
+    "--insecure-scheduler": {
+        "action": "store_true",
+        "help": "accept --scheduler tcp://… (no TLS: whoever reaches it runs code as root on "
+        "its workers) on a network you trust",
     },
     "--worker-timeout": {
         "type": float,
@@ -194,6 +199,9 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
                               f"{args.scheduler!r}")  # fmt: skip
         if config.backend == "hosts":
             raise ConfigError("--scheduler runs testbeds on each worker: not with --backend hosts")
+        args.security = scheduler_security(args.scheduler, args.insecure_scheduler)
+        if not args.dry_run:  # before a run is opened: nothing in the results when it fails
+            probe_scheduler(args.scheduler)
         return []
     if not args.workers:
         return None
@@ -343,6 +351,7 @@ def _measure(
         engine: Any = DaskRun(
             config, store, run_id, progress, specs, args.scheduler, args.worker_timeout
         )
+        engine.security = getattr(args, "security", None)
         hold, intro, p = nullcontext, engine.intro, 0
     else:
         engine, hold, intro, p = _local_engine(config, store, run_id, progress, parallel, todo)

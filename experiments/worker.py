@@ -96,6 +96,8 @@ def serve(root: Path, name: str, parallel: str) -> int:
     async def run() -> None:
         async with Worker(
             setup["scheduler"],
+            # only the address the controller reaches it at, not every interface
+            host=setup.get("host"),
             name=name,
             nthreads=p + 1,  # the close task runs beside the units
             resources={"testbed": p},

@@ -309,7 +309,7 @@ def test_a_sweep_on_a_dask_cluster_of_the_users_own(tmp_path):
                 [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--rf", "2",
                  "--latency", "20", "--loss", "0.5", "--profile", "uniform", "--writes", "30",
                  "--warmup", "5", "--cluster-warmup", "30", "--verify-probes", "0",
-                 "--scheduler", address, "--out", str(out)],
+                 "--scheduler", address, "--insecure-scheduler", "--out", str(out)],
                 capture_output=True, text=True, timeout=600,
             )  # fmt: skip
         assert sweep.returncode == 0, sweep.stderr[-3000:]

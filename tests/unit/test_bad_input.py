@@ -175,6 +175,26 @@ CASES = [
         "got 1",
     ),
     case("scheduler-bad", "experiments.sweep", "--scheduler lab1:8786", "tcp://HOST:PORT"),
+    # plain tcp:// lets whoever reaches the scheduler run code as root on its workers
+    case(
+        "scheduler-plain",
+        "experiments.sweep",
+        "--scheduler tcp://127.0.0.1:8786",
+        "--insecure-scheduler",
+    ),  # fmt: skip
+    case(
+        "scheduler-tls-bare",
+        "experiments.sweep",
+        "--scheduler tls://127.0.0.1:8786",
+        "needs Dask's TLS settings",
+    ),  # fmt: skip
+    # nothing listens on port 1: refused at once, before a run is opened in the results
+    case(
+        "scheduler-unreachable",
+        "experiments.sweep",
+        "--scheduler tcp://127.0.0.1:1 --insecure-scheduler",
+        "no answer within",
+    ),  # fmt: skip
     case(
         "scheduler-and-workers",
         "experiments.sweep",

@@ -238,3 +238,40 @@ def test_worker_names_and_directories_are_names_and_paths_of_their_own(
     )
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_workers(path)
+
+
+def test_a_scheduler_address_that_is_not_dask_is_named_before_a_run_opens(tmp_path):
+    """An SSH or HTTP port given as --scheduler: Dask read its banner as a frame count
+    and tried to allocate exabytes; the banner is now read first and named."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def banner() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+            conn.close()
+
+    threading.Thread(target=banner, daemon=True).start()
+    out = tmp_path / "results"
+    try:
+        sweep = subprocess.run(
+            [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--scheduler",
+             f"tcp://127.0.0.1:{port}", "--insecure-scheduler", "--out", str(out)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        server.close()
+    assert sweep.returncode == 2, sweep.stderr
+    (line,) = sweep.stderr.strip().splitlines()
+    assert line == (
+        f"error: --scheduler tcp://127.0.0.1:{port}: not a Dask scheduler "
+        f"(it says 'SSH-2.0-OpenSSH_9.2p1 Debian-2')"
+    )
+    assert not out.exists() or not any(out.iterdir())  # no run was opened
