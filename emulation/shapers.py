@@ -397,6 +397,9 @@ class GatewayShaper:
 
 DIRECT_DEVICE = "eth0"
 START_TIMEOUT_S = 10.0  # the delayer binds its queues in milliseconds
+# A release this late is a stall (the delayer stopped or starved), not timer noise: its
+# p99.9 is a few ms on a loaded 2-core VM. The cell measured across it is void.
+STALL_MS = 100
 
 
 class DirectShaper:
@@ -681,8 +684,9 @@ class HostShaper:
         for link in matrix.links.values():
             hs.check_link_supported(link)
         t0 = time.monotonic()
-        # Links first, queues second: a newly queued packet finds its link's setting.
-        self.control.send(hs.matrix_lines(matrix.links))
+        # Links first, queues second: a newly queued packet finds its link's setting. The
+        # lateness record starts with the setting (``problems`` judges it).
+        self.control.send([*hs.matrix_lines(matrix.links), "resetlate"])
         addresses = {h.name: h.address for h in self.tb.topology.hosts}
         self._queue(hs.shaped_links(matrix.links, addresses))
         return time.monotonic() - t0
@@ -702,8 +706,15 @@ class HostShaper:
             return []
         found = []
         try:
-            self.control.ping()
-        except hs.ShaperError as exc:
+            late_ms = self.stats()["late_us"]["max"] / 1000
+            # the lateness record starts again: each check judges the time since the last
+            self.control.send(["resetlate"])
+            if late_ms > STALL_MS:
+                found.append(
+                    f"the host shaper stalled: a packet was released {late_ms:.0f} ms late "
+                    f"(more than {STALL_MS} ms; what was measured meanwhile is void)"
+                )
+        except (hs.ShaperError, KeyError, TypeError, ValueError) as exc:
             found.append(str(exc))
         proc = run(self._in_switch(hs.list_argv(self.saved.iptables)), check=False)
         present = hs.queued_links(proc.stdout) if proc.returncode == 0 else None

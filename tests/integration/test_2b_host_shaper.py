@@ -182,6 +182,37 @@ def test_no_control_client_stalls_the_packets_or_the_control(small):
     api.set_links(small, links.uniform(small.topology, 10, 0), "host")
 
 
+def test_a_stalled_delayer_is_named_from_its_own_lateness_record(small):
+    """A delayer that stops for a while (SIGSTOP here: starved, swapped out) holds every
+    packet; its lateness record shows it, and the sweep's check at a cell's end voids
+    the cell (emulation.problems, thorough). The record starts again after each check."""
+    matrix = links.uniform(small.topology, 10, 0)
+    api.set_links(small, matrix, "host")
+    assert api.problems(small, thorough=True) == []
+    state = Testbed.attach(small.run_id).state
+    rec = state.get(shapers.HostShaperRecord) if state else None
+    assert rec is not None and rec.pid is not None
+    e1 = small.topology.host("e1").address
+    ping = small.popen(
+        "e0",
+        ["ping", "-n", "-c", "20", "-w", "5", "-i", "0.02", e1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.1)
+    os.kill(rec.pid, signal.SIGSTOP)  # the delayer this test's testbed started
+    time.sleep(0.4)
+    os.kill(rec.pid, signal.SIGCONT)
+    out, _ = ping.communicate(timeout=30)
+    rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+    assert max(rtts) > 300, out  # ping saw the stall too: held echoes came back late
+    (problem,) = api.problems(small, thorough=True)
+    assert problem.startswith("the host shaper stalled: a packet was released"), problem
+    late_ms = int(problem.split(" released ")[1].split(" ms")[0])
+    assert 300 <= late_ms <= max(rtts), (problem, max(rtts))
+    assert api.problems(small, thorough=True) == []  # judged once
+
+
 def test_a_killed_delayer_is_detected_and_replaced(small):
     matrix = links.uniform(small.topology, 10, 0)
     api.set_links(small, matrix, "host")
