@@ -9,7 +9,9 @@ masters), like Mininet's ``mn -c``. A run is kept when:
 - its owner is alive (a sweep, a ``with Testbed(...)``, an ``up`` in progress: the run's
   lock is held), even when it is named; or
 - it is a detached testbed (left by ``python -m testbed up``) that is up and healthy,
-  unless it is named (``--run``) or ``all_detached`` is given.
+  unless it is named (``--run``) or ``all_detached`` is given; or
+- it is a detached testbed of another ``$EDGETB_HOME`` (someone else's, healthy or not),
+  unless it is named.
 
 Everything else of a run is removed: its processes (by PID), namespaces, libvirt objects,
 directory and registry entry. An object whose run has no directory anywhere is removed
@@ -50,7 +52,9 @@ class CleanReport:
         return not (self.runs or self.namespaces or self.processes or self.libvirt)
 
 
-def _keep_reason(run_dir: Path, named: bool, all_detached: bool) -> str | None:
+def _keep_reason(
+    run_dir: Path, named: bool, all_detached: bool, base: Path | None = None
+) -> str | None:
     """Why run ``run_dir`` must be kept, or None when it may be removed (its owner lock
     must be held by the caller when None is returned for a removal)."""
     try:
@@ -59,6 +63,14 @@ def _keep_reason(run_dir: Path, named: bool, all_detached: bool) -> str | None:
         return None if named else str(exc)
     except st.StateError:
         return None
+    own = run_dir.resolve().parent == st.runs_dir(base).resolve()
+    if state.detached and not own and not named:
+        # someone else's testbed (another $EDGETB_HOME): theirs to take down, even when a
+        # node of it died; --all is about this home's testbeds
+        return (
+            f"a detached testbed of another home ({run_dir.parent.parent}); "
+            f"`clean --run {state.run_id}` removes it"
+        )
     if state.detached and state.status == "up" and not (named or all_detached):
         from .testbed import state_problems
 
@@ -103,7 +115,7 @@ def clean(
             progress(f"kept run {rid}: in use by {st.describe_holder(holder)}")
             continue
         try:
-            reason = _keep_reason(run_dir, run_id is not None, all_detached)
+            reason = _keep_reason(run_dir, run_id is not None, all_detached, base)
             if reason:
                 keep.add(rid)
                 report.skipped.append(rid)
