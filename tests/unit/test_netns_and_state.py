@@ -423,16 +423,22 @@ def test_clean_keeps_a_run_another_version_wrote_unless_named(tmp_path: Path):
 def test_clean_leaves_the_detached_testbeds_of_another_home(tmp_path: Path, registry):
     """Homes share the machine's registry: a `clean --all` in one removed another
     researcher's detached testbed (healthy or with a node down). It is theirs unless
-    named; a crashed run of theirs (no owner, not detached) is still leftovers."""
+    named; a crashed run of theirs (no owner, not detached) is still leftovers. (Only
+    named runs are cleaned here: a bare clean sweeps the machine's orphans, and other
+    testbeds run beside the tests.)"""
     from testbed import clean as clean_mod
 
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
     _up(theirs, "b00001", detached=True).release()  # its namespaces gone: unhealthy
     _up(theirs, "b00002", detached=False).release()  # its owner died
+    _up(mine, "b00003", detached=True).release()  # one of mine, as unhealthy
+    other, crashed = theirs / "runs" / "b00001", theirs / "runs" / "b00002"
+    reason = clean_mod._keep_reason(other, named=False, all_detached=True, base=mine)
+    assert reason and "a detached testbed of another home" in reason
+    assert clean_mod._keep_reason(crashed, named=False, all_detached=True, base=mine) is None
+    own = mine / "runs" / "b00003"
+    assert clean_mod._keep_reason(own, named=False, all_detached=True, base=mine) is None
+    assert clean_mod._keep_reason(other, named=True, all_detached=False, base=mine) is None
     said: list[str] = []
-    report = clean_mod.clean(mine, said.append, all_detached=True)
-    assert report.runs == ["b00002"] and report.skipped == ["b00001"], said
-    assert any("a detached testbed of another home" in s for s in said)
-    assert (theirs / "runs" / "b00001").is_dir()
     report = clean_mod.clean(mine, said.append, "b00001")  # named: removed
-    assert report.runs == ["b00001"] and not (theirs / "runs" / "b00001").exists()
+    assert report.runs == ["b00001"] and not other.exists()
