@@ -16,11 +16,11 @@ Creates nothing; a shaper applies it. Profiles build a matrix from a few numbers
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed import inputs
 from testbed.errors import ConfigError
 from testbed.files import read_text
 from testbed.topology import MAX_EDGE_NODES, Topology
@@ -185,11 +185,7 @@ def sites(
 def read_toml(path: Path | str, what: str) -> dict:
     """A TOML file's contents; ConfigError naming ``what`` and the path when it is missing,
     not a regular file, unreadable, not UTF-8 text or not valid TOML."""
-    text = read_text(path, what)
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{what} {path}: invalid TOML: {exc}") from exc
+    return inputs.toml(read_text(path, what), f"{what} {path}")
 
 
 LINK_FIELDS = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit")

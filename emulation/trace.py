@@ -108,6 +108,9 @@ def load(name: str) -> Trace:
     path = resolve(name)
     data = read_text(path, "trace")
     rows = list(csv.DictReader(data.splitlines()))
+    for i, row in enumerate(rows, start=2):
+        if None in row:  # DictReader keeps a row's surplus fields under None
+            raise ConfigError(f"trace {path}: row {i} has more fields than the header")
     if not rows:
         raise ConfigError(
             f"trace {path}: no rows (a header {','.join(COLUMNS)} and a row a change)"

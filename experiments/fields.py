@@ -6,13 +6,13 @@ files (TOML, the shipped presets)."""
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from testbed import cgroups
 from testbed.errors import ConfigError
+from testbed.inputs import MAX_INT, MAX_NUMBER_CHARS, shown
 from testbed.topology import MAX_EDGE_NODES
 
 MAX_LIST_VALUES = 1000  # values one list flag may expand to (a grid larger is a typo)
@@ -78,7 +78,7 @@ def check_knob(name: str, knob: Knob, value: Any, default: Any) -> Any:
         return None
     if knob.many and knob.kind in (int, float, str):
         if knob.kind is int:
-            top = int(knob.high) if knob.high is not None else sys.maxsize
+            top = int(knob.high) if knob.high is not None else MAX_INT
             return _ints(name, value, int(knob.low or 0), top)
         if knob.kind is float:
             return _floats(name, value, knob.low or 0.0, knob.high or math.inf, knob.decimals)
@@ -87,7 +87,7 @@ def check_knob(name: str, knob: Knob, value: Any, default: Any) -> Any:
         return value
     if knob.kind is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
+            raise ConfigError(f"{name} must be true or false, got {shown(value)}")
     elif knob.kind is str:
         if not isinstance(value, str):
             raise ConfigError(f"{name} must be a string, got {value!r}")
@@ -95,14 +95,16 @@ def check_knob(name: str, knob: Knob, value: Any, default: Any) -> Any:
             raise ConfigError(f"unknown {name} {value!r} (choose from {', '.join(knob.choices)})")
     elif knob.kind is int:
         _int(name, value, int(knob.low or 0))
-        if knob.high is not None and value > knob.high:
-            raise ConfigError(f"{name} must be at most {knob.high:g}, got {value}")
+        most = knob.high if knob.high is not None else MAX_INT
+        if value > most:
+            raise ConfigError(f"{name} must be at most {most:g}, got {shown(value)}")
     elif knob.kind is float:
         low, high = knob.low or 0.0, knob.high or math.inf
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not math.isfinite(value) or not low <= value <= high:
+        finite = number and (isinstance(value, int) or math.isfinite(value))  # ints: exact
+        if not finite or not low <= value <= high:
             allowed = f"at least {low:g}" if high == math.inf else f"between {low:g} and {high:g}"
-            raise ConfigError(f"{name} must be {allowed}, got {value!r}")
+            raise ConfigError(f"{name} must be {allowed}, got {shown(value)}")
     return value
 
 
@@ -133,6 +135,8 @@ def parse_list(name: str, text: str, kind: type) -> tuple:
 
 
 def _number(name: str, part: str, text: str, kind: type) -> int | float:
+    if len(text.strip()) > MAX_NUMBER_CHARS:  # before converting: 400 digits overflowed later
+        raise ConfigError(f"{name}: {shown(part)} is not a number of a sane size ({LIST_SYNTAX})")
     try:
         value = kind(text)
     except ValueError:
@@ -140,8 +144,8 @@ def _number(name: str, part: str, text: str, kind: type) -> int | float:
             f"{name}: cannot read {part!r} as {'integers' if kind is int else 'numbers'} "
             f"({LIST_SYNTAX})"
         ) from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{name}: {part!r} is not a finite number ({LIST_SYNTAX})")
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(f"{name}: {shown(part)} is not a finite number ({LIST_SYNTAX})")
     return value
 
 
@@ -219,7 +223,7 @@ def as_tuple(name: str, value: Any) -> tuple:
 
 def _int(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {low}, got {shown(value)}")
     return value
 
 
@@ -227,7 +231,9 @@ def _ints(name: str, values: Any, low: int, high: int) -> tuple[int, ...]:
     values = grid_values(name, values)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            raise ConfigError(f"{name} values must be integers from {low} to {high}, got {v!r}")
+            raise ConfigError(
+                f"{name} values must be integers from {low} to {high}, got {shown(v)}"
+            )
     return once(name, values, values)
 
 
@@ -252,10 +258,11 @@ def _floats(
     values = grid_values(name, values)
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-            raise ConfigError(f"{name} values must be numbers, got {v!r}")
+        nan = isinstance(v, float) and math.isnan(v)  # an int is never (nor converted)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or nan:
+            raise ConfigError(f"{name} values must be numbers, got {shown(v)}")
         if not low <= v <= high:
-            raise ConfigError(f"{name} values must be between {low:g} and {high:g}, got {v:g}")
+            raise ConfigError(f"{name} values must be between {low:g} and {high:g}, got {shown(v)}")
         out.append(float(v) if decimals is None else round(float(v), decimals))
     if len(set(out)) != len(out):
         dup = next(x for x in out if out.count(x) > 1)

@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Callable
 
-from . import cgroups
+from . import cgroups, inputs
 from .errors import ConfigError
 from .state import check_name
 
@@ -27,16 +27,13 @@ def integer(low: int, high: int | None = None, unit: str = "") -> Callable[[str]
     """An integer in low..high (``high`` None: no upper bound)."""
 
     def parse(text: str) -> int:
-        allowed = _range_text(low, high, unit)
-        try:
-            value = int(text)
-        except ValueError:
+        try:  # sized before it is converted, compared as an exact integer
+            return inputs.number(text, "", int, low, math.inf if high is None else high)
+        except ConfigError:
+            allowed = _range_text(low, high, unit)
             raise argparse.ArgumentTypeError(
-                f"expected an integer {allowed}, got {text!r}"
+                f"expected an integer {allowed}, got {inputs.shown(text)}"
             ) from None
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"expected an integer {allowed}, got {text!r}")
-        return value
 
     parse.__name__ = "integer"
     return parse
@@ -46,14 +43,13 @@ def number(low: float, high: float, unit: str = "") -> Callable[[str], float]:
     """A finite number in low..high (never NaN or infinite)."""
 
     def parse(text: str) -> float:
-        allowed = _range_text(low, high, unit)
         try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number {allowed}, got {text!r}") from None
-        if not math.isfinite(value) or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected a number {allowed}, got {text!r}")
-        return value
+            return inputs.number(text, "", float, low, high)
+        except ConfigError:
+            allowed = _range_text(low, high, unit)
+            raise argparse.ArgumentTypeError(
+                f"expected a number {allowed}, got {inputs.shown(text)}"
+            ) from None
 
     parse.__name__ = "number"
     return parse

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class TestbedError(Exception):
     """Root of every error the testbed raises on purpose."""
@@ -10,7 +12,30 @@ class TestbedError(Exception):
 
 
 class ConfigError(TestbedError, ValueError):
-    """Invalid input (topology, settings, flags), raised before anything is created."""
+    """Invalid input (topology, settings, flags), raised before anything is created. Its
+    message stays readable whatever it quotes: a run of more than LONG_TOKEN characters
+    without a space (a value of hundreds of digits, a pasted blob) is cut, and so is a
+    message longer than LONG_MESSAGE, each saying how long it was."""
+
+    def __init__(self, message: object = "", *rest: object):
+        super().__init__(_readable(str(message)), *rest)
+
+
+LONG_TOKEN = 160  # longer than any path or name a message quotes in practice
+
+
+LONG_MESSAGE = 1000  # every problem of an inventory named, with room to spare
+
+
+def _readable(text: str) -> str:
+    text = re.sub(
+        rf"\S{{{LONG_TOKEN + 1},}}",
+        lambda m: f"{m[0][:40]}… ({len(m[0])} characters)",
+        text,
+    )
+    if len(text) > LONG_MESSAGE:
+        text = f"{text[: LONG_MESSAGE - 60]} … ({len(text)} characters in all)"
+    return text
 
 
 class CommandError(TestbedError):

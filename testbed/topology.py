@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .errors import ConfigError
+from .inputs import shown
 
 MAX_EDGE_NODES = 9
 DEFAULT_RACK = "rack1"
@@ -324,6 +325,8 @@ _SITES_RE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 def parse_sites(text: str) -> tuple[int, ...]:
     """``"3x3"`` (three sites of three nodes) or ``"2,3"`` (a site of 2, one of 3) as node
     counts per site; ConfigError naming the forms for anything else."""
+    if len(str(text)) > 64:  # far above 9 nodes written any way
+        raise ConfigError(f"sites {shown(text)}: give SITESxNODES (e.g. 3x3) or nodes per site")
     match = _SITES_RE.match(str(text))
     if match and int(match.group(1)) < 1:
         raise ConfigError(f"sites {text!r}: a topology of sites has at least one site")
