@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import functools
 import os
 import signal
@@ -96,13 +97,31 @@ def stop_on_signals() -> None:
             signal.signal(sig, _interrupt)
 
 
+# What the machine refuses, not a fault of the tool: said in one line, as an error is
+ENVIRONMENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+     errno.EMFILE, errno.ENFILE, errno.ENAMETOOLONG, errno.ELOOP, errno.EFBIG}
+)  # fmt: skip
+
+
 def exit_code(exc: BaseException) -> int:
     """The exit code of a command that ended with ``exc``, after saying why in one line."""
     if isinstance(exc, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return EXIT_STOPPED
+    if isinstance(exc, OSError) and not isinstance(exc, TestbedError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        hint = (
+            " (the disk or its quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        )
+        print(f"error: {where}{exc.strerror or exc}{hint}", file=sys.stderr)
+        return EXIT_FAILED
     print(f"error: {exc}", file=sys.stderr)
     return EXIT_BAD_INPUT if isinstance(exc, ConfigError) else EXIT_FAILED
+
+
+def _environmental(exc: OSError) -> bool:
+    return exc.errno in ENVIRONMENT_ERRNOS
 
 
 def command(default_prog: str) -> Callable[[Main], Main]:
@@ -116,6 +135,10 @@ def command(default_prog: str) -> Callable[[Main], Main]:
             try:
                 return main(argv)
             except (TestbedError, KeyboardInterrupt) as exc:
+                return exit_code(exc)
+            except OSError as exc:  # a full disk, a read-only directory: the machine's
+                if not _environmental(exc):
+                    raise
                 return exit_code(exc)
 
         run.default_prog = default_prog  # type: ignore[attr-defined]

@@ -116,6 +116,11 @@ def replacing(path: Path | str, mode: str = "w", perm: int = 0o644, **kw: Any) -
             yield f
         os.chmod(tmp, perm)  # the umask took bits off at creation
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None:  # a write's error names no file: name the one written
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

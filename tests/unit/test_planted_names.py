@@ -109,3 +109,53 @@ def test_the_store_refuses_its_files_planted_as_links(tmp_path, victim, name):
     with pytest.raises(StateFileError, match="is a symbolic link"):
         Store(tmp_path)
     assert victim.read_text() == "precious\n"
+
+
+def test_a_full_disk_while_exporting_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    """ENOSPC (a full results disk, a quota) ended the export in a traceback; it is the
+    machine's refusal: one line, exit 1, no half-written file or temporary name left."""
+    import subprocess
+
+    from experiments.export import main as export_main
+    from experiments.store import Store
+
+    store_dir, full = tmp_path / "results", tmp_path / "full"
+    from tests.unit.test_store import cell, requests
+
+    with Store(store_dir) as s:
+        s.begin_run("run1", "fp", "test", {"writes": 2}, {})
+        s.commit_cell(cell(), requests(n=2000))  # more than the disk's 64 KB as CSV
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # the disk full to the last block
+            while os.write(fd, b"x" * 512):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        assert export_main([str(store_dir), "--out", str(full / "export")]) == 1
+        # the directory it made is gone again: nothing half-written, no temporary name
+        assert [p.name for p in full.iterdir()] == ["filler"]
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"error: {full / 'export'}/") and line.endswith(
+            "No space left on device (the disk or its quota is full)"
+        ), line
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+
+
+def test_the_full_disk_line(capsys):
+    from testbed.command import command
+
+    @command("python -m x")
+    def main(argv=None) -> int:
+        raise OSError(28, "No space left on device", "/data/export/requests.csv")
+
+    assert main([]) == 1
+    assert capsys.readouterr().err == (
+        "error: /data/export/requests.csv: No space left on device "
+        "(the disk or its quota is full)\n"
+    )
