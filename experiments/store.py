@@ -25,6 +25,7 @@ from typing import Any
 
 from testbed.errors import ConfigError, StateError, StateFileError, TestbedError
 from testbed.files import check_not_kernel_fs
+from testbed.inputs import json_text, shown
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 6
@@ -293,6 +294,15 @@ def _create(path: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
+# The parts of a run's manifest that the sweep and the analysis read, and their types
+MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "clusters": dict, "teardowns": dict, "baseline": dict, "parallel": dict,
+    "workers": dict, "faults": list, "packages": dict,
+    "wall_s": (int, float), "cpu_util": (int, float),
+}  # fmt: skip
+NESTED_OBJECTS = ("clusters", "teardowns", "baseline", "workers")
+
+
 class Reads:
     """The store's read side: what export, plots and the analysis query (no writes)."""
 
@@ -300,15 +310,43 @@ class Reads:
     path: Path
     _cell_select: str
 
-    def _json(self, text: str | None, what: str) -> Any:
+    def _json(self, text: str | None, what: str, kind: type | None = None) -> Any:
         """A JSON column's value; StateFileError naming the store and the value where
-        it is not JSON."""
+        it is not JSON (or, with ``kind``, not a value of that type)."""
         try:
-            return json.loads(text) if text is not None else None
-        except (json.JSONDecodeError, TypeError) as exc:
+            value = json_text(text, what) if text is not None else None
+        except ConfigError as exc:
             raise StateFileError(
-                f"{self.path}: {what} is not JSON ({exc}): damaged, or changed by another tool"
+                f"{self.path}: {exc}: damaged, or changed by another tool"
             ) from None
+        if kind is not None and value is not None and not isinstance(value, kind):
+            raise StateFileError(
+                f"{self.path}: {what} is {type(value).__name__}, not "
+                f"{'an object' if kind is dict else kind.__name__}: damaged, or changed by "
+                f"another tool"
+            )
+        return value
+
+    def _manifest(self, text: str | None, run_id: str) -> dict[str, Any]:
+        """A run's manifest, its parts of the types the sweep and the analysis read."""
+        what = f"the manifest of run {run_id}"
+        manifest = self._json(text, what, dict) or {}
+        for key, kinds in MANIFEST_TYPES.items():
+            value = manifest.get(key)
+            if key not in manifest or (value is None and key == "cpu_util"):  # unmeasured
+                continue
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                raise StateFileError(
+                    f"{self.path}: {what}: {key} is {type(value).__name__} "
+                    f"{shown(value)}: damaged, or changed by another tool"
+                )
+            entries = value.values() if isinstance(value, dict) else ()
+            if key in NESTED_OBJECTS and not all(isinstance(v, dict) for v in entries):
+                raise StateFileError(
+                    f"{self.path}: {what}: an entry of {key} is not an object: damaged, or "
+                    f"changed by another tool"
+                )
+        return manifest
 
     YCSB_REQUEST_COLUMNS = YCSB_REQUEST_COLUMNS
 
@@ -620,8 +658,8 @@ class Store(Reads):
                 r[0],
                 r[1],
                 r[2],
-                self._json(r[3], f"the configuration of run {r[0]}"),
-                self._json(r[4], f"the manifest of run {r[0]}"),
+                self._json(r[3], f"the configuration of run {r[0]}", dict),
+                self._manifest(r[4], r[0]),
                 r[5],
                 r[6],
             )
@@ -647,7 +685,7 @@ class Store(Reads):
             (text,) = self.db.execute(
                 "SELECT manifest FROM runs WHERE run_id=?", (run_id,)
             ).fetchone()
-            manifest = self._json(text, f"the manifest of run {run_id}")
+            manifest = self._manifest(text, run_id)
             for key, value in entries.items():
                 if isinstance(value, dict) and isinstance(manifest.get(key), dict):
                     manifest[key].update(value)

@@ -134,3 +134,32 @@ def test_a_value_shown_in_an_error_is_cut_to_a_readable_length():
     assert inputs.shown("9" * 400).endswith("(402 characters)")
     assert len(inputs.shown("9" * 400)) < 70
     assert inputs.shown(5) == "5"
+
+
+@FUZZ
+@given(st.sampled_from(["clusters", "baseline", "parallel", "wall_s", "teardowns"]), JSONISH)
+def test_a_stores_manifest_of_the_wrong_types_is_named_when_read(tmp_path_factory, key, value):
+    """A store handed over with valid JSON of the wrong types in a run's manifest made
+    the dry run's calibration fail with AttributeError; the store names it on reading."""
+    import json
+    import sqlite3
+
+    from experiments.store import StateFileError, Store
+
+    where = tmp_path_factory.mktemp("store")
+    with Store(where) as s:
+        s.begin_run("run1", "fp", "test", {"writes": 2}, {})
+    db = sqlite3.connect(where / "results.sqlite")
+    db.execute("UPDATE runs SET manifest=?", (json.dumps({key: value}),))
+    db.commit()
+    db.close()
+    with Store(where, read_only=True) as s:
+        try:
+            (run,) = s.runs()
+        except StateFileError as exc:
+            assert f"the manifest of run run1: {key}" in one_line(exc) or "entry of" in str(exc)
+            return
+    manifest = run.manifest
+    from experiments import estimate
+
+    estimate.calibrate([], [{**manifest, "run_id": "run1"}], 2, "host")  # never raises
