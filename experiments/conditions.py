@@ -57,6 +57,8 @@ class Conditions:
         self.shard, self.cell = shard, cell
         self.cpu0 = cpu_times()  # the cell's CPU window opens before its fault is prepared
         self.fault = shard.fault = fault_runner(shard, cell)
+        if self.fault is not None and shard.tb is not None:
+            shard.tb.faulted = True  # its peers' logs will tell of it (logscan)
         self.replay = trace_replay(shard.tb, cell)
         self.trace_log: dict[str, Any] | None = None
         self.fault_log: dict[str, Any] | None = None

@@ -11,6 +11,7 @@ run removes (``remove_stale_testbeds``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -22,9 +23,11 @@ from typing import Any
 from emulation import api as emulation
 from emulation import links
 from testbed import CassandraSettings, Testbed
+from testbed.cassandra import logscan
 from testbed.cassandra.readiness import Deadlines
 from testbed.clean import clean
 from testbed.command import stop_signals
+from testbed.errors import TestbedError
 from workloads import WriteWorker
 
 from . import estimate, plan, units
@@ -308,14 +311,29 @@ class Shard:
             t0 = time.monotonic()
             tb.down()  # a no-op when a failed bring-up was undone already
             took = round(time.monotonic() - t0, 2)
+            if testbed_run is not None and (shaper is not None or tb.log_findings):
+                self.record_logs(tb, testbed_run)  # (tb.run_id ended with the testbed)
             if testbed_run is not None:
                 try:
                     sweep.store.testbed_down(testbed_run)
                     if shaper is not None:  # a cluster that came up (a failed one: no figure)
                         teardown = {"nodes": nodes, "shaper": shaper, "teardown_s": took}
-                        sweep.store.update_manifest(sweep.run_id, teardowns={tb.run_id: teardown})
+                        sweep.store.update_manifest(sweep.run_id, teardowns={testbed_run: teardown})
                 except StoreFullError as full:  # not instead of the error that got us here
                     self.note(str(full))
+
+    def record_logs(self, tb: Testbed, testbed_run: str) -> None:
+        """What its nodes' logs held (read at teardown): in the manifest; a warning for
+        lines no allowance explains."""
+        found = logscan.summary(tb.log_findings)
+        with contextlib.suppress(TestbedError):  # not instead of the error that got us here
+            self.sweep.store.update_manifest(self.sweep.run_id, node_logs={testbed_run: found})
+        if found["unexpected"]:
+            self.note(
+                f"warning: {found['unexpected']} ERROR/exception lines in the nodes' logs of "
+                f"cluster {testbed_run} (the run's manifest: node_logs), first: "
+                f"{found['lines'][0]}"
+            )
 
     def start_worker(self) -> WriteWorker:
         """The endpoint's write process for this cluster, with every RF's keyspace."""

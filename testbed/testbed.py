@@ -27,7 +27,7 @@ from . import state as st
 from .backends import Backend, backend_class, make_backend
 from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
-from .cassandra import quiet
+from .cassandra import logscan, quiet
 from .cassandra import tls as tls_mod
 from .cassandra.config import CassandraSettings, nodetool_args
 from .cassandra.java import Java, find_java
@@ -115,6 +115,10 @@ class Testbed:
         self.backend_options = dict(backend_options or {})
         self.subnet_pool = subnet_pool
         self.on_registered = on_registered
+        # Nodes taken down on purpose (a sweep's faults): peers' logs then hold what they
+        # saw of it. The problem lines of the nodes' logs, read at teardown.
+        self.faulted = False
+        self.log_findings: list[logscan.Finding] = []
         self._owner: st.RunLock | None = None
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
@@ -334,6 +338,10 @@ class Testbed:
             if self.nodes:
                 backend.stop_cassandra(list(self.nodes.values()))
                 self._keep_cds_archive()
+                # every node's log read once its JVM ended (testbed.cassandra.logscan)
+                self.log_findings = logscan.scan(
+                    {n: node.system_log for n, node in self.nodes.items()}, faults=self.faulted
+                )
             try:
                 backend.destroy()
             except TeardownError as exc:  # on machines that outlive the run: kept to retry

@@ -43,6 +43,9 @@ class FakeStore:
     def testbed_down(self, testbed_run: str) -> None:
         self.calls.append(("down", testbed_run))
 
+    def update_manifest(self, run_id: str, **entries: Any) -> None:
+        self.calls.append(("manifest", entries))
+
 
 def make_sweep(tmp_path, progress=None, parallel=2) -> Sweep:
     config = SweepConfig(
@@ -141,6 +144,8 @@ class FailingTestbed:
     def down(self) -> None:  # Testbed.down of an undone run: nothing left
         self.downs += 1
 
+    log_findings: list = []  # no node ever ran
+
     @property
     def run_id(self) -> str:
         raise AssertionError("run_id of a testbed that is not up")
@@ -170,3 +175,41 @@ def test_a_teardown_that_fails_leaves_the_testbed_up_in_the_store(tmp_path):
     with pytest.raises(RuntimeError, match="busy"):
         shard.down()
     assert calls(sweep) == []  # still "up": the next run removes what is left
+
+
+def test_a_cluster_that_came_up_goes_down_with_its_teardown_and_its_logs_recorded(tmp_path):
+    """After down() a testbed has no run id any more: what is recorded is keyed by the
+    one the store knows it by; its nodes' log lines no allowance explains are warned of."""
+    from testbed.cassandra.logscan import Finding
+
+    class Up:
+        log_findings = [
+            Finding("e1", "ERROR [main] something broke", None),
+            Finding("e0", "java.io.IOException: Connection reset by peer", "a peer killed"),
+        ]
+
+        def __init__(self) -> None:
+            self.up = True
+
+        def down(self) -> None:
+            self.up = False
+
+        @property
+        def run_id(self) -> str:
+            assert self.up, "run_id of a testbed that is not up"
+            return "abc123"
+
+    progress = FakeProgress()
+    sweep = make_sweep(tmp_path, progress=progress)
+    shard = Shard(sweep, "s0")
+    shard.tb, shard.nodes, shard.testbed_run = cast(Any, Up()), 3, "abc123"
+    shard.shaper = "host"
+    shard.down()
+    recorded = calls(sweep)
+    assert ("down", "abc123") in recorded
+    (teardown,) = [c[1]["teardowns"] for c in recorded if "teardowns" in c[1]]
+    assert teardown["abc123"]["nodes"] == 3 and teardown["abc123"]["shaper"] == "host"
+    (logs,) = [c[1]["node_logs"] for c in recorded if "node_logs" in c[1]]
+    assert logs["abc123"]["unexpected"] == 1
+    assert logs["abc123"]["allowed"] == {"a peer killed": 1}
+    assert any("1 ERROR/exception lines" in n and "e1: ERROR [main]" in n for n in progress.notes)

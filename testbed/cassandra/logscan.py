@@ -1,0 +1,124 @@
+"""Every node's log read after its cluster's life: ERROR and FATAL lines, exceptions and
+their causes (the lines cassandra-dtest scans for), each either allowed, with the reason
+it is expected, or unexpected.
+
+``scan`` reads the nodes' ``system.log`` files (from a byte offset per node, so a
+long-lived cluster is read once per stretch); ``summary`` is what a run manifest keeps
+of it. A line is allowed by an entry of ``ALLOWED`` whose pattern it matches; entries
+marked ``faults`` only where the cluster's nodes were killed, paused or cut off on
+purpose (a sweep's fault cells), where peers log what they saw.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Lines of a Cassandra log that mean something went wrong (as cassandra-dtest scans for)
+PROBLEM = re.compile(r"^(ERROR|FATAL) |^\S*(Exception|Error)(: |$)|^Caused by: ")
+MAX_BYTES = 64 * 1024 * 1024  # read of one node's log at most (a log rotates at 50 MB)
+SHOWN = 20  # unexpected lines a summary keeps
+
+
+@dataclass(frozen=True)
+class Allowed:
+    pattern: str
+    reason: str
+    faults: bool = False  # only where nodes were taken down on purpose
+
+
+ALLOWED: tuple[Allowed, ...] = (
+    Allowed(
+        r"(Exception|Error).*(Connection reset by peer|Broken pipe|Connection refused)",
+        "a peer killed or cut off by a fault: its connections end mid-message",
+        faults=True,
+    ),
+    Allowed(
+        r"(UnavailableException|WriteTimeoutException|ReadTimeoutException|"
+        r"OverloadedException)",
+        "a request that could not reach its replicas while some were down",
+        faults=True,
+    ),
+    Allowed(
+        r"(ClosedChannelException|java\.nio\.channels\.ClosedChannelException)",
+        "a channel closed by a node that went away",
+        faults=True,
+    ),
+)
+_COMPILED = tuple((re.compile(a.pattern), a) for a in ALLOWED)
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str
+    line: str
+    allowed: str | None  # the reason, or None: unexpected
+
+
+LEVEL = re.compile(r"^(TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+
+
+def classify(node: str, text: str, *, faults: bool = False) -> list[Finding]:
+    """The problems of ``text`` (a node's log), each allowed or not. A log record is its
+    level line and the lines that follow it (an exception, its stack, its causes): a
+    record holding a problem line is one finding, shown by its first problem line, and
+    allowed when an allowance matches any line of it."""
+    records: list[list[str]] = []
+    for raw in text.splitlines():
+        if LEVEL.match(raw) or not records:
+            records.append([raw])
+        else:
+            records[-1].append(raw)
+    found = []
+    for record in records:
+        problems = [line for line in record if PROBLEM.search(line)]
+        if not problems:
+            continue
+        whole = "\n".join(record)
+        reason = next(
+            (a.reason for rx, a in _COMPILED if (faults or not a.faults) and rx.search(whole)),
+            None,
+        )
+        found.append(Finding(node, problems[0].strip()[:300], reason))
+    return found
+
+
+def scan(
+    logs: Mapping[str, Path], marks: Mapping[str, int] | None = None, *, faults: bool = False
+) -> list[Finding]:
+    """The problem lines of each node's log (``logs``: node -> system.log) after its
+    byte offset in ``marks``; a log that is missing is none."""
+    found = []
+    for node, path in logs.items():
+        try:
+            with open(path, "rb") as f:
+                f.seek((marks or {}).get(node, 0))
+                text = f.read(MAX_BYTES).decode(errors="replace")
+        except FileNotFoundError:
+            continue
+        found += classify(node, text, faults=faults)
+    return found
+
+
+def sizes(logs: Mapping[str, Path]) -> dict[str, int]:
+    """Each log's size now: the marks of the next ``scan``."""
+    return {node: path.stat().st_size if path.is_file() else 0 for node, path in logs.items()}
+
+
+def unexpected(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.allowed is None]
+
+
+def summary(findings: list[Finding]) -> dict[str, Any]:
+    """What a run manifest keeps: the unexpected lines (the first SHOWN), their count, and
+    how many lines each allowance let pass."""
+    bad = unexpected(findings)
+    return {
+        "unexpected": len(bad),
+        "lines": [f"{f.node}: {f.line}" for f in bad[:SHOWN]],
+        "allowed": dict(Counter(f.allowed for f in findings if f.allowed is not None)),
+    }

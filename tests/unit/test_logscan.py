@@ -1,0 +1,35 @@
+"""Every node's log read (testbed.cassandra.logscan): the lines cassandra-dtest looks
+for, each allowed with its reason or unexpected; allowances for faults only where the
+cluster's nodes were taken down on purpose."""
+
+from testbed.cassandra import logscan
+
+LOG = """INFO  [main] 2026-11-28 03:00:00,000 CassandraDaemon.java:1 - Startup complete
+WARN  [GossipTasks:1] 2026-11-28 03:00:01,000 Gossiper.java:1 - Not marking nodes down
+ERROR [Messaging-EventLoop-3-1] 2026-11-28 03:00:02,000 OutboundConnection.java:1 - failed
+java.io.IOException: Connection reset by peer
+\tat sun.nio.ch.SocketDispatcher.read0(Native Method)
+ERROR [CompactionExecutor:1] 2026-11-28 03:00:03,000 CassandraDaemon.java:1 - Exception
+java.lang.AssertionError: null
+Caused by: java.lang.IllegalStateException: broken invariant
+"""
+
+
+def test_problem_lines_are_found_and_judged(tmp_path):
+    path = tmp_path / "system.log"
+    path.write_text(LOG)
+    plain = logscan.scan({"e0": path})
+    # two records: an ERROR with its exception, an ERROR with its exception and cause
+    assert [f.line.split(" - ")[-1] for f in plain] == ["failed", "Exception"]
+    assert all(f.allowed is None for f in plain)  # no fault: nothing is expected
+    faulted = logscan.scan({"e0": path}, faults=True)
+    assert faulted[0].allowed and "fault" in faulted[0].allowed  # a reset connection
+    assert logscan.unexpected(faulted) == [faulted[1]]  # the assertion stays unexpected
+    summary = logscan.summary(faulted)
+    assert summary["unexpected"] == 1 and summary["lines"][0].startswith("e0: ERROR [Compaction")
+    # from a mark: only what was written since
+    marks = logscan.sizes({"e0": path})
+    with open(path, "a") as f:
+        f.write("ERROR [main] 2026-11-28 03:00:04,000 X.java:1 - later\n")
+    (later,) = logscan.scan({"e0": path, "e9": tmp_path / "missing.log"}, marks)
+    assert later.line.endswith("- later")
