@@ -219,12 +219,26 @@ def test_group_variables_count_and_a_hosts_own_win(tmp_path, key):
     hosts.validate_inventory(inv, ["e0", "e1"])
 
 
+def _hosts_testbed(inv, home, cassandra, progress=None):
+    """A one-node hosts testbed of ``inv`` under ``home`` (its checks are what is tested:
+    each test makes one of them refuse before anything is made)."""
+    from testbed import Testbed
+
+    return Testbed(
+        Topology(edge_nodes=1),
+        "hosts",
+        cassandra=cassandra,
+        base=home,
+        backend_options={"inventory": str(inv)},
+        progress=progress,
+    )
+
+
 def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(
     tmp_path, key, monkeypatch
 ):
     # ssh's master socket is the ControlPath plus a 17-character suffix, under a 107-byte
     # limit: a run under a long EDGETB_HOME would wait out its SSH timeout on every host
-    from testbed import Testbed
     from testbed.backends.ssh import MAX_CONTROL_PATH, check_control_path
 
     tail = len("/000000/ssh/edgetb.run=000000:255.255.255.255")
@@ -238,13 +252,7 @@ def test_a_runs_directory_too_long_for_ssh_sockets_is_refused_before_anything(
     home = tmp_path / ("x" * 80)
     monkeypatch.setattr("testbed.testbed.os.geteuid", lambda: 0)  # root's check comes first
     with pytest.raises(ConfigError, match="EDGETB_HOME"):  # a good inventory: this is all
-        Testbed(
-            Topology(edge_nodes=1),
-            "hosts",
-            cassandra=None,
-            base=home,
-            backend_options={"inventory": str(inv)},
-        )
+        _hosts_testbed(inv, home, None)
     assert not home.exists()  # refused before anything was made
 
 
@@ -354,7 +362,6 @@ def test_inventory_values_are_data_never_templates(tmp_path, name, text, where):
 def test_plain_text_on_real_hosts_must_be_meant(tmp_path, key, monkeypatch):
     """TLS is the hosts backend's default; --no-tls alone passed without a word while the
     run's login and every write crossed the hosts' network in plain text."""
-    from testbed import Testbed
     from testbed.cassandra.config import CassandraSettings
 
     inv = tmp_path / "inv.json"
@@ -364,14 +371,7 @@ def test_plain_text_on_real_hosts_must_be_meant(tmp_path, key, monkeypatch):
     said: list[str] = []
 
     def up(settings):
-        Testbed(
-            Topology(edge_nodes=1),
-            "hosts",
-            cassandra=settings,
-            base=home,
-            backend_options={"inventory": str(inv)},
-            progress=said.append,
-        )
+        _hosts_testbed(inv, home, settings, said.append)
 
     with pytest.raises(ConfigError, match="plain text; add --plain-text"):
         up(CassandraSettings(tls=False))
