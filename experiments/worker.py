@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -62,6 +63,26 @@ def stop_event() -> threading.Event:
     return stop
 
 
+def listen_host(wanted: str | None, name: str) -> str | None:
+    """The address the Dask worker listens on: the one the controller reaches it at, when
+    it is this machine's (behind NAT or a forwarded port it is not: then every interface,
+    said on stderr)."""
+    if not wanted:
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((wanted, 0))
+    except OSError:
+        print(
+            f"{name}: {wanted} is not an address of this machine (NAT or a forwarded port): "
+            f"the worker listens on every interface",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return wanted
+
+
 def serve(root: Path, name: str, parallel: str) -> int:
     """Run a Dask worker for the controller's run (module docstring); its exit code."""
     import dask
@@ -97,7 +118,7 @@ def serve(root: Path, name: str, parallel: str) -> int:
         async with Worker(
             setup["scheduler"],
             # only the address the controller reaches it at, not every interface
-            host=setup.get("host"),
+            host=listen_host(setup.get("host"), name),
             name=name,
             nthreads=p + 1,  # the close task runs beside the units
             resources={"testbed": p},

@@ -275,3 +275,14 @@ def test_a_scheduler_address_that_is_not_dask_is_named_before_a_run_opens(tmp_pa
         f"(it says 'SSH-2.0-OpenSSH_9.2p1 Debian-2')"
     )
     assert not out.exists() or not any(out.iterdir())  # no run was opened
+
+
+def test_a_worker_listens_on_the_address_the_controller_reaches_it_at(capsys):
+    """Not on every interface (anyone reaching the worker could speak to it); where that
+    address is not the machine's own (NAT, a forwarded port), every interface, said."""
+    from experiments.worker import listen_host
+
+    assert listen_host("127.0.0.1", "w1") == "127.0.0.1"
+    assert listen_host(None, "w1") is None
+    assert listen_host("203.0.113.9", "w1") is None  # TEST-NET-3: no machine's own
+    assert "203.0.113.9 is not an address of this machine" in capsys.readouterr().err
