@@ -93,15 +93,17 @@ def apply(costs: estimate.Costs, found: dict[str, Any] | None) -> estimate.Costs
         if k in estimate.FITTED and isinstance(v, (int, float)) and v > 0
     }
     if numbers:
-        costs = replace(costs, **numbers)
+        costs = replace(costs, **numbers, measured=costs.measured | set(numbers))
         parts.append(f"costs {fitted.get('from', 'fitted')}")
     scale = found.get("cell_scale")
     if isinstance(scale, (int, float)) and SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
-        costs = replace(costs, cell_scale=float(scale))
+        costs = replace(costs, cell_scale=float(scale), measured=costs.measured | {"cell_scale"})
         parts.append(f"cells x{scale:.2f}")
     up, down = _samples(found, "bringup_s"), _samples(found, "teardown_s")
     if up:
-        costs = replace(costs, bringup=tuple(sorted(up.items())))
+        costs = replace(
+            costs, bringup=tuple(sorted(up.items())), measured=costs.measured | {"bringup"}
+        )
         shown = ", ".join(f"{n} nodes {s:.1f} s" for n, s in sorted(up.items()))
         parts.append(f"bring-ups of {shown}")
     if down:
@@ -162,9 +164,9 @@ def learn(
                 continue
             if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0:
                 kept[str(nodes)] = (list(kept.get(str(nodes), [])) + [round(value, 2)])[-SAMPLES:]
-    if fitted is not None:
-        found["costs"] = {f: getattr(fitted, f) for f in estimate.FITTED}
-        found["costs"]["from"] = fitted.source
+    if fitted is not None:  # only what the fit measured, not the defaults beside it
+        found["costs"] = {f: getattr(fitted, f) for f in estimate.FITTED if f in fitted.measured}
+        found["costs"]["from"] = fitted.source.rsplit("; ", 1)[-1]  # this fit's own words
     scaled = cell_scale(config, cells)
     if scaled is not None:
         found["cell_scale"], found["scale_cells"] = round(scaled[0], 3), scaled[1]

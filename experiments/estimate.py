@@ -62,6 +62,8 @@ class Costs:
     cell_scale: float = 1.0
     bringup: tuple[tuple[int, float], ...] = ()
     teardown_s: float = 2.0
+    # the figures above measured on this machine (the others: the development machine's)
+    measured: frozenset[str] = frozenset()
 
 
 # The costs a results directory's cells refit (``calibrate``)
@@ -178,7 +180,11 @@ def calibrate(
         b["median"] for m in manifests for b in m.get("baseline", {}).values() if "median" in b
     ]
     if bases:
-        costs = replace(costs, base_write_ms=round(statistics.median(bases), 2))
+        costs = replace(
+            costs,
+            base_write_ms=round(statistics.median(bases), 2),
+            measured=costs.measured | {"base_write_ms"},
+        )
     if len(rows) >= 4:
         rate = np.array(
             [(c["writes"] + c["warmup"]) / (c["finished"] - c["started"]) for c in rows]
@@ -198,6 +204,8 @@ def calibrate(
                     cpu_ms_per_write=round(slope * 1000, 2),
                     idle_cores_per_node=round(base.idle_cores_per_node * scale, 4),
                     idle_cores_shaper=round(base.idle_cores_shaper * scale, 4),
+                    measured=costs.measured
+                    | {"cpu_ms_per_write", "idle_cores_per_node", "idle_cores_shaper"},
                 )
     if all(getattr(costs, f) == getattr(start or base, f) for f in FITTED):
         return None
@@ -358,7 +366,7 @@ def auto_parallel(
     by_cpu = max(1, int(budget(cores) / idle_cores(nodes))) if idle_cores(nodes) else by_mem
     by_fidelity, source = accepted or (
         COSTS.max_parallel,
-        f"the development machine's: {COSTS.source}",
+        "the development machine's verdict: benchmarks/parallel_fidelity.py has not run here",
     )
     candidates = range(1, max(1, min(by_mem, by_cpu, by_fidelity)) + 1)
     times = {p: wall_s(config, cells, p, cores) for p in candidates}
@@ -418,6 +426,23 @@ def wall_s(
         up=up or (),
         machines=machines or (),
     )
+
+
+def figures(nodes: int) -> list[dict[str, Any]]:
+    """The model's figures for a testbed of ``nodes`` nodes, each with its unit and
+    whether it was measured on this machine (else the development machine's)."""
+    m = COSTS.measured
+    rows = [
+        ("write at 0 ms", COSTS.base_write_ms, "ms", "base_write_ms" in m),
+        ("CPU per write", COSTS.cpu_ms_per_write, "CPU-ms", "cpu_ms_per_write" in m),
+        (f"an idle {nodes}-node testbed", idle_cores(nodes), "cores", "idle_cores_per_node" in m),
+        (f"bring-up and teardown, {nodes} nodes", bringup_s(nodes), "s", "bringup" in m),
+        ("cells against the model", COSTS.cell_scale, "x", "cell_scale" in m),
+    ]
+    return [
+        {"figure": name, "value": round(v, 3), "unit": unit, "measured_here": here}
+        for name, v, unit, here in rows
+    ]
 
 
 def fmt_duration(seconds: float) -> str:

@@ -131,6 +131,19 @@ def learn_from(config: SweepConfig, store: Store, run_id: str) -> None:
         print(f"note: this machine's calibration was not updated: {exc}", file=sys.stderr)
 
 
+def stored_cells(config: SweepConfig) -> frozenset[str]:
+    """The cells of ``config`` its results directory holds already (its latest run of this
+    configuration): a dry run leaves them out of the estimate, as a rerun resumes."""
+    if not (Path(config.out) / DB_NAME).is_file():
+        return frozenset()
+    try:
+        with Store(Path(config.out), read_only=True) as store:
+            latest = store.latest_run(config.fingerprint())
+            return frozenset(store.done_cells(latest.run_id)) if latest else frozenset()
+    except TestbedError:  # an empty store a kill left, a damaged one: as if none
+        return frozenset()
+
+
 def meminfo_mb() -> dict[str, float]:
     """/proc/meminfo in MB (MemTotal, MemAvailable, ...)."""
     with open("/proc/meminfo") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
+from typing import Any
 
 import numpy as np
 
@@ -111,48 +112,94 @@ def _cell_lines(config: SweepConfig, cells: list) -> list[str]:
     return lines
 
 
+def dry_run_plan(
+    config: SweepConfig,
+    parallel: int = 1,
+    why: str = "",
+    cores: int = 1,
+    machines: dict[str, int] | None = None,
+    stored: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """What a dry run tells (``--json`` prints it as it is): the cells, those stored
+    already (``stored``: their ids, left out of the estimate), P and why, the estimated
+    wall time and where it goes, the model's figures and where each comes from."""
+    cells = config.cells()
+    todo = [c for c in cells if c.cell_id not in stored]
+    sizes = list(machines.values()) if machines else None
+    shards = sum(sizes) if sizes else parallel
+    wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
+    in_cells, fixed = estimate.split_s(config, todo)
+    first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
+    return {
+        "sweep": config.name,
+        "cells": len(cells),
+        "stored": len(cells) - len(todo),
+        "to_measure": len(todo),
+        "writes_per_cell": config.writes,
+        "warmup_per_cell": config.warmup,
+        "repetitions": config.repetitions,
+        "parallel": shards,
+        "why": why,
+        "workers": machines or None,
+        "estimated_s": round(wall),
+        "one_at_a_time_s": round(in_cells + fixed),
+        "in_cells_s": round(in_cells),
+        "bringups_and_checks_s": round(fixed),
+        "first_pass_s": round(estimate.wall_s(config, first, shards, cores, machines=sizes))
+        if first
+        else None,
+        "figures": estimate.figures(max(config.nodes)),
+        "costs": estimate.COSTS.source,
+    }
+
+
 def dry_run(
     config: SweepConfig,
     parallel: int = 1,
     why: str = "",
     cores: int = 1,
     machines: dict[str, int] | None = None,
+    stored: frozenset[str] = frozenset(),
+    verbose: bool = False,
 ) -> str:
-    """The cells and the estimated wall time (``machines``: --workers, name -> testbeds)."""
-    cells = config.cells()
-    lines = _cell_lines(config, cells)
-    if machines:
-        sizes = list(machines.values())
-        wall = estimate.wall_s(config, cells, sum(sizes), cores, machines=sizes)
-        where = (
-            f" on {len(machines)} workers ("
-            + ", ".join(f"{w}: {p} at once" for w, p in machines.items())
-            + f"; each assumed to have this machine's {cores} cores and costs)"
-        )
-    else:
-        wall = estimate.wall_s(config, cells, parallel, cores)
-        where = f" on {parallel} testbed{'s' if parallel > 1 else ''} at once" + (
-            f" ({why})" if why else ""
-        )
-    lines.append(
-        f"estimated duration: {estimate.fmt_duration(wall)}"
-        + where
-        + f"; one at a time: {estimate.fmt_duration(estimate.sweep_s(config))} "
-        f"(model.rtt with {estimate.COSTS.base_write_ms:g} ms per write at 0 ms: round trips, "
-        f"the k-th fastest replica, TCP retransmissions; bring-up per cluster; "
-        f"{estimate.COSTS.cpu_ms_per_write:g} CPU-ms per write, an idle {max(config.nodes)}-node "
-        f"testbed {estimate.idle_cores(max(config.nodes)):.2f} cores, CPU-bound cells alone; "
-        f"costs: {estimate.COSTS.source})"
+    """A short summary first (cells, P, time, where the time goes, the model's figures);
+    with ``verbose`` every cell's estimate after it."""
+    plan = dry_run_plan(config, parallel, why, cores, machines, stored)
+    d = estimate.fmt_duration
+    where = (
+        f"on {len(machines)} workers ("
+        + ", ".join(f"{w}: {p} at once" for w, p in machines.items())
+        + f"; each assumed to have this machine's {cores} cores and costs)"
+        if machines
+        else f"on {plan['parallel']} testbed{'s' if plan['parallel'] > 1 else ''} at once"
     )
-    if config.first_pass is not None:
-        first = [c for c in cells if config.phase(c) == 0]
-        first_sizes = list(machines.values()) if machines else None
-        shards = sum(first_sizes) if first_sizes else parallel
-        ahead = estimate.wall_s(config, first, shards, cores, machines=first_sizes)
+    lines = [
+        f"sweep {config.name!r}: {plan['cells']} cells of {config.writes} writes "
+        f"(+{config.warmup} warm-up) x {config.repetitions} repetition(s)"
+        + (f"; {plan['stored']} stored already, {plan['to_measure']} to measure" if stored else ""),
+        f"estimated: {d(plan['estimated_s'])} {where}; one at a time {d(plan['one_at_a_time_s'])}"
+        f" = cells {d(plan['in_cells_s'])} + bring-ups and checks "
+        f"{d(plan['bringups_and_checks_s'])}",
+    ]
+    if why and not machines:
+        lines.append(f"  P={plan['parallel']}: {why}")
+    lines.append(
+        "  figures: "
+        + "; ".join(
+            f"{f['figure']} {f['value']:g} {f['unit']} "
+            f"({'measured here' if f['measured_here'] else 'development machine'})"
+            for f in plan["figures"]
+        )
+    )
+    if plan["first_pass_s"] is not None:
+        assert config.first_pass is not None
         lines.append(
-            f"first pass ({', '.join(f'{x:g}' for x in config.first_pass)} ms): {len(first)} "
-            f"cells first, so the figures are written after about "
-            f"{estimate.fmt_duration(ahead)} and refreshed every "
+            f"  first pass ({', '.join(f'{x:g}' for x in config.first_pass)} ms): figures "
+            f"after about {d(plan['first_pass_s'])}, refreshed every "
             f"{REFRESH_EVERY_S / 60:.0f} min while cells arrive"
         )
+    if verbose:
+        lines += _cell_lines(config, config.cells())
+    else:
+        lines.append("  (each cell's estimate: --verbose; all of this as JSON: --json)")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ by kill -9 or Ctrl-C is measured again, and a cluster a killed sweep left is rem
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -57,13 +58,14 @@ from .launch import (
     parse_parallel,
     preflight,
     sharing_warning,
+    stored_cells,
 )
 from .manifest import static_manifest
 from .plan import Gate, Stopped
 from .progress import Progress
 from .scheduler import Sweep, remove_stale_testbeds
 from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
-from .summary import dry_run, summary_table
+from .summary import dry_run, dry_run_plan, summary_table
 
 # -- configuration from flags --------------------------------------------------------------
 
@@ -109,6 +111,8 @@ RUN_FLAGS: dict[str, dict[str, Any]] = {
         "action": "store_true",
         "help": "print the cells and an estimated duration, run nothing",
     },
+    "--verbose": {"action": "store_true", "help": "with --dry-run: each cell's estimate too"},
+    "--json": {"action": "store_true", "help": "with --dry-run: the plan as JSON"},
     "--preview": {
         "action": "store_true",
         "help": "first a short run (every node count, RF and loss at the first-pass "
@@ -242,10 +246,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_store_file(Path(preview.out) / DB_NAME)
         if args.dry_run:
             machines = worker_parallel(config, specs) if specs else None
-            for c in (preview, config):
+            plans = {}
+            for label, c in (("preview", preview), ("sweep", config)):
                 if c is not None:
                     p, why = choose_parallel(c, c.cells(), parallel)
-                    print(dry_run(c, p, why, CORES, machines))
+                    done = frozenset() if args.new_run else stored_cells(c)
+                    plans[label] = dry_run_plan(c, p, why, CORES, machines, done)
+                    if not args.json:
+                        print(dry_run(c, p, why, CORES, machines, done, args.verbose))
+            if args.json:
+                print(json.dumps(plans, indent=1))
             return 0
         if specs is None:
             preflight(config)

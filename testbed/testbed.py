@@ -336,12 +336,13 @@ class Testbed:
         try:
             backend = self.backend or make_backend(state.backend, self.topology, state)
             if self.nodes:
-                backend.stop_cassandra(list(self.nodes.values()))
-                self._keep_cds_archive()
-                # every node's log read once its JVM ended (testbed.cassandra.logscan)
+                # every node's log read before the JVMs are stopped (what a stop makes
+                # its peers log is the teardown's, not the measurement's)
                 self.log_findings = logscan.scan(
                     {n: node.system_log for n, node in self.nodes.items()}, faults=self.faulted
                 )
+                backend.stop_cassandra(list(self.nodes.values()))
+                self._keep_cds_archive()
             try:
                 backend.destroy()
             except TeardownError as exc:  # on machines that outlive the run: kept to retry

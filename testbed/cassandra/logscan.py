@@ -1,6 +1,6 @@
-"""Every node's log read after its cluster's life: ERROR and FATAL lines, exceptions and
-their causes (the lines cassandra-dtest scans for), each either allowed, with the reason
-it is expected, or unexpected.
+"""Every node's log read at the end of its cluster's life, before its JVMs stop: ERROR and
+FATAL lines, exceptions and their causes (the lines cassandra-dtest scans for), each
+either allowed, with the reason it is expected, or unexpected.
 
 ``scan`` reads the nodes' ``system.log`` files (from a byte offset per node, so a
 long-lived cluster is read once per stretch); ``summary`` is what a run manifest keeps
@@ -32,6 +32,12 @@ class Allowed:
 
 
 ALLOWED: tuple[Allowed, ...] = (
+    Allowed(
+        r"AnnotatedConnectException: finishConnect\(\.\.\) failed: Connection refused: "
+        r"/[0-9.]+:7000",
+        "a node tried a peer's internode port before that peer listened (the nodes of a "
+        "testbed start together; seen in every bring-up here)",
+    ),
     Allowed(
         r"(Exception|Error).*(Connection reset by peer|Broken pipe|Connection refused)",
         "a peer killed or cut off by a fault: its connections end mid-message",

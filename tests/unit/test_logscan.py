@@ -33,3 +33,14 @@ def test_problem_lines_are_found_and_judged(tmp_path):
         f.write("ERROR [main] 2026-11-28 03:00:04,000 X.java:1 - later\n")
     (later,) = logscan.scan({"e0": path, "e9": tmp_path / "missing.log"}, marks)
     assert later.line.endswith("- later")
+
+
+def test_every_bring_up_here_logs_a_refused_internode_connection_allowed_as_such():
+    """Nodes start together: one tries a peer's port 7000 before it listens (seen in the
+    first sweep that read every log: two such lines per 3-node bring-up)."""
+    line = (
+        "io.netty.channel.AbstractChannel$AnnotatedConnectException: finishConnect(..) "
+        "failed: Connection refused: /10.77.0.12:7000"
+    )
+    (found,) = logscan.classify("e0", line)
+    assert found.allowed and "before that peer listened" in found.allowed
