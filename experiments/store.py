@@ -316,8 +316,9 @@ class Reads:
         try:
             value = json_text(text, what) if text is not None else None
         except ConfigError as exc:
+            detail = str(exc).split(": invalid JSON: ", 1)[-1]
             raise StateFileError(
-                f"{self.path}: {exc}: damaged, or changed by another tool"
+                f"{self.path}: {what} is not JSON ({detail}): damaged, or changed by another tool"
             ) from None
         if kind is not None and value is not None and not isinstance(value, kind):
             raise StateFileError(

@@ -115,10 +115,20 @@ def _strings(value: object, where: str = "") -> list[tuple[str, str]]:
     return []
 
 
+# Ansible's warnings that it left part of an inventory out
+PARTIAL_RE = re.compile(
+    r"Failed to parse|Unable to parse|Skipping|Invalid|not a valid|No inventory"
+)
+
+
 def _first_warning(said: str) -> str | None:
     """The first warning Ansible printed, in one line: its innermost cause where it gives
     one ("<<< caused by >>>"), without the origin lines."""
-    blocks = re.split(r"^\[WARNING\]: ", said, flags=re.M)[1:]
+    blocks = [
+        b
+        for b in re.split(r"^\[WARNING\]: ", said, flags=re.M)[1:]
+        if PARTIAL_RE.search(b)  # what Ansible left out, not a remark (a host and a group
+    ]  # of one name, as an exported inventory has: `ep` in group `ep`)
     if not blocks:
         return None
     cause = blocks[0].split("<<< caused by >>>")[-1]

@@ -4,7 +4,6 @@ binary tarball), kept in a cache directory with a checksum manifest and reused.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -12,13 +11,13 @@ import lzma
 import os
 import shutil
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import maven
 from ..errors import ConfigError, StateError
+from ..keyed_cache import build_once
 
 log = logging.getLogger(__name__)
 
@@ -123,51 +122,33 @@ def install(
     directory = dist_dir(version, root)
     if tarball is not None:
         check_tarball(Path(tarball), version)
-    if not force:
-        try:
-            return load(version, root)
-        except StateError:
-            pass
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    # One installer at a time (the shards of a parallel sweep, two `up` at once on a
-    # fresh machine): a second one would remove the directory the first just made
-    # while its testbed starts from it. Whoever waited finds it installed.
-    with open(directory.parent / f".{directory.name}.install.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force:
-            try:
-                return load(version, root)
-            except StateError:
-                pass
-        return _install(version, directory, tarball, root, progress)
+    return build_once(
+        directory,
+        lambda: load(version, root),
+        lambda staging, _: _build(version, staging, tarball, progress),
+        force=force,
+    )
 
 
-def _install(
-    version: str, directory: Path, tarball: Path | None, root: Path | None, progress
-) -> CassandraDist:
-    with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".install-") as tmp:
-        staging = Path(tmp) / "dist"
-        lib = staging / "lib"
-        lib.mkdir(parents=True)
-        if tarball is not None:
-            progress(f"extracting Cassandra jars from {tarball}")
-            source = f"tarball:{Path(tarball).resolve()}"
-            _extract_tarball(Path(tarball), lib)
-        else:
-            progress(f"assembling Cassandra {version} from Maven Central (~66 MB, once)")
-            source = f"maven:org.apache.cassandra:cassandra-all:{version}"
-            _maven_copy(version, Path(tmp), lib)
-        jars = {p.name: _sha256(p) for p in sorted(lib.glob("*.jar"))}
-        if not any(n.startswith(("cassandra-all-", "apache-cassandra-")) for n in jars):
-            raise StateError(f"no Cassandra jar found in {source}")
-        (staging / MANIFEST).write_text(
-            json.dumps({"version": version, "source": source, "jars": jars}, indent=1)
-        )
-        if directory.exists():
-            shutil.rmtree(directory)
-        staging.rename(directory)
-    progress(f"Cassandra {version}: {len(jars)} jars in {directory / 'lib'}")
-    return load(version, root)
+def _build(version: str, staging: Path, tarball: Path | None, progress) -> None:
+    """The jars and their manifest into ``staging`` (its parent: a workspace of its own)."""
+    lib = staging / "lib"
+    lib.mkdir(parents=True)
+    if tarball is not None:
+        progress(f"extracting Cassandra jars from {tarball}")
+        source = f"tarball:{Path(tarball).resolve()}"
+        _extract_tarball(Path(tarball), lib)
+    else:
+        progress(f"assembling Cassandra {version} from Maven Central (~66 MB, once)")
+        source = f"maven:org.apache.cassandra:cassandra-all:{version}"
+        _maven_copy(version, staging.parent, lib)
+    jars = {p.name: _sha256(p) for p in sorted(lib.glob("*.jar"))}
+    if not any(n.startswith(("cassandra-all-", "apache-cassandra-")) for n in jars):
+        raise StateError(f"no Cassandra jar found in {source}")
+    (staging / MANIFEST).write_text(
+        json.dumps({"version": version, "source": source, "jars": jars}, indent=1)
+    )
+    progress(f"Cassandra {version}: {len(jars)} jars")
 
 
 def maven_pom(version: str) -> str:

@@ -25,17 +25,15 @@ scores every second instead of every 100 ms. A researcher's cassandra.yaml setti
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Literal
 
 from .. import maven
 from ..errors import CommandError, StateError
+from ..keyed_cache import build_once
 from ..runner import run
 from .dist import CassandraDist
 from .java import find_javac
@@ -125,27 +123,18 @@ def install(dist: CassandraDist, *, force: bool = False, progress=print) -> Path
         raise StateError(
             f"quiet nodes are built from Cassandra {VERSION}'s sources; this is {dist.version}"
         )
-    if not force:
-        try:
-            return check(dist)
-        except StateError:
-            pass
-    javac = find_javac("quiet Cassandra nodes")  # before anything is fetched
-    with open(dist.root / f".{DIR}.install.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force:
-            try:
-                return check(dist)
-            except StateError:
-                pass
+
+    def build(staging: Path, javac: str) -> None:
         progress(f"building quiet Cassandra nodes (one class of {VERSION}'s sources, javac)")
-        with tempfile.TemporaryDirectory(dir=dist.root, prefix=".quiet-") as tmp:
-            _build(dist, Path(tmp), javac)
-            target = dist.root / DIR
-            if target.exists():
-                shutil.rmtree(target)
-            (Path(tmp) / DIR).rename(target)
-    return check(dist)
+        _build(dist, staging.parent, javac)
+
+    return build_once(
+        dist.root / DIR,
+        lambda: check(dist),
+        build,
+        prepare=lambda: find_javac("quiet Cassandra nodes"),  # before anything is fetched
+        force=force,
+    )
 
 
 def _build(dist: CassandraDist, tmp: Path, javac: str) -> None:

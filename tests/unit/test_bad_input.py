@@ -48,6 +48,7 @@ def case(id: str, module: str, args: str | list[str], names: str, state: str | N
 HOSTS = "up --backend hosts --nodes 1 --inventory"
 LINKS = "set --profile file --file"
 SWEEP_FILE = "--profile file --latency 0 --loss 0 --links"
+BIG = "9" * 400  # a number of hundreds of digits
 
 CASES = [
     # -- python -m testbed -------------------------------------------------------------------
@@ -175,6 +176,45 @@ CASES = [
         "got 1",
     ),
     case("scheduler-bad", "experiments.sweep", "--scheduler lab1:8786", "tcp://HOST:PORT"),
+    # numbers of hundreds of digits: OverflowError tracebacks before
+    case(
+        "writes-huge",
+        "experiments.sweep",
+        f"--writes {BIG}",
+        "(400 characters)",
+    ),
+    case(
+        "nodes-huge",
+        "experiments.sweep",
+        f"--nodes {BIG}",
+        "not a number of a sane size",
+    ),
+    case(
+        "rf-huge",
+        "experiments.sweep",
+        f"--rf {BIG}",
+        "not a number of a sane size",
+    ),
+    case(
+        "up-nodes-huge",
+        "testbed",
+        f"up --nodes {BIG}",
+        "(402 characters)",
+    ),
+    case("config-deep", "experiments.sweep", "--config {files}/deep.toml", "nested more than"),
+    case(
+        "links-deep", "experiments.sweep", f"{SWEEP_FILE} {{files}}/deep_links.toml", "nested more"
+    ),
+    case("trace-extra", "experiments.sweep", "--trace {files}/extra.csv", "more fields than"),
+    case(
+        "workers-template",
+        "experiments.sweep",
+        "--workers {files}/template.ini",
+        "holds template syntax",
+    ),  # fmt: skip
+    case(
+        "workers-half", "experiments.sweep", "--workers {files}/half.yml", "did not read all of it"
+    ),  # fmt: skip
     # plain tcp:// lets whoever reaches the scheduler run code as root on its workers
     case(
         "scheduler-plain",
@@ -263,8 +303,15 @@ CASES = [
     case("workload-twice", "experiments.sweep", "--workload ycsb-a,ycsb-A", "twice"),
     case("fault-twice", "experiments.sweep", "--fault kill:e1@30%,kill:e1@30.0%", "same"),
     # executable files where data is expected (never run)
-    case("inventory-executable", "testbed", f"{HOSTS} {{files}}/exec.ini", "lists no hosts"),
-    case("workers-executable", "experiments.sweep", "--workers {files}/exec.ini", "no hosts"),
+    case(
+        "inventory-executable", "testbed", f"{HOSTS} {{files}}/exec.ini", "did not read all of it"
+    ),
+    case(
+        "workers-executable",
+        "experiments.sweep",
+        "--workers {files}/exec.ini",
+        "did not read all of it",
+    ),
     # special filesystems
     case("out-proc", "experiments.sweep", "--out /proc/edgetb-results", "/proc"),
     case("out-sys", "experiments.sweep", "--out /sys/edgetb-results", "/sys"),
@@ -304,6 +351,13 @@ def make_files(files: Path) -> None:
         "wrongtype.toml": '[sweep]\nwrites = "ten"\n',
         "broken.toml": "[sweep\nnodes = [3]\n",
         "afile": "not a directory\n",
+        # thousands of nested arrays: the parsers recursed out of the interpreter's stack
+        "deep.toml": "[sweep]\nnodes = " + "[" * 5000 + "]" * 5000 + "\n",
+        "deep_links.toml": "[default]\ndelay_ms = " + "[" * 5000 + "]" * 5000 + "\n",
+        "extra.csv": "t_s,src,dst,delay_ms\n0,e0,e1,5,7\n",
+        "template.ini": "w1 ansible_host=127.0.0.1 ansible_ssh_private_key_file=/etc/hostname "
+        "edgetb_worker_dir=/w{{lookup('pipe','touch /tmp/edgetb-pwned')}}\n",
+        "half.yml": "all:\n  hosts:\n    w1: {ansible_host: 127.0.0.1}\n    w2: [1, 2]\n",
         "self.toml": '[[link]]\nsrc = "e0"\ndst = "e0"\ndelay_ms = 5\n',
         # a valid inventory script: Ansible's defaults would run it and find host e0
         "exec.ini": f"#!/bin/sh\ntouch {files.parent}/inventory-was-run\n"

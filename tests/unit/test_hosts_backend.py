@@ -385,3 +385,14 @@ def test_plain_text_on_real_hosts_must_be_meant(tmp_path, key, monkeypatch):
     with pytest.raises(ConfigError, match="--tls plain-text if that is meant"):
         SweepConfig(backend="hosts", inventory=str(inv), tls="off", shaper="direct")
     SweepConfig(backend="hosts", inventory=str(inv), tls="plain-text", shaper="direct")
+
+
+def test_a_host_and_a_group_of_one_name_is_not_a_partial_read(tmp_path, key):
+    """Ansible remarks on it (a warning), and reads the whole inventory: only warnings of
+    what it left out are refused."""
+    path = tmp_path / "inv.ini"
+    path.write_text(
+        f"[edge]\ne0 ansible_host=10.77.0.11 ansible_ssh_private_key_file={key}\n"
+        f"[ep]\nep ansible_host=10.77.0.10 ansible_ssh_private_key_file={key}\n"
+    )
+    assert sorted(hosts.read_inventory(path)) == ["e0", "ep"]

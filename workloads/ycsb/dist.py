@@ -9,11 +9,9 @@ YCSB's own Cassandra binding is not published on Maven Central, hence the bindin
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from testbed import maven
 from testbed.cassandra.dist import cache_root
 from testbed.cassandra.java import find_javac
 from testbed.errors import CommandError, StateError
+from testbed.keyed_cache import build_once
 from testbed.runner import run
 
 YCSB_VERSION = "0.17.0"
@@ -94,63 +93,43 @@ def load(root: Path | None = None) -> YcsbDist:
 
 def install(*, root: Path | None = None, force: bool = False, progress=print) -> YcsbDist:
     """Fetch YCSB and the driver, build the binding (idempotent; one installer at a time)."""
-    directory = dist_dir(root)
-    if not force:
-        try:
-            return load(root)
-        except StateError:
-            pass
-    javac = find_javac("the YCSB binding")  # before anything is fetched
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    with open(directory.parent / f".{directory.name}.install.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force:
-            try:
-                return load(root)
-            except StateError:
-                pass
-        with tempfile.TemporaryDirectory(dir=directory.parent, prefix=".install-") as tmp:
-            staging = Path(tmp) / "dist"
-            lib = staging / "lib"
-            lib.mkdir(parents=True)
-            progress(
-                f"fetching YCSB {YCSB_VERSION} and the Java driver {DRIVER_VERSION} (~17 MB, once)"
-            )
-            maven.copy_dependencies(ARTIFACTS, Path(tmp), lib, "YCSB")
-            progress("building the CQL binding (javac)")
-            classes = Path(tmp) / "classes"
-            try:
-                run(
-                    [
-                        javac,
-                        "--release",
-                        JAVA_RELEASE,
-                        "-nowarn",
-                        "-cp",
-                        f"{lib}/*",
-                        "-d",
-                        str(classes),
-                        *map(str, sources()),
-                    ],
-                    timeout=600,
-                )
-                jar = shutil.which("jar") or str(Path(javac).with_name("jar"))
-                run([jar, "cf", str(lib / BINDING_JAR), "-C", str(classes), "."], timeout=120)
-            except CommandError as exc:
-                raise StateError(f"the YCSB binding does not build: {exc}") from exc
-            jars = {f"lib/{p.name}": _sha256(p) for p in sorted(lib.glob("*.jar"))}
-            (staging / MANIFEST).write_text(
-                json.dumps(
-                    {"ycsb": YCSB_VERSION, "driver": DRIVER_VERSION, "digest": digest(),
-                     "artifacts": ARTIFACTS, "jars": jars},
-                    indent=1,
-                )
-            )  # fmt: skip
-            if directory.exists():
-                shutil.rmtree(directory)
-            staging.rename(directory)
-    progress(f"YCSB {YCSB_VERSION}: {len(jars)} jars in {directory / 'lib'}")
-    return load(root)
+    return build_once(
+        dist_dir(root),
+        lambda: load(root),
+        lambda staging, javac: _build(staging, javac, progress),
+        prepare=lambda: find_javac("the YCSB binding"),  # before anything is fetched
+        force=force,
+    )
+
+
+def _build(staging: Path, javac: str, progress) -> None:
+    """YCSB's jars, the driver's and the binding built from ``sources()`` into ``staging``
+    (its parent: a workspace of its own)."""
+    lib = staging / "lib"
+    lib.mkdir(parents=True)
+    progress(f"fetching YCSB {YCSB_VERSION} and the Java driver {DRIVER_VERSION} (~17 MB, once)")
+    maven.copy_dependencies(ARTIFACTS, staging.parent, lib, "YCSB")
+    progress("building the CQL binding (javac)")
+    classes = staging.parent / "classes"
+    try:
+        run(
+            [javac, "--release", JAVA_RELEASE, "-nowarn", "-cp", f"{lib}/*",
+             "-d", str(classes), *map(str, sources())],
+            timeout=600,
+        )  # fmt: skip
+        jar = shutil.which("jar") or str(Path(javac).with_name("jar"))
+        run([jar, "cf", str(lib / BINDING_JAR), "-C", str(classes), "."], timeout=120)
+    except CommandError as exc:
+        raise StateError(f"the YCSB binding does not build: {exc}") from exc
+    jars = {f"lib/{p.name}": _sha256(p) for p in sorted(lib.glob("*.jar"))}
+    (staging / MANIFEST).write_text(
+        json.dumps(
+            {"ycsb": YCSB_VERSION, "driver": DRIVER_VERSION, "digest": digest(),
+             "artifacts": ARTIFACTS, "jars": jars},
+            indent=1,
+        )
+    )  # fmt: skip
+    progress(f"YCSB {YCSB_VERSION}: {len(jars)} jars")
 
 
 # On the endpoint: unpack the stream into $1, check every jar's sha256 there, then put it
