@@ -185,32 +185,39 @@ def calibrate(
             base_write_ms=round(statistics.median(bases), 2),
             measured=costs.measured | {"base_write_ms"},
         )
-    if len(rows) >= 4:
-        rate = np.array(
-            [(c["writes"] + c["warmup"]) / (c["finished"] - c["started"]) for c in rows]
-        )
-        busy = np.array([c["cpu_util"] * cores for c in rows])
-        if np.ptp(rate) > 0:
-            # Theil-Sen: a cell that shared the machine with something else (another
-            # sweep, a build) does not drag the line, as it would a least-squares fit
-            fit = stats.theilslopes(busy, rate)
-            slope, idle = float(fit.slope), float(fit.intercept)
-            nodes = statistics.median(c["nodes"] for c in rows)
-            default_idle = nodes * base.idle_cores_per_node + base.idle_cores_shaper
-            if slope > 0 and idle > 0:
-                scale = idle / default_idle
-                costs = replace(
-                    costs,
-                    cpu_ms_per_write=round(slope * 1000, 2),
-                    idle_cores_per_node=round(base.idle_cores_per_node * scale, 4),
-                    idle_cores_shaper=round(base.idle_cores_shaper * scale, 4),
-                    measured=costs.measured
-                    | {"cpu_ms_per_write", "idle_cores_per_node", "idle_cores_shaper"},
-                )
+    costs = _fit_cpu(rows, cores, base, costs)
     if all(getattr(costs, f) == getattr(start or base, f) for f in FITTED):
         return None
     fitted = f"fitted to {len(rows)} measured cells and {len(bases)} baselines"
     return replace(costs, source=fitted if start is None else f"{start.source}; {fitted}")
+
+
+def _fit_cpu(rows: list[dict[str, Any]], cores: int, base: Costs, costs: Costs) -> Costs:
+    """``costs`` with CPU per write and the idle testbed's CPU fitted to ``rows`` (cells of
+    one-testbed runs): busy cores = idle + CPU per write x write rate, a Theil-Sen line (a
+    cell that shared the machine with something else, another sweep or a build, does not
+    drag it as it would a least-squares fit); unchanged with fewer than 4 cells or no
+    spread of rates."""
+    if len(rows) < 4:
+        return costs
+    rate = np.array([(c["writes"] + c["warmup"]) / (c["finished"] - c["started"]) for c in rows])
+    busy = np.array([c["cpu_util"] * cores for c in rows])
+    if np.ptp(rate) <= 0:
+        return costs
+    fit = stats.theilslopes(busy, rate)
+    slope, idle = float(fit.slope), float(fit.intercept)
+    nodes = statistics.median(c["nodes"] for c in rows)
+    default_idle = nodes * base.idle_cores_per_node + base.idle_cores_shaper
+    if slope <= 0 or idle <= 0:
+        return costs
+    scale = idle / default_idle
+    return replace(
+        costs,
+        cpu_ms_per_write=round(slope * 1000, 2),
+        idle_cores_per_node=round(base.idle_cores_per_node * scale, 4),
+        idle_cores_shaper=round(base.idle_cores_shaper * scale, 4),
+        measured=costs.measured | {"cpu_ms_per_write", "idle_cores_per_node", "idle_cores_shaper"},
+    )
 
 
 def bringup_s(nodes: int) -> float:
@@ -426,23 +433,6 @@ def wall_s(
         up=up or (),
         machines=machines or (),
     )
-
-
-def figures(nodes: int) -> list[dict[str, Any]]:
-    """The model's figures for a testbed of ``nodes`` nodes, each with its unit and
-    whether it was measured on this machine (else the development machine's)."""
-    m = COSTS.measured
-    rows = [
-        ("write at 0 ms", COSTS.base_write_ms, "ms", "base_write_ms" in m),
-        ("CPU per write", COSTS.cpu_ms_per_write, "CPU-ms", "cpu_ms_per_write" in m),
-        (f"an idle {nodes}-node testbed", idle_cores(nodes), "cores", "idle_cores_per_node" in m),
-        (f"bring-up and teardown, {nodes} nodes", bringup_s(nodes), "s", "bringup" in m),
-        ("cells against the model", COSTS.cell_scale, "x", "cell_scale" in m),
-    ]
-    return [
-        {"figure": name, "value": round(v, 3), "unit": unit, "measured_here": here}
-        for name, v, unit, here in rows
-    ]
 
 
 def fmt_duration(seconds: float) -> str:

@@ -112,6 +112,25 @@ def _cell_lines(config: SweepConfig, cells: list) -> list[str]:
     return lines
 
 
+def model_figures(nodes: int) -> list[dict[str, Any]]:
+    """The model's figures for a testbed of ``nodes`` nodes, each with its unit and
+    whether it was measured on this machine (else the development machine's)."""
+    costs, m = estimate.COSTS, estimate.COSTS.measured
+    rows = [
+        ("write at 0 ms", costs.base_write_ms, "ms", "base_write_ms" in m),
+        ("CPU per write", costs.cpu_ms_per_write, "CPU-ms", "cpu_ms_per_write" in m),
+        (f"an idle {nodes}-node testbed", estimate.idle_cores(nodes), "cores",
+         "idle_cores_per_node" in m),
+        (f"bring-up and teardown, {nodes} nodes", estimate.bringup_s(nodes), "s",
+         "bringup" in m),
+        ("cells against the model", costs.cell_scale, "x", "cell_scale" in m),
+    ]  # fmt: skip
+    return [
+        {"figure": name, "value": round(v, 3), "unit": unit, "measured_here": here}
+        for name, v, unit, here in rows
+    ]
+
+
 def dry_run_plan(
     config: SweepConfig,
     parallel: int = 1,
@@ -148,7 +167,7 @@ def dry_run_plan(
         "first_pass_s": round(estimate.wall_s(config, first, shards, cores, machines=sizes))
         if first
         else None,
-        "figures": estimate.figures(max(config.nodes)),
+        "figures": model_figures(max(config.nodes)),
         "costs": estimate.COSTS.source,
     }
 

@@ -117,8 +117,7 @@ def serve(root: Path, name: str, parallel: str) -> int:
     async def run() -> None:
         async with Worker(
             setup["scheduler"],
-            # only the address the controller reaches it at, not every interface
-            host=listen_host(setup.get("host"), name),
+            host=listen_host(setup.get("host"), name),  # not every interface
             name=name,
             nthreads=p + 1,  # the close task runs beside the units
             resources={"testbed": p},
