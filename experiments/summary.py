@@ -160,6 +160,7 @@ def dry_run_plan(
         "parallel": shards,
         "why": why,
         "workers": machines or None,
+        "cores": cores,
         "estimated_s": round(wall),
         "one_at_a_time_s": round(in_cells + fixed),
         "in_cells_s": round(in_cells),
@@ -172,18 +173,11 @@ def dry_run_plan(
     }
 
 
-def dry_run(
-    config: SweepConfig,
-    parallel: int = 1,
-    why: str = "",
-    cores: int = 1,
-    machines: dict[str, int] | None = None,
-    stored: frozenset[str] = frozenset(),
-    verbose: bool = False,
-) -> str:
-    """A short summary first (cells, P, time, where the time goes, the model's figures);
-    with ``verbose`` every cell's estimate after it."""
-    plan = dry_run_plan(config, parallel, why, cores, machines, stored)
+def dry_run(config: SweepConfig, plan: dict[str, Any], verbose: bool = False) -> str:
+    """``plan`` (``dry_run_plan``'s) as a short summary (cells, P, time, where the time goes,
+    the model's figures); with ``verbose`` every cell's estimate after it."""
+    machines, cores, why = plan["workers"], plan["cores"], plan["why"]
+    stored = plan["stored"]
     d = estimate.fmt_duration
     where = (
         f"on {len(machines)} workers ("

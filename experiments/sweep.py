@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     done = frozenset() if args.new_run else stored_cells(c)
                     plans[label] = dry_run_plan(c, p, why, CORES, machines, done)
                     if not args.json:
-                        print(dry_run(c, p, why, CORES, machines, done, args.verbose))
+                        print(dry_run(c, plans[label], args.verbose))
             if args.json:
                 print(json.dumps(plans, indent=1))
             return 0

@@ -132,3 +132,26 @@ def test_a_new_results_directory_is_estimated_with_this_machines_calibration(hom
     vms = SweepConfig(nodes=(5,), backend="libvirt", out=str(tmp_path / "vm"))
     launch.calibrate_from(vms)
     assert "this machine's calibration" not in estimate.COSTS.source
+
+
+def test_the_dry_run_leaves_stored_cells_out_and_names_each_figures_origin(home):
+    from experiments.summary import dry_run, dry_run_plan
+
+    config = SweepConfig(nodes=(3,), latency_ms=(0.0, 20.0), loss_pct=(0.5,))
+    estimate.use(estimate.defaults("host"))
+    cells = config.cells()
+    whole = dry_run_plan(config, 1, "as asked", 2)
+    half = dry_run_plan(config, 1, "as asked", 2, stored=frozenset(c.cell_id for c in cells[:3]))
+    assert (whole["to_measure"], half["stored"], half["to_measure"]) == (6, 3, 3)
+    assert half["in_cells_s"] < whole["in_cells_s"]
+    assert not any(f["measured_here"] for f in whole["figures"])
+    found = calibration.learn(config, "host", 2, manifest({"a": (3, 30.0)}), [], None)
+    estimate.use(calibration.apply(estimate.defaults("host"), found))
+    plan = dry_run_plan(config, 1, "as asked", 2)
+    (bringup,) = [f for f in plan["figures"] if f["figure"].startswith("bring-up")]
+    assert bringup["measured_here"] and bringup["value"] == pytest.approx(32.0)
+    half = dry_run_plan(config, 1, "as asked", 2, stored=frozenset(c.cell_id for c in cells[:3]))
+    text = dry_run(config, half)
+    assert "3 stored already, 3 to measure" in text and "(measured here)" in text
+    assert len(text.splitlines()) <= 6 and "--verbose" in text
+    assert len(dry_run(config, half, verbose=True).splitlines()) > 6
