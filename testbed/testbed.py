@@ -83,6 +83,11 @@ class Testbed:
     """
 
     __test__ = False  # not a pytest test class, despite the name
+    # Class defaults as well as __init__'s: ``attach`` makes a Testbed without __init__.
+    # Nodes taken down on purpose (a sweep's faults): peers' logs then hold what they
+    # saw of it. The problem lines of the nodes' logs, read at teardown.
+    faulted: bool = False
+    log_findings: Sequence[logscan.Finding] = ()
 
     def __init__(
         self,
@@ -115,10 +120,8 @@ class Testbed:
         self.backend_options = dict(backend_options or {})
         self.subnet_pool = subnet_pool
         self.on_registered = on_registered
-        # Nodes taken down on purpose (a sweep's faults): peers' logs then hold what they
-        # saw of it. The problem lines of the nodes' logs, read at teardown.
         self.faulted = False
-        self.log_findings: list[logscan.Finding] = []
+        self.log_findings = ()
         self._owner: st.RunLock | None = None
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.

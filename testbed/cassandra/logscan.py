@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,11 +115,11 @@ def sizes(logs: Mapping[str, Path]) -> dict[str, int]:
     return {node: path.stat().st_size if path.is_file() else 0 for node, path in logs.items()}
 
 
-def unexpected(findings: list[Finding]) -> list[Finding]:
+def unexpected(findings: Sequence[Finding]) -> list[Finding]:
     return [f for f in findings if f.allowed is None]
 
 
-def summary(findings: list[Finding]) -> dict[str, Any]:
+def summary(findings: Sequence[Finding]) -> dict[str, Any]:
     """What a run manifest keeps: the unexpected lines (the first SHOWN), their count, and
     how many lines each allowance let pass."""
     bad = unexpected(findings)
