@@ -20,7 +20,7 @@ from .cells import Cell
 from .fleet import Fleet, WorkerLost
 from .remote import Remote
 
-WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed by the scheduler
+WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed (a scheduler: it leaves)
 JOIN_WAIT_S = 120.0  # for the started workers to reach the scheduler
 CONNECT_S = 10.0  # a --scheduler that does not answer in this time is an error
 MAX_FRAMES = 1 << 16  # a Dask message of more frames than this is not one
@@ -164,6 +164,7 @@ class DaskRun:
             "key": security.tls_worker_key,
             "config": config.to_dict(),
             "run_id": self.run_id,
+            "silence_s": self.worker_timeout or WORKER_TIMEOUT_S,  # then the worker ends too
             "links": Path(config.links_file).read_text() if config.links_file else None,
         }
         logs = Path(config.out) / "logs"

@@ -105,7 +105,8 @@ RUN_FLAGS: dict[str, dict[str, Any]] = {
         "type": float,
         "metavar": "S",
         "help": "silence after which our scheduler removes a worker and its cells are "
-        "re-queued (--workers; default 60)",
+        "re-queued, and a worker cut off from the scheduler takes its testbeds down "
+        "(--workers; default 60)",
     },
     "--dry-run": {
         "action": "store_true",

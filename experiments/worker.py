@@ -11,7 +11,9 @@ certificates, the sweep's settings; nothing of it is written to disk), computes 
 testbed count, and runs a Dask worker with that many ``testbed`` resources for the tasks
 of ``experiments.tasks``, staging under ``DIR``. The end of stdin (the controller or its
 link is gone), SIGTERM and SIGHUP stop it as Ctrl-C stops a sweep: every testbed goes
-down, then it exits.
+down, then it exits. So does silence: a scheduler that has not answered for the run's
+``--worker-timeout`` (a partition, a hung controller; its SSH session may well live on)
+is gone for this worker as the worker is for the scheduler, which re-queues its cells.
 
 ``clean`` removes what a dead ``serve`` of ``DIR`` left: the testbeds its staging store
 records as up, after ending that ``serve`` by its PID if it still lives (hung). ``probe``
@@ -28,6 +30,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +86,31 @@ def listen_host(wanted: str | None, name: str) -> str | None:
     return wanted
 
 
+async def watch_scheduler(worker: Any, stop: threading.Event, silence_s: float, name: str) -> None:
+    """Set ``stop`` once the scheduler has not answered for ``silence_s`` (module
+    docstring): it is asked who it is every few seconds, each question bounded."""
+    every = min(5.0, silence_s / 4)
+    last = time.monotonic()
+    while not stop.is_set():
+        await asyncio.sleep(every)
+        try:
+            await asyncio.wait_for(worker.scheduler.identity(), timeout=silence_s)
+            last = time.monotonic()
+        except Exception:  # noqa: BLE001 - any failure to answer is silence
+            pass
+        if time.monotonic() - last >= silence_s:
+            print(
+                f"{name}: no answer from the scheduler for {silence_s:g} s (cut off, or the "
+                f"controller hangs): taking this worker's testbeds down",
+                file=sys.stderr,
+                flush=True,
+            )
+            stop.set()
+
+
 def serve(root: Path, name: str, parallel: str) -> int:
     """Run a Dask worker for the controller's run (module docstring); its exit code."""
     import dask
-    from distributed import Worker
-    from distributed.security import Security
 
     line = sys.stdin.readline()
     if not line.endswith("\n"):
@@ -102,47 +125,55 @@ def serve(root: Path, name: str, parallel: str) -> int:
         return 2
     print(f"{name}: {p} testbeds at once ({why})", file=sys.stderr, flush=True)
     tasks.SERVED["root"] = str(root)
+    stop = stop_event()
+    # Dask's statistical profiler samples every thread 100 times a second: 1.4 % of a
+    # core more while idle (benchmarks/dask_idle.py), load beside the measured cells
+    dask.config.set({"distributed.worker.profile.enabled": False})
+    asyncio.run(_work(setup, root, name, p, stop))
+    return 130 if stop.is_set() else 0
+
+
+async def _work(
+    setup: dict[str, Any], root: Path, name: str, p: int, stop: threading.Event
+) -> None:
+    """The Dask worker of ``serve`` until ``stop`` (or its end), then its testbeds down."""
+    from distributed import Worker
+    from distributed.security import Security
+
     security = Security(
         tls_ca_file=setup["ca"],
         tls_worker_cert=setup["cert"],
         tls_worker_key=setup["key"],
         require_encryption=True,
     )
-    stop = stop_event()
-
-    # Dask's statistical profiler samples every thread 100 times a second: 1.4 % of a
-    # core more while idle (benchmarks/dask_idle.py), load beside the measured cells
-    dask.config.set({"distributed.worker.profile.enabled": False})
-
-    async def run() -> None:
-        async with Worker(
-            setup["scheduler"],
-            host=listen_host(setup.get("host"), name),  # not every interface
-            name=name,
-            nthreads=p + 1,  # the close task runs beside the units
-            resources={"testbed": p},
-            security=security,
-            local_directory=str(root / "dask"),
-            dashboard=False,
-        ) as worker:
-            loop = asyncio.get_running_loop()
-            # the staging store now: a predecessor's testbeds go before any unit arrives
-            opening = loop.run_in_executor(
-                None, tasks.open_run, setup["run_id"], setup["config"], setup["links"], worker
-            )
-            while not stop.is_set() and worker.status.name in ("init", "running", "paused"):
-                if opening.done() and opening.exception() is not None:
-                    break  # the worker cannot measure: its end tells the controller
-                await asyncio.sleep(0.5)
-            try:
-                await opening  # before close_all: a run being opened is closed too
-            except TestbedError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                stop.set()
-            await loop.run_in_executor(None, tasks.close_all)
-
-    asyncio.run(run())
-    return 130 if stop.is_set() else 0
+    async with Worker(
+        setup["scheduler"],
+        host=listen_host(setup.get("host"), name),  # not every interface
+        name=name,
+        nthreads=p + 1,  # the close task runs beside the units
+        resources={"testbed": p},
+        security=security,
+        local_directory=str(root / "dask"),
+        dashboard=False,
+    ) as worker:
+        loop = asyncio.get_running_loop()
+        silence = float(setup.get("silence_s") or 60.0)
+        watch = asyncio.ensure_future(watch_scheduler(worker, stop, silence, name))
+        # the staging store now: a predecessor's testbeds go before any unit arrives
+        opening = loop.run_in_executor(
+            None, tasks.open_run, setup["run_id"], setup["config"], setup["links"], worker
+        )
+        while not stop.is_set() and worker.status.name in ("init", "running", "paused"):
+            if opening.done() and opening.exception() is not None:
+                break  # the worker cannot measure: its end tells the controller
+            await asyncio.sleep(0.5)
+        try:
+            await opening  # before close_all: a run being opened is closed too
+        except TestbedError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            stop.set()
+        watch.cancel()
+        await loop.run_in_executor(None, tasks.close_all)
 
 
 def probe() -> int:
