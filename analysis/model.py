@@ -97,10 +97,15 @@ def _predict_main(argv: list[str]) -> int:
             raise ConfigError(f"--sites shapes with profile sites or file, not {args.profile}")
     elif args.profile == "sites":
         raise ConfigError("--profile sites needs --sites (e.g. 3x3)")
+    for flag, given in (("--nodes", args.nodes), ("--rf", args.rf)):
+        if given is not None and not given.strip():
+            raise ConfigError(f"{flag} is empty: give values (e.g. {flag} 3,5) or leave it out")
     args.nodes = args.nodes or "5"
     args.profile = args.profile or "paper"
     if args.profile == "file" and not args.links:
         raise ConfigError("--profile file needs --links FILE")
+    if args.links and args.profile != "file":  # the sweep's rule: never silently ignored
+        raise ConfigError(f"--links is only used with --profile file, not {args.profile}")
     out = Path(args.out)
     check_writable_dir(out, "--out")
     nodes = _checked("--nodes", parse_list("--nodes", args.nodes, int), 1, MAX_EDGE_NODES)

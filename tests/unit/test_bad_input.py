@@ -298,6 +298,10 @@ CASES = [
     case("predict-sites-nodes", "analysis.model", "predict --sites 3x3 --nodes 4", "hold 9"),
     case("predict-sites-profile", "analysis.model", "predict --profile sites", "needs --sites"),
     case("predict-site-of-zero", "analysis.model", "predict --sites 3,0", "'3,0'"),
+    # options the model would have ignored or read as "the default" (issue 42, item 5)
+    case("predict-links-unused", "analysis.model", "predict --links {files}/links.toml", "--links"),
+    case("predict-nodes-empty", "analysis.model", ["predict", "--nodes", " "], "--nodes is empty"),
+    case("predict-rf-empty", "analysis.model", ["predict", "--rf", ""], "--rf is empty"),
     # two spellings of one grid value
     case("latency-twice", "experiments.sweep", "--latency 0.1,0.1000001", "0.1000001"),
     case("workload-twice", "experiments.sweep", "--workload ycsb-a,ycsb-A", "twice"),
