@@ -5,6 +5,7 @@ the user's cluster. The units go out through ``remote.Remote``."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -62,24 +63,26 @@ def scheduler_security(address: str, insecure: bool) -> Any:
     return security
 
 
-def probe_scheduler(address: str, timeout_s: float = CONNECT_S) -> None:
-    """ConfigError (one line) unless something answers at ``address`` within
-    ``timeout_s``; for tcp://, unless what answers speaks Dask (a frame count first: an
-    SSH or HTTP banner read as one made Dask allocate exabytes)."""
+def probe_scheduler(address: str, security: Any = None, timeout_s: float = CONNECT_S) -> None:
+    """ConfigError (one line) unless a Dask scheduler answers at ``address`` within
+    ``timeout_s`` (asked who it is, with ``security``); for tcp://, first unless what
+    answers may speak Dask (a frame count first: an SSH or HTTP banner read as one made
+    Dask allocate exabytes). A server that accepts and then says nothing was a hang."""
     scheme, _, rest = address.partition("://")
     host, _, port = rest.rpartition(":")
     host = host.strip("[]")
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise ConfigError(f"--scheduler {address}: the port must be 1..65535")
+    t0 = time.monotonic()
+    head = b""
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-            if scheme != "tcp":
-                return  # TLS speaks after the client's hello: reachable is what is known
-            sock.settimeout(0.5)
-            try:
-                head = sock.recv(64)
-            except TimeoutError:
-                return  # silent until spoken to: Dask's server may be
+            if scheme == "tcp":
+                sock.settimeout(0.5)
+                try:
+                    head = sock.recv(64)
+                except TimeoutError:
+                    pass  # silent until spoken to: Dask's server is
     except OSError as exc:
         raise ConfigError(
             f"--scheduler {address}: no answer within {timeout_s:g} s ({exc.strerror or exc})"
@@ -87,6 +90,25 @@ def probe_scheduler(address: str, timeout_s: float = CONNECT_S) -> None:
     if head and (len(head) < 8 or int.from_bytes(head[:8], "little") > MAX_FRAMES):
         shown = head.decode("ascii", "replace").strip()
         raise ConfigError(f"--scheduler {address}: not a Dask scheduler (it says {shown[:40]!r})")
+    left = max(1.0, timeout_s - (time.monotonic() - t0))
+    try:
+        kind = asyncio.run(asyncio.wait_for(_identity(address, security, left), left))
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the scheduler did not answer
+        why = "no answer" if isinstance(exc, TimeoutError) else type(exc).__name__
+        raise ConfigError(
+            f"--scheduler {address}: no Dask scheduler answered within {timeout_s:g} s ({why})"
+        ) from None
+    if kind != "Scheduler":
+        raise ConfigError(f"--scheduler {address}: a Dask {kind}, not a scheduler")
+
+
+async def _identity(address: str, security: Any, timeout_s: float) -> str:
+    """What the Dask server at ``address`` says it is (its identity's type)."""
+    from distributed.core import rpc
+
+    args = security.get_connection_args("client") if security is not None else {}
+    async with rpc(address, connection_args=args, timeout=timeout_s) as server:
+        return str((await server.identity()).get("type"))
 
 
 class DaskRun:

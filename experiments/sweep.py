@@ -206,7 +206,7 @@ def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
             raise ConfigError("--scheduler runs testbeds on each worker: not with --backend hosts")
         args.security = scheduler_security(args.scheduler, args.insecure_scheduler)
         if not args.dry_run:  # before a run is opened: nothing in the results when it fails
-            probe_scheduler(args.scheduler)
+            probe_scheduler(args.scheduler, args.security)
         return []
     if not args.workers:
         return None

@@ -79,6 +79,47 @@ def test_port_already_in_use_is_a_clear_error():
     assert_no_residue(run_id)
 
 
+def test_two_ups_of_one_name_at_the_same_moment_register_one_testbed():
+    """Two `up --name` at once (issue 42): both saw the name free before either had
+    registered it, and both came up. The name is checked again under the machine-wide
+    lock that registers a run: one testbed has it, the other is refused in one line
+    before anything of it exists."""
+    import threading
+
+    from testbed.errors import ConfigError
+
+    name = f"race-{os.getpid()}"
+    start = threading.Barrier(2)
+    outcomes: list = []
+
+    def up() -> None:
+        tb = Testbed(Topology(edge_nodes=1), cassandra=None, name=name)
+        start.wait()
+        try:
+            tb.create_hosts()
+            outcomes.append(tb)
+        except ConfigError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=up) for _ in range(2)]
+    before = _runs()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    up_ones = [o for o in outcomes if isinstance(o, Testbed)]
+    try:
+        assert len(outcomes) == 2 and len(up_ones) == 1, outcomes
+        (refused,) = [o for o in outcomes if isinstance(o, ConfigError)]
+        assert f"a testbed named {name!r} exists" in str(refused)
+        assert len(_runs() - before) == 1  # the loser registered nothing
+    finally:
+        for tb in up_ones:
+            run_id = tb.run_id
+            tb.down()
+            assert_no_residue(run_id)
+
+
 def test_sigkilled_up_is_removed_by_clean():
     # the run is the one that appears in this session's home: another session's runs
     # (the VM tests beside this one) start tagged processes meanwhile too

@@ -82,6 +82,21 @@ def test_figures_exports_and_the_report_replace_planted_names(tmp_path, victim):
     assert victim.read_text() == "precious\n"
 
 
+def test_the_report_replaces_its_planted_page_and_temporary_name(tmp_path, victim):
+    """report.html and the name it is first written under, planted as links in a results
+    directory someone else can write to: the page replaces the links, the victim stays."""
+    from analysis.report import write_report
+    from analysis.results import load
+    from analysis.synthetic import make_store
+
+    make_store(tmp_path, nodes=(3,), losses=(0.5,), latencies=(0, 50), writes=20)
+    for name in ("report.html", "report.html.tmp", ".report.html.tmp"):
+        plant(tmp_path / name, victim)
+    page = write_report(load(tmp_path))
+    assert not page.is_symlink() and page.read_text().startswith("<!doctype html>")
+    assert victim.read_text() == "precious\n"
+
+
 def test_archives_of_secrets_are_owner_only_from_creation(tmp_path):
     """The node's keystore and the run's password go to hosts in these archives."""
     conf = tmp_path / "conf"
@@ -96,6 +111,25 @@ def test_archives_of_secrets_are_owner_only_from_creation(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     with tarfile.open(path) as tar:
         assert tar.getnames() == ["cassandra.yaml"]
+    # the client's login and certificates (endpoint.tar), planted first as a link
+    run_dir = tmp_path / "run"
+    (run_dir / "tls").mkdir(parents=True)
+    (run_dir / "credentials").write_text("user\npassword\n")
+    (run_dir / "tls" / "client.pem").write_text("key\n")
+    backend.state = types.SimpleNamespace(run_dir=run_dir)
+    (tmp_path / "elsewhere").write_text("not ours\n")
+    (tmp_path / "ansible" / "endpoint.tar").symlink_to(tmp_path / "elsewhere")
+    old = os.umask(0)
+    try:
+        files = [run_dir / "credentials", run_dir / "tls" / "client.pem"]
+        path = RemoteBackend._endpoint_archive(backend, files)  # type: ignore[arg-type]
+    finally:
+        os.umask(old)
+    assert path is not None and not path.is_symlink()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert (tmp_path / "elsewhere").read_text() == "not ours\n"
+    with tarfile.open(path) as tar:
+        assert sorted(tar.getnames()) == ["credentials", "tls", "tls/client.pem"]
 
 
 @pytest.mark.parametrize("name", ["results.sqlite", "results.sqlite-wal", "results.sqlite-shm"])

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -274,6 +275,50 @@ def test_a_scheduler_address_that_is_not_dask_is_named_before_a_run_opens(tmp_pa
         f"error: --scheduler tcp://127.0.0.1:{port}: not a Dask scheduler "
         f"(it says 'SSH-2.0-OpenSSH_9.2p1 Debian-2')"
     )
+    assert not out.exists() or not any(out.iterdir())  # no run was opened
+
+
+def test_a_scheduler_address_that_accepts_and_says_nothing_is_an_error_within_its_bound(
+    tmp_path,
+):
+    """A server that accepts connections and never answers (a hung scheduler, a port
+    forwarded to nothing): the sweep hung past 300 s with a run opened in its results;
+    now one line after the 10 s connection bound, and nothing opened."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held = []
+
+    def accept_and_hold() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept_and_hold, daemon=True).start()
+    out = tmp_path / "results"
+    t0 = time.monotonic()
+    try:
+        sweep = subprocess.run(
+            [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--scheduler",
+             f"tcp://127.0.0.1:{port}", "--insecure-scheduler", "--out", str(out)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+    took = time.monotonic() - t0
+    assert sweep.returncode == 2, sweep.stderr
+    (line,) = sweep.stderr.strip().splitlines()
+    assert line == (
+        f"error: --scheduler tcp://127.0.0.1:{port}: no Dask scheduler answered within "
+        f"10 s (no answer)"
+    )
+    assert took < 90, took  # the bound, and the interpreter's start on a loaded machine
     assert not out.exists() or not any(out.iterdir())  # no run was opened
 
 
