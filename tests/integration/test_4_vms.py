@@ -247,6 +247,14 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             "exec", "--run", hosts_run, "ep", "--", "stat", "-c", "%a %U", str(creds)
         )
         assert remote_mode.stdout.split() == ["600", "root"], remote_mode.stderr
+        # the node's directories on its host (its keystore in conf): root's JVM only
+        node_dir = run_dir / "nodes" / "e0"
+        node_modes = run_cli(
+            "exec", "--run", hosts_run, "e0", "--", "stat", "-c", "%a %U %n",
+            *(str(node_dir / sub) for sub in ("conf", "data", "logs")),
+        )  # fmt: skip
+        modes = [line.split()[:2] for line in node_modes.stdout.splitlines()]
+        assert modes == [["700", "root"]] * 3, node_modes.stdout + node_modes.stderr
         # it works (a driver session from the endpoint) ...
         ok = _client_on_ep(hosts_run, timeout_s=round(vm_budget(60)))
         assert ok.returncode == 0, ok.stderr[-2000:]
