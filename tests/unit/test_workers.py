@@ -241,6 +241,15 @@ def test_worker_names_and_directories_are_names_and_paths_of_their_own(
         load_workers(path)
 
 
+def _sweep_on_scheduler(port: int, out, timeout: float) -> subprocess.CompletedProcess:
+    """A sweep told to measure on the (plain) Dask scheduler at 127.0.0.1:``port``."""
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--scheduler",
+         f"tcp://127.0.0.1:{port}", "--insecure-scheduler", "--out", str(out)],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
 def test_a_scheduler_address_that_is_not_dask_is_named_before_a_run_opens(tmp_path):
     """An SSH or HTTP port given as --scheduler: Dask read its banner as a frame count
     and tried to allocate exabytes; the banner is now read first and named."""
@@ -262,11 +271,7 @@ def test_a_scheduler_address_that_is_not_dask_is_named_before_a_run_opens(tmp_pa
     threading.Thread(target=banner, daemon=True).start()
     out = tmp_path / "results"
     try:
-        sweep = subprocess.run(
-            [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--scheduler",
-             f"tcp://127.0.0.1:{port}", "--insecure-scheduler", "--out", str(out)],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        sweep = _sweep_on_scheduler(port, out, timeout=60)
     finally:
         server.close()
     assert sweep.returncode == 2, sweep.stderr
@@ -302,11 +307,7 @@ def test_a_scheduler_address_that_accepts_and_says_nothing_is_an_error_within_it
     out = tmp_path / "results"
     t0 = time.monotonic()
     try:
-        sweep = subprocess.run(
-            [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--scheduler",
-             f"tcp://127.0.0.1:{port}", "--insecure-scheduler", "--out", str(out)],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        sweep = _sweep_on_scheduler(port, out, timeout=120)
     finally:
         server.close()
         for conn in held:
