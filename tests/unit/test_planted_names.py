@@ -122,13 +122,13 @@ def test_archives_of_secrets_are_owner_only_from_creation(tmp_path):
     old = os.umask(0)
     try:
         files = [run_dir / "credentials", run_dir / "tls" / "client.pem"]
-        path = RemoteBackend._endpoint_archive(backend, files)  # type: ignore[arg-type]
+        endpoint = RemoteBackend._endpoint_archive(backend, files)  # type: ignore[arg-type]
     finally:
         os.umask(old)
-    assert path is not None and not path.is_symlink()
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert endpoint is not None and not endpoint.is_symlink()
+    assert stat.S_IMODE(endpoint.stat().st_mode) == 0o600
     assert (tmp_path / "elsewhere").read_text() == "not ours\n"
-    with tarfile.open(path) as tar:
+    with tarfile.open(endpoint) as tar:
         assert sorted(tar.getnames()) == ["credentials", "tls", "tls/client.pem"]
 
 
