@@ -118,7 +118,9 @@ class DaskRun:
 
     def __init__(self, config, store, run_id, progress, specs, scheduler, worker_timeout):  # noqa: ANN001
         self.config, self.store, self.run_id, self.progress = config, store, run_id, progress
-        self.specs, self.scheduler, self.worker_timeout = specs, scheduler, worker_timeout
+        self.specs, self.scheduler = specs, scheduler
+        # the silence after which the scheduler drops a worker, and a worker its scheduler
+        self.silence_s = worker_timeout or WORKER_TIMEOUT_S
         self.security: Any = None  # --scheduler tls://: scheduler_security's
         self.fleet = Fleet(specs, Path(config.out), run_id) if specs else None
         self.remote: Remote | None = None
@@ -133,7 +135,7 @@ class DaskRun:
         import dask
         from distributed import Client
 
-        ttl = f"{self.worker_timeout or WORKER_TIMEOUT_S:g}s"
+        ttl = f"{self.silence_s:g}s"
         with dask.config.set({"distributed.scheduler.worker-ttl": ttl}):
             if self.fleet is not None:
                 self.fleet.trust_host_keys()
@@ -186,7 +188,7 @@ class DaskRun:
             "key": security.tls_worker_key,
             "config": config.to_dict(),
             "run_id": self.run_id,
-            "silence_s": self.worker_timeout or WORKER_TIMEOUT_S,  # then the worker ends too
+            "silence_s": self.silence_s,
             "links": Path(config.links_file).read_text() if config.links_file else None,
         }
         logs = Path(config.out) / "logs"
