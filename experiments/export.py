@@ -10,6 +10,7 @@ limits the export to one run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import itertools
 import json
@@ -116,10 +117,12 @@ def export(
 def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str, Path]:
     """Every file of an export into ``target``: kind -> its path."""
     written = {}
-    rows = store.iter_request_rows(run_id)
-    written["requests"] = _write(
-        target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
-    )
+    # closed here, not by the garbage collector after the store is (a failure half-way
+    # would leave a generator reading a closed database)
+    with contextlib.closing(store.iter_request_rows(run_id)) as rows:
+        written["requests"] = _write(
+            target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
+        )
     cell_rows = (
         [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
     )
@@ -136,16 +139,16 @@ def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str,
             ),
             chunk_rows,
         )
-    raw = store.iter_ycsb_requests(run_id)
-    first = next(raw, None)
-    if first is not None:  # cells measured with --ycsb-raw
-        written["ycsb_requests"] = _write(
-            target / f"ycsb_requests.{fmt}",
-            fmt,
-            Store.YCSB_REQUEST_COLUMNS,
-            itertools.chain([first], raw),
-            chunk_rows,
-        )
+    with contextlib.closing(store.iter_ycsb_requests(run_id)) as raw:
+        first = next(raw, None)
+        if first is not None:  # cells measured with --ycsb-raw
+            written["ycsb_requests"] = _write(
+                target / f"ycsb_requests.{fmt}",
+                fmt,
+                Store.YCSB_REQUEST_COLUMNS,
+                itertools.chain([first], raw),
+                chunk_rows,
+            )
     written["runs"] = target / "runs.json"
     write_file(written["runs"], json.dumps(runs, indent=1))
     return written

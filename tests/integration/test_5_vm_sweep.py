@@ -60,9 +60,11 @@ def test_a_cassandra_sweep_of_sites_on_vms(tmp_path):
     site_of = {h.name: str(h.site) for h in Topology(edge_nodes=sum(sizes), sites=sizes).edges}
     # the WAN inside the guests, as the sweep measured it with ping between the sites,
     # over the guests' own round trip (the unshaped cells': emulated NICs and bridge take
-    # 1-3 ms under TCG)
+    # 1-3 ms under TCG, 4.0 in CI beside other work, and more the slower the guests run:
+    # not a bound to hold them to). What the unshaped cells must show is that no WAN delay
+    # leaked into them: one would add 2 x 20 ms, so their round trip stays under half that
     base = min(c["shaping"]["measured"]["median_rtt_ms"] for c in cells if not c["latency_ms"])
-    assert base <= rtt_tolerance_ms(0) + 2, cells
+    assert base < WAN_MS, (base, GUESTS, cells)
     rtts = {}
     for c in cells:
         assert c["sites"] == format_sites(sizes) and c["profile"] == "sites", c
