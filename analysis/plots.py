@@ -414,7 +414,7 @@ SUMMARY = "summary.csv"
 SUMMARY_COLUMNS = (
     "nodes", "loss_pct", "rf", "latency_ms", "repetitions", "writes", "errors", "mean_ms",
     "ci_low_ms", "ci_high_ms", "ci_over", "median_ms", "p95_ms", "p99_ms", "std_ms",
-    "rep_sd_ms", "predicted_mean_ms",
+    "rep_sd_ms", "predicted_mean_ms", "acknowledged", "acknowledged_lost",
 )  # fmt: skip
 
 
@@ -424,7 +424,9 @@ def summary_table(
     """One row per grid point (repetitions pooled): its writes, errors, mean with its
     95 % CI (``ci_over`` "repetitions" where two or more, else "writes": the within-run
     CI), median, p95, p99, ``rep_sd_ms`` (the spread of the repetitions' means; empty with
-    one) and the model's predicted mean (empty without a model)."""
+    one), the model's predicted mean (empty without a model), the acknowledged writes
+    and how many of them no replica returned when read back (empty where a cell was not
+    read back)."""
     predicted = predicted_means(model)
     path = out / SUMMARY
     with replacing(path, "w", newline="") as f:
@@ -435,7 +437,8 @@ def summary_table(
             tail = [st[k] for k in ("median", "p95", "p99", "std", "rep_sd")]
             tail.append(predicted.get(key, np.nan))
             head = [*key, st["repetitions"], st["n"], st["errors"]]
-            w.writerow([*head, *map(_num, stat), st["ci_over"], *map(_num, tail)])
+            kept = ["" if st[k] is None else st[k] for k in ("acknowledged", "acknowledged_lost")]
+            w.writerow([*head, *map(_num, stat), st["ci_over"], *map(_num, tail), *kept])
     return path
 
 

@@ -135,13 +135,15 @@ def point_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     write pooled, ``repetitions``, and the 95 % CI of its mean, ``ci_over``:
     "repetitions" (the t interval of the repetitions' means, what a rerun would vary
     by) where two or more repetitions have writes, else "writes" (the within-run CI of the
-    one run's writes, which says nothing of how much a second run would differ)."""
+    one run's writes, which says nothing of how much a second run would differ);
+    ``acknowledged`` and ``acknowledged_lost`` (``acknowledged_lost``)."""
     s: dict[str, Any] = cell_stats(
         np.concatenate([np.asarray(c["rtt_ms"], dtype=float) for c in cells]),
         sum(int(c.get("errors", 0)) for c in cells),
     )
     means = [float(np.mean(c["rtt_ms"])) for c in cells if len(c["rtt_ms"])]
     s["repetitions"] = len(cells)
+    s["acknowledged"], s["acknowledged_lost"] = acknowledged_lost(cells)
     s["rep_sd"] = float(np.std(means, ddof=1)) if len(means) > 1 else math.nan
     s["ci_over"] = "writes"
     s["se"] = s["std"] / math.sqrt(s["n"]) if s["n"] > 1 else math.nan  # of the mean
@@ -153,6 +155,16 @@ def point_stats(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         s.update(ci_low=centre - half, ci_high=centre + half, ci_over="repetitions")
         s["se"] = s["rep_sd"] / math.sqrt(len(means))
     return s
+
+
+def acknowledged_lost(cells: Sequence[Mapping[str, Any]]) -> tuple[int | None, int | None]:
+    """The cells' acknowledged writes and those read back from no replica (their
+    ``readback``), pooled; (None, None) unless every cell was read back (cells of a
+    store from before read-backs, or whose read-back failed, are not counted as zero)."""
+    found: list[Mapping[str, Any]] = [c.get("readback") or {} for c in cells]
+    if not found or any(not f or "error" in f for f in found):
+        return None, None
+    return sum(int(f["acknowledged"]) for f in found), sum(int(f["lost"]) for f in found)
 
 
 def grid_point(c: Mapping[str, Any]) -> tuple:

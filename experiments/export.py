@@ -24,7 +24,7 @@ from testbed.command import command, prog
 from testbed.errors import ConfigError, TestbedError
 from testbed.files import replacing, write_file
 
-from .store import CELL_COLUMNS, COLUMN_TYPES, Store, check_writable_dir
+from .store import CELL_COLUMNS, COLUMN_TYPES, JSON_CELL, Store, check_writable_dir
 
 FORMATS = ("csv", "parquet")
 YCSB_EXPORT_COLUMNS = (
@@ -123,9 +123,7 @@ def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str,
         written["requests"] = _write(
             target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
         )
-    cell_rows = (
-        [json.dumps(c[k]) if k == "shaping" else c[k] for k in CELL_COLUMNS] for c in cells
-    )
+    cell_rows = ([_cell_value(c, k) for k in CELL_COLUMNS] for c in cells)
     written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
     ycsb_rows = store.ycsb_ops(run_id)
     if ycsb_rows:
@@ -152,6 +150,14 @@ def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str,
     written["runs"] = target / "runs.json"
     write_file(written["runs"], json.dumps(runs, indent=1))
     return written
+
+
+def _cell_value(cell: dict, column: str):
+    """A cell's value as exported: its JSON columns as JSON text (not Python's repr)."""
+    value = cell[column]
+    if column == "shaping" or (column in JSON_CELL and value is not None):
+        return json.dumps(value)
+    return value
 
 
 def arrow_schema(columns: Sequence[str]):

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from testbed import Testbed
-from workloads import ycsb
+from workloads import WorkloadRefused, ycsb
 from workloads.writes import TABLE as WRITES_TABLE
 from workloads.ycsb import client as ycsb_client
 
-from . import estimate, nemesis
+from . import estimate, faults, nemesis
 from .cells import Cell
 from .conditions import Conditions, Shard
 from .config import SweepConfig
@@ -31,6 +31,7 @@ from .summary import stats_ms
 from .watch import check_components
 
 LOAD_ATTEMPTS = 3  # a YCSB keyspace's load, until no insert failed
+READBACK_SETTLE_S = 10.0  # a replica lacking a write has this long to get it (hints)
 
 
 def keyspace(rf: int) -> str:
@@ -134,17 +135,8 @@ class PaperWrites:
         requests = request_rows(sweep.run_id, cell, tb, rows)
         fault_log, trace_log = conditions.fault_log, conditions.trace_log
         if fault_log is not None and conditions.fault is not None:
-            held = nemesis.writes_held(
-                tb, conditions.fault.fault, fault_log["events"], rows,
-                keyspace(cell.rf), WRITES_TABLE, fresh,
-            )  # fmt: skip
-            fault_log["recovery"]["writes_held"] = held
-            for node, h in held.items():
-                shard.note(
-                    f"fault {cell.fault}: {node} holds {h['held']} of {h['checked']} writes "
-                    f"checked of the {h['acknowledged']} acknowledged while it was away"
-                    + (f" ({h['skipped']})" if "skipped" in h else "")
-                )
+            fault_log["recovery"]["writes_held"] = _held(shard, cell, conditions, rows, fresh)
+        readback = read_back(shard, cell, rows)
         row = cell_row(
             shard,
             cell,
@@ -159,14 +151,72 @@ class PaperWrites:
             fault_log=fault_log,
             trace=cell.trace if trace_log else None,
             trace_log=trace_log,
+            readback=readback,
         )
         s = stats_ms([r["rtt_ns"] for r in rows])
         errors = sum(r["error"] is not None for r in rows)
         summary = (
             f"mean {s['mean']:.2f} ms, median {s['median']:.2f}, p95 {s['p95']:.2f}, "
-            f"{errors} errors, CPU {100 * (conditions.cpu or 0):.0f} %"
+            f"{errors} errors, {readback_said(readback)}, CPU {100 * (conditions.cpu or 0):.0f} %"
         )
         return Measured(row, requests, summary)
+
+
+def _held(shard: Shard, cell: Cell, conditions: Conditions, rows: list, fresh: bool) -> dict:
+    """``nemesis.writes_held`` of the cell's fault (a sample of what each node that was
+    away holds, by its own SSTables: an instrument beside the read-back), noted."""
+    assert conditions.fault is not None and conditions.fault_log is not None
+    held = nemesis.writes_held(
+        shard.tb, conditions.fault.fault, conditions.fault_log["events"], rows,
+        keyspace(cell.rf), WRITES_TABLE, fresh,
+    )  # fmt: skip
+    for node, h in held.items():
+        shard.note(
+            f"fault {cell.fault}: {node} holds {h['held']} of {h['checked']} writes "
+            f"checked of the {h['acknowledged']} acknowledged while it was away"
+            + (f" ({h['skipped']})" if "skipped" in h else "")
+        )
+    return held
+
+
+def read_back(shard: Shard, cell: Cell, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every acknowledged write of the cell read back by value (``workloads.readback``:
+    from each replica alone, then at ALL where one lacks it), after the cell's fault was
+    undone; replicas by host name. ``expected``: losses this cell may have by design (a
+    node killed at RF 1); any other loss is said loudly in the sweep's output. A read-back
+    the workload refused is stored as its error (the cell's writes stand)."""
+    tb, worker = shard.tb, shard.worker
+    assert tb is not None and worker is not None
+    t0 = time.monotonic()
+    try:
+        found = worker.readback(keyspace(cell.rf), rows, READBACK_SETTLE_S)
+    except WorkloadRefused as exc:
+        acked = sum(r["error"] is None for r in rows)
+        shard.note(f"cell {cell.cell_id}: the read-back failed: {exc}")
+        return {"error": str(exc), "acknowledged": acked}
+    names = {h.address: h.name for h in tb.topology.hosts}
+    found["replicas"] = {names.get(a, a): v for a, v in found["replicas"].items()}
+    found["took_s"] = round(time.monotonic() - t0, 3)
+    fault = faults.parse(cell.fault)
+    found["expected"] = bool(cell.rf == 1 and fault and fault.kind in ("kill", "restart"))
+    if found["lost"]:
+        shard.note(
+            f"{'' if found['expected'] else 'LOST: '}cell {cell.cell_id}: {found['lost']} of "
+            f"{found['acknowledged']} acknowledged writes are on no replica"
+            + (" (expected: a node killed at RF 1)" if found["expected"] else "")
+            + f", e.g. {', '.join(found['lost_keys'][:3])}"
+        )
+    return found
+
+
+def readback_said(found: dict[str, Any]) -> str:
+    """The read-back in a cell's progress line."""
+    if "error" in found:
+        return "read-back failed"
+    short = sum(v["missing"] + v["stale"] for v in found["replicas"].values())
+    return f"{found['lost']} of {found['acknowledged']} lost" + (
+        f" ({short} copies repaired)" if short else ""
+    )
 
 
 def request_rows(run_id: str, cell: Cell, tb: Testbed, rows: list[dict]) -> list[dict]:

@@ -28,7 +28,7 @@ from testbed.files import check_not_kernel_fs
 from testbed.inputs import json_text, shown
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # What each older schema lacks, by version: cell columns added (nullable, with their
 # SCHEMA type) when a writer opens such a store; a reader of one sees NULL in them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -37,6 +37,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("workload", "threads", "target", "read_cl", "write_cl", "records"),
     4: ("fault", "fault_log", "trace", "trace_log"),
     5: ("sites",),
+    6: ("readback",),
 }
 # How long a statement waits for another connection's lock before failing. In WAL mode
 # only writers wait for each other (two sweeps on one directory); readers never wait.
@@ -86,6 +87,7 @@ CREATE TABLE IF NOT EXISTS cells (
     trace TEXT,                    -- NULL or none: links fixed; else the link trace replayed
     trace_log TEXT,                -- JSON: the trace's achieved schedule (emulation.trace)
     sites TEXT,                    -- NULL: one site; else nodes per site (3x3, 2,3): rf per site
+    readback TEXT,                 -- JSON: the acknowledged writes read back (workloads.readback)
     PRIMARY KEY (run_id, cell_id)
 );
 CREATE TABLE IF NOT EXISTS requests (
@@ -160,7 +162,10 @@ YCSB_REQUEST_COLUMNS = tuple(TABLES["ycsb_requests"])
 YCSB_CELL = MIGRATIONS[3]
 FAULT_CELL = MIGRATIONS[4]
 # cell columns that may be left NULL (a writes cell has no YCSB settings, most no fault)
-OPTIONAL = (*MIGRATIONS[1], *MIGRATIONS[2], *YCSB_CELL, *FAULT_CELL, *MIGRATIONS[5])
+OPTIONAL = (*MIGRATIONS[1], *MIGRATIONS[2], *YCSB_CELL, *FAULT_CELL, *MIGRATIONS[5],
+            *MIGRATIONS[6])  # fmt: skip
+# cell columns holding JSON (or NULL), besides the shaping's (never NULL)
+JSON_CELL = ("fault_log", "trace_log", "readback")
 # The type of every column of the measured tables: exports write these types whatever
 # values a chunk of rows happens to hold (an error column NULL in a whole chunk is text).
 COLUMN_TYPES = {
@@ -408,7 +413,7 @@ class Reads:
         ):
             cell = dict(zip(CELL_COLUMNS, row, strict=True))
             cell["shaping"] = self._json(cell["shaping"], f"the shaping of cell {cell['cell_id']}")
-            for c in ("fault_log", "trace_log"):
+            for c in JSON_CELL:
                 cell[c] = self._json(cell[c] or None, f"the {c} of cell {cell['cell_id']}")
             out.append(cell)
         return out
@@ -752,7 +757,7 @@ class Store(Reads):
                     json.dumps(cell[c])
                     if c == "shaping"
                     else (json.dumps(cell[c]) if cell.get(c) is not None else None)
-                    if c in ("fault_log", "trace_log")
+                    if c in JSON_CELL
                     else cell.get(c)
                     if c in OPTIONAL
                     else cell[c]

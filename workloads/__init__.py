@@ -25,6 +25,11 @@ class WorkerError(TestbedError):
     """The workload process failed or stopped answering."""
 
 
+class WorkloadRefused(WorkerError):
+    """The workload process answered a command with an error line (and is still in step
+    with the protocol)."""
+
+
 class WriteWorker:
     """One ``workloads.writes`` process on the endpoint, for one cluster.
 
@@ -102,7 +107,7 @@ class WriteWorker:
         line, self._buf = self._buf.split(b"\n", 1)
         msg = json.loads(line)
         if "error" in msg:
-            raise WorkerError(f"workload: {msg['error']}")
+            raise WorkloadRefused(f"workload: {msg['error']}")
         return msg
 
     def _log_tail(self, lines: int = 15) -> str:
@@ -158,6 +163,17 @@ class WriteWorker:
                 if len(rows) != writes:
                     raise WorkerError(f"workload returned {len(rows)} of {writes} requests")
                 return rows
+
+    def readback(self, keyspace: str, rows: list[dict[str, Any]], settle_s: float) -> dict:
+        """The acknowledged writes among ``rows`` (``run``'s) read back by value from each
+        replica and at ALL (``workloads.readback``): their verdicts counted per replica
+        (by address) and at ALL, and how many are lost."""
+        acked = [[r["seq"], r["key"], r["t_start_ns"]] for r in rows if r["error"] is None]
+        self._send({"op": "readback", "keyspace": keyspace, "settle_s": settle_s, "writes": acked})
+        # per replica a read of 100 keys, 8 at once, then the settle time, then the
+        # keys short somewhere at ALL (10 a read, 3 tries): bounded by request timeouts
+        reads = len(acked) // 10 + 10
+        return self._line(settle_s + reads * self.timeout_s + IDLE_MARGIN_S)["readback"]
 
     def abort(self) -> None:
         """End the process at once (by PID): after a failure in the middle of a command,

@@ -15,6 +15,10 @@ Commands:
                                                    one {"r": [...]} line per request
                                                    (see ROW_FIELDS), then {"done": ...};
                                                    {"hb": i} lines while warming up
+    {"op": "readback", "keyspace": K, "settle_s": T,
+     "writes": [[seq, key, t_start_ns], ...]}      those acknowledged writes read back
+                                                   from each replica and at ALL
+                                                   (``workloads.readback``): one line
 
 Each request: a prepared INSERT of one laureate record (cycled from the shipped data set)
 under a uuid key drawn from a seeded generator (same seed, same keys, same replicas);
@@ -110,6 +114,7 @@ class Writer:
             ssl_context=tls_context(),  # the run's certificate ($EDGETB_TLS), if any
         )
         self.local_dc = local_dc
+        self.timeout_s = timeout_s
         self.session = self.cluster.connect()
         if local_dc:  # every node known to the cluster; then its own site's, all up
             known = len(self.cluster.metadata.all_hosts())
@@ -247,6 +252,13 @@ class Writer:
             emit(out, {"r": batch})
         return {"done": writes, "errors": errors, "took_s": time.monotonic() - t0}
 
+    def readback(self, keyspace: str, writes: list, settle_s: float) -> dict:
+        """The acknowledged ``writes`` ((seq, key, t_start_ns) each) read back by value,
+        replica by replica and at ALL (``readback.ReadBack``), judged and counted."""
+        from .readback import ReadBack
+
+        return ReadBack(self, keyspace, TABLE, settle_s).run(writes)
+
     def close(self) -> None:
         self.cluster.shutdown()
 
@@ -279,6 +291,9 @@ def serve(writer: Writer, inp, out) -> None:
                         out,
                     ),
                 )
+            elif cmd["op"] == "readback":
+                found = writer.readback(cmd["keyspace"], cmd["writes"], float(cmd["settle_s"]))
+                emit(out, {"readback": found})
             elif cmd["op"] == "quit":
                 return
             else:

@@ -440,6 +440,10 @@ FAST_LIFECYCLE_PROPERTIES: tuple[str, ...] = (
     "-Dcassandra.test.messagingService.nonGracefulShutdown=true",
     "-Dcassandra.shutdown_announce_in_ms=0",
 )
+# Reads at NODE_LOCAL answer from the node's own data only: the sweep's read-back of
+# acknowledged writes asks each replica alone (workloads.readback). Cassandra serves them
+# only where this property is set.
+READBACK_PROPERTIES: tuple[str, ...] = ("-Dcassandra.enable_nodelocal_queries=true",)
 # Cassandra refreshes its approximate clock every 2 ms (500 wake-ups a second, the largest
 # part of an idle node's CPU); it times out and expires messages (seconds), never a
 # latency the sweep records: at 20 ms an idle JVM takes 1.58 % of a core instead of
@@ -491,6 +495,7 @@ def jvm_args(
         *JPMS_OPTIONS,
         "-Djava.net.preferIPv4Stack=true",
         *FAST_LIFECYCLE_PROPERTIES,
+        *READBACK_PROPERTIES,
         f"-Dcassandra.approximate_time_precision_ms={APPROX_TIME_MS[settings.build]}",
         *jvm_properties(settings.build),
         f"-Dcassandra.config=file://{node_dir / 'conf' / 'cassandra.yaml'}",

@@ -1,0 +1,99 @@
+"""The read-back's judgement of what it read (pure logic; the reads themselves run
+against a real cluster in tests/integration/test_1f_readback.py), and how a cell's
+read-back is stored, exported and summed up."""
+
+import csv
+import json
+
+import pytest
+
+from analysis.stats import acknowledged_lost, point_stats
+from workloads.readback import VERDICTS, lost, summary, tally, verdict
+
+VALUE = ("Marie", "Curie", 1903, "physics")
+T_NS = 1_700_000_000_000_000_000  # when the write was sent (wall clock, ns)
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ((*VALUE, T_NS // 1000), "ok"),  # written the microsecond it was sent
+        ((*VALUE, T_NS // 1000 + 5), "ok"),
+        ((*VALUE, T_NS // 1000 - 1), "stale"),  # an earlier cell's write of the key
+        (("Marie", "Curie", 1911, "chemistry", T_NS // 1000), "stale"),  # another value
+        ((*VALUE, None), "stale"),  # a row without the column written
+        (None, "missing"),
+    ],
+)
+def test_a_read_is_judged_by_value_and_by_when_it_was_written(row, expected):
+    assert verdict(row, VALUE, T_NS) == expected
+
+
+def test_tally_names_every_verdict_and_refuses_others():
+    assert tally(["ok", "ok", "missing"]) == {"ok": 2, "stale": 0, "missing": 1, "unreadable": 0}
+    assert list(tally([])) == list(VERDICTS)
+    with pytest.raises(ValueError, match="gone"):
+        tally(["ok", "gone"])
+
+
+def test_lost_is_what_all_did_not_return_and_unreadable_is_unknown():
+    replicas = {
+        "10.0.0.2": {"k1": "ok", "k2": "missing", "k3": "ok", "k4": "missing"},
+        "10.0.0.1": {"k1": "ok", "k2": "missing", "k3": "stale", "k4": "unreadable"},
+    }
+    at_all = {"k2": "missing", "k3": "ok", "k4": "unreadable"}
+    s = summary(4, replicas, at_all, {"read": 0.1234, "settle": 0.0, "all": 0.2})
+    assert s["acknowledged"] == 4
+    assert s["replicas"]["10.0.0.1"] == {"ok": 1, "stale": 1, "missing": 1, "unreadable": 1}
+    assert list(s["replicas"]) == ["10.0.0.1", "10.0.0.2"]
+    assert s["all"] == {"read": 3, "ok": 1, "stale": 0, "missing": 1, "unreadable": 1}
+    assert (s["lost"], s["unknown"], s["lost_keys"]) == (1, 1, ["k2"])
+    assert s["read_s"] == 0.123
+    assert lost(s) == 1
+    assert lost(None) is None and lost({"error": "x", "acknowledged": 4}) is None
+
+
+def _cell(readback):
+    return {"rtt_ms": [1.0, 2.0], "errors": 0, "readback": readback}
+
+
+def test_a_points_losses_are_summed_only_when_every_cell_was_read_back():
+    a = {"acknowledged": 100, "lost": 0}
+    b = {"acknowledged": 98, "lost": 3}
+    assert acknowledged_lost([_cell(a), _cell(b)]) == (198, 3)
+    assert point_stats([_cell(a), _cell(b)])["acknowledged_lost"] == 3
+    # a store from before read-backs, or a read-back that failed: not a zero
+    assert acknowledged_lost([_cell(a), _cell(None)]) == (None, None)
+    assert acknowledged_lost([_cell(a), _cell({"error": "x", "acknowledged": 9})]) == (None, None)
+
+
+def test_summary_csv_has_the_acknowledged_and_lost_columns(tmp_path):
+    from analysis.plots import SUMMARY_COLUMNS, summary_table
+
+    stats_ = {
+        (3, 0.5, 3, 20.0): point_stats([_cell({"acknowledged": 2, "lost": 1})]),
+        (3, 0.5, 3, 50.0): point_stats([_cell(None)]),
+    }
+    rows = list(csv.DictReader(summary_table(tmp_path, stats_).open()))
+    assert list(rows[0]) == list(SUMMARY_COLUMNS)
+    assert (rows[0]["acknowledged"], rows[0]["acknowledged_lost"]) == ("2", "1")
+    assert (rows[1]["acknowledged"], rows[1]["acknowledged_lost"]) == ("", "")
+
+
+def test_a_cells_read_back_is_stored_and_exported_as_json(tmp_path):
+    from experiments.export import export
+    from experiments.store import Store
+
+    from .test_store import cell, requests
+
+    found = {"acknowledged": 3, "lost": 0, "replicas": {"e0": {"ok": 3}}}
+    with Store(tmp_path / "res") as store:
+        store.begin_run("run1", "fp", "test", {"writes": 2}, {"baseline": {}})
+        store.commit_cell(cell("c1", readback=found), requests("c1"))
+        store.commit_cell(cell("c2"), requests("c2"))
+        by_id = {c["cell_id"]: c for c in store.cells("run1")}
+    assert by_id["c1"]["readback"] == found and by_id["c2"]["readback"] is None
+    written = export(tmp_path / "res", "csv")
+    exported = {r["cell_id"]: r for r in csv.DictReader(written["cells"].open())}
+    assert json.loads(exported["c1"]["readback"]) == found and exported["c2"]["readback"] == ""
+    assert json.loads(exported["c1"]["shaping"])  # JSON, not a Python repr
