@@ -91,12 +91,21 @@ def lost(readback: Mapping[str, Any] | None) -> int | None:
 
 
 class ReadBack:
-    """The reads of one cell's acknowledged writes through a writer's session
-    (``writes.Writer``: its cluster, session and records)."""
+    """The reads of one cell's acknowledged writes through a driver ``session`` of
+    ``cluster`` connected to every replica, for ``writer`` (``writes.Writer``: what it
+    wrote, its request timeout, the errors it said)."""
 
-    def __init__(self, writer: Any, keyspace: str, table: str, settle_s: float = SETTLE_S):
-        self.writer, self.keyspace, self.settle_s = writer, keyspace, settle_s
-        session = writer.session
+    def __init__(
+        self,
+        cluster: Any,
+        session: Any,
+        writer: Any,
+        keyspace: str,
+        table: str,
+        settle_s: float = SETTLE_S,
+    ):
+        self.cluster, self.session, self.writer = cluster, session, writer
+        self.keyspace, self.settle_s = keyspace, settle_s
         columns = "firstname, surname, year, category, writetime(firstname)"
         self.local = session.prepare(f"SELECT id, {columns} FROM {keyspace}.{table} WHERE id IN ?")
         self.local.consistency_level = NODE_LOCAL
@@ -113,7 +122,7 @@ class ReadBack:
         want = {
             uuid.UUID(key): (records[seq % len(records)], int(t)) for seq, key, t in acknowledged
         }
-        meta = self.writer.cluster.metadata
+        meta = self.cluster.metadata
         hosts: dict[Any, list[uuid.UUID]] = {}
         for key in want:
             for host in meta.get_replicas(self.keyspace, key.bytes):
@@ -157,9 +166,7 @@ class ReadBack:
         while queue or pending:
             while queue and len(pending) < window:
                 h, keys = queue.pop(0)
-                future = self.writer.session.execute_async(
-                    self.local, (keys,), timeout=timeout, host=h
-                )
+                future = self.session.execute_async(self.local, (keys,), timeout=timeout, host=h)
                 pending.append((h, keys, future))
             h, keys, future = pending.pop(0)
             seen[h].update(self._judge(future, keys, want))
@@ -170,7 +177,7 @@ class ReadBack:
         for i in range(0, len(keys), ALL_BATCH):
             batch = keys[i : i + ALL_BATCH]
             for attempt in range(ALL_ATTEMPTS):
-                future = self.writer.session.execute_async(
+                future = self.session.execute_async(
                     self.at_all, (batch,), timeout=self.writer.timeout_s
                 )
                 judged = self._judge(future, batch, want)

@@ -42,6 +42,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from testbed.client import LOCAL_DC_ENV, replication
 
@@ -99,20 +100,27 @@ class Writer:
 
         from testbed.client import auth_provider, tls_context
 
-        profile = ExecutionProfile(
-            load_balancing_policy=make_policy(policy, local_dc),
-            retry_policy=FallthroughRetryPolicy(),
-            request_timeout=timeout_s,
-        )
-        self.cluster = Cluster(
-            contact_points=points,
-            protocol_version=5,
-            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-            connect_timeout=10,
-            control_connection_timeout=10,
-            auth_provider=auth_provider(),  # the run's login ($EDGETB_CREDENTIALS), if any
-            ssl_context=tls_context(),  # the run's certificate ($EDGETB_TLS), if any
-        )
+        def cluster(balancing) -> Cluster:
+            profile = ExecutionProfile(
+                load_balancing_policy=balancing,
+                retry_policy=FallthroughRetryPolicy(),
+                request_timeout=timeout_s,
+            )
+            return Cluster(
+                contact_points=points,
+                protocol_version=5,
+                execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                connect_timeout=10,
+                control_connection_timeout=10,
+                auth_provider=auth_provider(),  # the run's login ($EDGETB_CREDENTIALS), if any
+                ssl_context=tls_context(),  # the run's certificate ($EDGETB_TLS), if any
+            )
+
+        self.cluster = cluster(make_policy(policy, local_dc))
+        # the read-back's: connected to every node, also another site's (a DC-aware
+        # session has no connections there), made when first needed
+        self._reader_cluster = lambda: cluster(make_policy("round-robin"))
+        self._reader: Any = None
         self.local_dc = local_dc
         self.timeout_s = timeout_s
         self.session = self.cluster.connect()
@@ -254,12 +262,22 @@ class Writer:
 
     def readback(self, keyspace: str, writes: list, settle_s: float) -> dict:
         """The acknowledged ``writes`` ((seq, key, t_start_ns) each) read back by value,
-        replica by replica and at ALL (``readback.ReadBack``), judged and counted."""
+        replica by replica and at ALL (``readback.ReadBack``), judged and counted; on a
+        testbed of sites through a session of its own that reaches every site."""
         from .readback import ReadBack
 
-        return ReadBack(self, keyspace, TABLE, settle_s).run(writes)
+        if self._reader is None:
+            if self.local_dc is None:
+                self._reader = (self.cluster, self.session)
+            else:
+                reader = self._reader_cluster()
+                self._reader = (reader, reader.connect())
+        cluster, session = self._reader
+        return ReadBack(cluster, session, self, keyspace, TABLE, settle_s).run(writes)
 
     def close(self) -> None:
+        if self._reader is not None and self._reader[0] is not self.cluster:
+            self._reader[0].shutdown()
         self.cluster.shutdown()
 
 

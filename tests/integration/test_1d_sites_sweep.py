@@ -67,6 +67,13 @@ def test_every_cell_is_a_level_of_the_sites_and_nothing_is_left(swept):
         assert c["cell_id"].startswith("n4-s2x2-rf2-") and f"-c{c['cl']}-" in c["cell_id"]
         assert len(requests[c["cell_id"]]) == 60
         assert_no_residue(c["testbed_run"])
+        # every acknowledged write read back from each of its 4 replicas, the other
+        # site's included (the writer's own session reaches only its site's nodes)
+        acked = sum(r["error"] is None for r in requests[c["cell_id"]])
+        found = c["readback"]
+        assert found["acknowledged"] == acked and found["lost"] == 0, found
+        assert sorted(found["replicas"]) == sorted(SITE), found
+        assert all(v["ok"] == acked for v in found["replicas"].values()), found
     shaped = [c for c in cells if c["latency_ms"] == WAN_MS]
     for c in shaped:  # the verified pair crosses the WAN
         measured = c["shaping"]["measured"]
