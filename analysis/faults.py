@@ -5,6 +5,7 @@ over ``Results.faults`` (cells with their requests and ``fault_log``), plus figu
   rate of the writes whose replica set included a faulty node against those whose did
   not; with the recovery's times (node started, all UN, hints delivered).
 - ``timeline`` figures: each write's RTT against its start time, errors marked, the
+  acknowledged writes the read-back found lost or short of a replica marked, the
   fault's steps as vertical lines.
 """
 
@@ -89,9 +90,25 @@ def availability(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "restart_s": rec.get("restart_s"),
                 "all_up_s": rec.get("all_up_s"),
                 "hints_delivered_s": rec.get("hints_delivered_s"),
+                **read_back(c),
             }
         )
     return rows
+
+
+def read_back(cell: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's read-back in the availability row: ``acknowledged``, ``lost`` and
+    ``repaired`` (a replica lacked them, ALL returned them) writes, ``lost_expected``;
+    None each where the cell was not read back."""
+    found = cell.get("readback") or {}
+    if not found or "error" in found:
+        return dict.fromkeys(("acknowledged", "lost", "repaired", "lost_expected"))
+    return {
+        "acknowledged": found["acknowledged"],
+        "lost": found["lost"],
+        "repaired": len(found.get("repaired_keys") or []),
+        "lost_expected": bool(found.get("expected")),
+    }
 
 
 def trace_table(cells: Iterable[Mapping[str, Any]]) -> str:
@@ -126,7 +143,7 @@ def format_availability(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         f"{'n':>2} {'RF':>2} {'CL':<12} {'ms':>4} {'loss':>5} {'fault':<30} {'before':>7} "
         f"{'during':>7} {'after':>7} {'faulty replica':>14} {'others':>7} "
-        f"{'recovered (s): start/UN/hints':>30}"
+        f"{'recovered (s): start/UN/hints':>30} {'lost':>11}"
     ]
     for r in sorted(
         rows, key=lambda r: (r["nodes"], r["rf"], r["cl"], r["latency_ms"], r["fault"])
@@ -142,19 +159,37 @@ def format_availability(rows: Sequence[Mapping[str, Any]]) -> str:
             f"{_pct(r['during_errors'], r['during_writes']):>7} "
             f"{_pct(r['after_errors'], r['after_writes']):>7} "
             f"{_pct(r['replica_faulty_errors'], r['replica_faulty_writes']):>14} "
-            f"{_pct(r['replica_ok_errors'], r['replica_ok_writes']):>7} {rec:>30}"
+            f"{_pct(r['replica_ok_errors'], r['replica_ok_writes']):>7} {rec:>30} "
+            f"{_lost(r):>11}"
         )
     lines.append(
         "errors in % of the writes that ended before the fault was made, were under way "
         "while it lasted, or started after it was healed; during it, split by whether the "
-        "write's replicas included a faulty node"
+        "write's replicas included a faulty node; lost: acknowledged writes no replica "
+        "returned when read back after the recovery, of those acknowledged (* expected: "
+        "a node killed at RF 1)"
     )
     return "\n".join(lines)
 
 
+# the read-back's keys marked on a fault figure: (its list, legend, scatter style)
+READ_BACK_MARKS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("lost_keys", "acknowledged, then lost", {"marker": "X", "color": "black"}),
+    ("repaired_keys", "acknowledged, a replica lacked it",
+     {"marker": "o", "facecolors": "none", "edgecolors": "tab:orange"}),
+)  # fmt: skip
+
+
+def _lost(r: Mapping[str, Any]) -> str:
+    if r.get("acknowledged") is None:
+        return "-"
+    return f"{r['lost']}/{r['acknowledged']}" + ("*" if r["lost_expected"] else "")
+
+
 def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
-    """fault_<cell>.{png,svg,pdf}: each write's RTT against its start, errors as red marks at
-    the top, the fault's steps as vertical lines."""
+    """fault_<cell>.{png,svg,pdf}: each write's RTT against its start, errors as red marks,
+    acknowledged writes the read-back found lost (black) or on too few replicas (orange
+    rings), the fault's steps as vertical lines."""
     from .figsave import plt, save_figure
 
     made = []
@@ -173,6 +208,14 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
                 [p[0] for p in bad], [p[1] for p in bad], s=14, marker="x", color="red",
                 label=f"error ({len(bad)})",
             )  # fmt: skip
+        found = c.get("readback") or {}
+        for keys, label, style in READ_BACK_MARKS:
+            marked = set(found.get(keys) or ())
+            at = [((r["t_start_ns"] - t0) / 1e9, r["rtt_ns"] / 1e6) for r in reqs
+                  if r["error"] is None and r.get("key") in marked]  # fmt: skip
+            if at:
+                ax.scatter([p[0] for p in at], [p[1] for p in at], s=30,
+                           label=f"{label} ({len(at)})", **style)  # fmt: skip
         for e in (c.get("fault_log") or {}).get("events") or []:
             if "at_ns" in e:
                 x = (e["at_ns"] - t0) / 1e9

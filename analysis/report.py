@@ -83,7 +83,8 @@ CAPTIONS = (
      "consistency level"),
     (r"ycsb_latency_throughput", "YCSB: p50 and p99 latency of each operation against "
      "throughput"),
-    (r"fault_(.+)", "Cell {0}: each write's RTT against its start, errors marked, the "
+    (r"fault_(.+)", "Cell {0}: each write's RTT against its start, errors marked, "
+     "acknowledged writes the read-back found lost or short of a replica ringed, the "
      "fault's steps as vertical lines"),
 )  # fmt: skip
 
@@ -341,6 +342,7 @@ def write_report(results: Results) -> Path:
                 "ci_low",
                 "ci_high",
                 "errors",
+                "lost",
             ],
         )
         + "</details>"

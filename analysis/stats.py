@@ -109,13 +109,15 @@ def median_line_slope(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def per_cell(cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each cell's identity plus its statistics (repetitions kept apart)."""
+    """Each cell's identity plus its statistics (repetitions kept apart), and its
+    acknowledged writes and those lost (None: not read back)."""
     out = []
     for c in cells:
         row = {k: c[k] for k in ("nodes", "rf", "latency_ms", "loss_pct")}
         row["run_id"] = c.get("run_id")
         row["repetition"] = c.get("repetition", 1)
         row.update(cell_stats(c["rtt_ms"], int(c.get("errors", 0))))
+        row["acknowledged"], row["lost"] = acknowledged_lost([c])
         out.append(row)
     return out
 

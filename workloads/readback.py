@@ -69,7 +69,9 @@ def summary(
 ) -> dict[str, Any]:
     """The cell's read-back as stored: per replica (host -> key -> verdict) the counts,
     at ALL the counts over the keys read so, ``lost`` (ALL read no value or an older
-    one: gone from every replica), ``unknown`` (unreadable at ALL) and some lost keys."""
+    one: gone from every replica) and their keys, ``repaired_keys`` (some replica lacked
+    them, ALL returned them: under-replicated, not lost), ``unknown`` (unreadable at
+    ALL)."""
     lost = sorted(k for k, v in at_all.items() if v in ("missing", "stale"))
     return {
         "acknowledged": acknowledged,
@@ -77,7 +79,8 @@ def summary(
         "all": {"read": len(at_all), **tally(at_all.values())},
         "lost": len(lost),
         "unknown": sum(v == "unreadable" for v in at_all.values()),
-        "lost_keys": lost[:20],
+        "lost_keys": lost,
+        "repaired_keys": sorted(k for k, v in at_all.items() if v == "ok"),
         **{f"{k}_s": round(v, 3) for k, v in took.items()},
     }
 

@@ -76,6 +76,19 @@ def test_rf3_keeps_writing_while_a_node_is_dead(swept):
     outage = [r for r in after if r["error"] is None]
     assert held["acknowledged"] == len(outage), (held, len(outage))
     assert held["checked"] == nemesis.HELD_SAMPLE and held["held"] == held["checked"], held
+    # ... and every acknowledged write, read back by value from each replica alone: all
+    # three hold all of them (e1 through its hints), none lost
+    _read_back_whole(cell, reqs, ["e0", "e1", "e2"])
+
+
+def _read_back_whole(cell, reqs, replicas):
+    found = cell["readback"]
+    acked = [r for r in reqs if r["error"] is None]
+    assert found["acknowledged"] == len(acked) and not found["expected"], found
+    assert (found["lost"], found["unknown"]) == (0, 0), found
+    for node in replicas:
+        held = sum(node in r["replicas"].split(",") for r in acked)
+        assert found["replicas"][node]["ok"] == held, (node, held, found)
 
 
 def test_rf1_writes_whose_only_replica_is_dead_fail(swept):
@@ -94,6 +107,11 @@ def test_rf1_writes_whose_only_replica_is_dead_fail(swept):
     late = [r for r in reqs if r["t_start_ns"] >= kill["at_ns"] and "e1" in r["replicas"]]
     assert held["acknowledged"] == sum(r["error"] is None for r in late)
     assert held["held"] == held["checked"], held
+    # the read-back counts every acknowledged write, losses at RF 1 marked expected
+    found = cell["readback"]
+    assert found["acknowledged"] == sum(r["error"] is None for r in reqs), found
+    assert found["expected"] and len(found["lost_keys"]) == found["lost"], found
+    print(f"RF 1, e1 killed: {found['lost']} of {found['acknowledged']} acknowledged lost")
 
 
 def test_the_analysis_shows_the_fault_and_the_recovery(swept):
@@ -333,6 +351,7 @@ def test_a_paused_or_restarted_node_costs_only_its_own_writes_and_gets_the_rest(
     held = cell["fault_log"]["recovery"]["writes_held"][node]
     assert held["acknowledged"] > 0 and held["checked"] > 0, held
     assert held["held"] == held["checked"], held
+    _read_back_whole(cell, reqs, ["e0", "e1", "e2"])
 
 
 def test_a_partition_fails_only_the_cut_off_coordinators_writes_until_healed(other_faults):

@@ -47,7 +47,7 @@ def test_lost_is_what_all_did_not_return_and_unreadable_is_unknown():
     assert s["replicas"]["10.0.0.1"] == {"ok": 1, "stale": 1, "missing": 1, "unreadable": 1}
     assert list(s["replicas"]) == ["10.0.0.1", "10.0.0.2"]
     assert s["all"] == {"read": 3, "ok": 1, "stale": 0, "missing": 1, "unreadable": 1}
-    assert (s["lost"], s["unknown"], s["lost_keys"]) == (1, 1, ["k2"])
+    assert (s["lost"], s["unknown"], s["lost_keys"], s["repaired_keys"]) == (1, 1, ["k2"], ["k3"])
     assert s["read_s"] == 0.123
     assert lost(s) == 1
     assert lost(None) is None and lost({"error": "x", "acknowledged": 4}) is None
@@ -97,3 +97,31 @@ def test_a_cells_read_back_is_stored_and_exported_as_json(tmp_path):
     exported = {r["cell_id"]: r for r in csv.DictReader(written["cells"].open())}
     assert json.loads(exported["c1"]["readback"]) == found and exported["c2"]["readback"] == ""
     assert json.loads(exported["c1"]["shaping"])  # JSON, not a Python repr
+
+
+def test_a_fault_cells_losses_are_in_its_table_row_and_marked_on_its_figure(tmp_path):
+    from analysis.faults import availability, figures, format_availability
+
+    reqs = [
+        {"t_start_ns": 10**9 * i, "rtt_ns": 40_000_000, "error": None, "key": f"k{i}",
+         "replicas": "e1"}
+        for i in range(10)
+    ]  # fmt: skip
+    cell = {
+        "cell_id": "n3-rf1-l0-p0.5-fkill_e1@30p-r1", "run_id": "r", "fault": "kill:e1@30%",
+        "trace": None, "nodes": 3, "rf": 1, "cl": "ONE", "latency_ms": 0.0, "loss_pct": 0.5,
+        "requests": reqs,
+        "fault_log": {"events": [{"step": "make", "what": "kill", "at_ns": 3 * 10**9}]},
+        "readback": {"acknowledged": 10, "lost": 2, "lost_keys": ["k3", "k4"],
+                     "repaired_keys": ["k5"], "expected": True},
+    }  # fmt: skip
+    (row,) = availability([cell])
+    assert (row["acknowledged"], row["lost"], row["repaired"], row["lost_expected"]) == (
+        10, 2, 1, True,
+    )  # fmt: skip
+    assert "2/10*" in format_availability([row]).splitlines()[1]
+    unread = availability([{**cell, "readback": None}])[0]
+    assert unread["lost"] is None and format_availability([unread]).splitlines()[1].endswith("-")
+    (made,) = figures([cell], tmp_path)
+    svg = (tmp_path / f"{made['name']}.svg").read_text()
+    assert "acknowledged, then lost (2)" in svg and "a replica lacked it (1)" in svg
