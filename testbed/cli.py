@@ -381,7 +381,9 @@ def cmd_node(args: argparse.Namespace) -> int:
         raise ConfigError(f"no edge node {args.node!r} in run {tb.run_id} (edge nodes: {edges})")
     node = tb.nodes[args.node]
     if args.verb == "stop":
-        assert tb.backend is not None
+        assert tb.backend is not None and tb.state is not None
+        tb.state.faulted = True  # what its peers log of it is expected (logscan)
+        tb.state.save()
         tb.backend.stop_cassandra([node])
         print(f"{node.name}: Cassandra stopped (`edgetb node {node.name} start` starts it)")
     elif args.verb == "start":

@@ -130,6 +130,8 @@ class RunState:
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # the backend's, as given to `up`
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase of `up`
+    # a node was taken down on purpose (`edgetb node stop`): its peers' logs tell of it
+    faulted: bool = False
     # Each part's Record by its KEY; a part not used by this process stays the saved dict.
     parts: dict[str, Any] = field(default_factory=dict)
     run_dir: Path = field(default=Path("."), repr=False)
@@ -231,6 +233,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "processes": (dict,),
     "options": (dict,),
     "timings": (dict,),
+    "faulted": (bool,),
     "parts": (dict,),
 }
 

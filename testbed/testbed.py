@@ -341,9 +341,15 @@ class Testbed:
             if self.nodes:
                 # every node's log read before the JVMs are stopped (what a stop makes
                 # its peers log is the teardown's, not the measurement's)
+                faulted = self.faulted or state.faulted
                 self.log_findings = logscan.scan(
-                    {n: node.system_log for n, node in self.nodes.items()}, faults=self.faulted
+                    {n: node.system_log for n, node in self.nodes.items()}, faults=faulted
                 )
+                # a record, never a reason to keep a run (a full disk, a planted link)
+                with contextlib.suppress(OSError, TestbedError):
+                    logscan.journal(
+                        self.base or st.home(), state.run_id, self.log_findings, faulted
+                    )
                 backend.stop_cassandra(list(self.nodes.values()))
                 self._keep_cds_archive()
             try:

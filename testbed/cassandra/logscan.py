@@ -4,14 +4,20 @@ either allowed, with the reason it is expected, or unexpected.
 
 ``scan`` reads the nodes' ``system.log`` files (from a byte offset per node, so a
 long-lived cluster is read once per stretch); ``summary`` is what a run manifest keeps
-of it. A line is allowed by an entry of ``ALLOWED`` whose pattern it matches; entries
+of it; ``journal`` appends it to ``$EDGETB_HOME/node-logs.jsonl``, one line per cluster
+torn down, where whoever ran the clusters (a test session, a researcher's script) reads
+what every one of them logged after its processes and run directory are gone.
+
+A line is allowed by an entry of ``ALLOWED`` whose pattern it matches; entries
 marked ``faults`` only where the cluster's nodes were killed, paused or cut off on
 purpose (a sweep's fault cells), where peers log what they saw.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -128,3 +134,29 @@ def summary(findings: Sequence[Finding]) -> dict[str, Any]:
         "lines": [f"{f.node}: {f.line}" for f in bad[:SHOWN]],
         "allowed": dict(Counter(f.allowed for f in findings if f.allowed is not None)),
     }
+
+
+JOURNAL = "node-logs.jsonl"
+
+
+def journal(home: Path, run_id: str, findings: Sequence[Finding], faulted: bool) -> None:
+    """One line for a cluster torn down (its run, when, whether nodes were taken down on
+    purpose, ``summary``) appended to ``home``/node-logs.jsonl (never through a link)."""
+    from testbed.files import append_to
+
+    line = {"run_id": run_id, "at": time.time(), "faulted": faulted, **summary(findings)}
+    with append_to(home / JOURNAL, perm=0o600) as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def journal_since(home: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The journal's lines after byte ``offset``, and its size now (the next offset)."""
+    path = home / JOURNAL
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], 0
+    whole = data[: data.rfind(b"\n") + 1]  # a line being written is read next time
+    return [json.loads(ln) for ln in whole.splitlines() if ln.strip()], offset + len(whole)

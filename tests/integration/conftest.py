@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed import Testbed, Topology
+from testbed.cassandra import logscan
 from testbed.clean import residue
 from testbed.state import RunState, home
 
@@ -76,6 +77,28 @@ def log_problems(tb: Testbed, marks: dict[str, int]) -> list[str]:
             if LOG_PROBLEM.search(line):
                 found.append(f"{name}: {line.strip()[:300]}")
     return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def every_clusters_logs_read(request):
+    """Every cluster torn down during the module, in this process or in a command it ran
+    (a sweep, `edgetb down`), had its nodes' logs read at teardown against the allow-list
+    (``testbed.cassandra.logscan``, as cassandra-dtest scans every node's log after every
+    test): an ERROR or exception no allowance explains fails the module. Set up before
+    the module's own fixtures, so it is torn down after their clusters."""
+    base = home()
+    _, offset = logscan.journal_since(base, 0)
+    yield
+    lines, _ = logscan.journal_since(base, offset)
+    bad = [ln for ln in lines if ln["unexpected"]]
+    if bad:
+        shown = [f"cluster {ln['run_id']}: {line}" for ln in bad for line in ln["lines"]]
+        pytest.fail(
+            f"{sum(ln['unexpected'] for ln in bad)} unexpected ERROR/exception lines in the "
+            f"node logs of {len(bad)} of the {len(lines)} clusters this module tore down "
+            f"({base / logscan.JOURNAL}):\n" + "\n".join(shown[:20]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -50,6 +50,7 @@ def test_a_replica_that_missed_writes_is_found_by_value_and_all_repairs_it(tmp_p
             for node in ("e0", "e1"):
                 tb.nodetool(node, "disablehandoff")
             tb.nodetool("e2", "flush", timeout=120)  # its schema survives the kill
+            tb.faulted = True  # its peers log what they saw of it (logscan)
             tb.nodes["e2"].signal(signal.SIGKILL)
             assert tb.nodes["e2"].wait_exit(60)
             rewritten = write("ONE", "old")  # keys e2 holds an older write of

@@ -44,3 +44,32 @@ def test_every_bring_up_here_logs_a_refused_internode_connection_allowed_as_such
     )
     (found,) = logscan.classify("e0", line)
     assert found.allowed and "before that peer listened" in found.allowed
+
+
+def test_the_journal_keeps_one_line_per_cluster_and_is_read_from_an_offset(tmp_path):
+    import pytest
+
+    from testbed.files import UnsafeFileError
+
+    path = tmp_path / "system.log"
+    path.write_text(LOG)
+    assert logscan.journal_since(tmp_path, 0) == ([], 0)  # no cluster torn down yet
+    logscan.journal(tmp_path, "aaa111", logscan.scan({"e0": path}), faulted=False)
+    first, offset = logscan.journal_since(tmp_path, 0)
+    assert [(ln["run_id"], ln["faulted"], ln["unexpected"]) for ln in first] == [
+        ("aaa111", False, 2)
+    ]
+    assert (tmp_path / logscan.JOURNAL).stat().st_mode & 0o777 == 0o600
+    logscan.journal(tmp_path, "bbb222", logscan.scan({"e0": path}, faults=True), faulted=True)
+    with open(tmp_path / logscan.JOURNAL, "a") as f:
+        f.write('{"run_id": "half')  # a line being written: read the next time
+    later, end = logscan.journal_since(tmp_path, offset)
+    assert [(ln["run_id"], ln["unexpected"]) for ln in later] == [("bbb222", 1)]
+    assert later[0]["allowed"] and end < (tmp_path / logscan.JOURNAL).stat().st_size
+    # never written through a link planted in its place
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / logscan.JOURNAL).symlink_to(tmp_path / "target")
+    with pytest.raises(UnsafeFileError):
+        logscan.journal(other, "ccc333", [], faulted=False)
+    assert not (tmp_path / "target").exists()

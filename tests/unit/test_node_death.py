@@ -38,6 +38,7 @@ from testbed.cassandra import readiness
 from testbed.cassandra.node import CassandraNode, pid_alive
 from testbed.testbed import Testbed
 from testbed.topology import Host
+from workloads import readback
 
 pytestmark = pytest.mark.skipif(
     platform.machine() not in ("x86_64", "aarch64") or not Path("/proc/self/task").is_dir(),
@@ -196,6 +197,13 @@ class Writer:
             hook()
         return rows
 
+    def readback(self, keyspace: str, rows: list[dict], settle_s: float) -> dict:
+        """The read-back of the acknowledged writes: the sweep's watch called while it
+        waits, as ``WriteWorker`` does; every write found on its replica."""
+        self._at("read-back")
+        acked = sum(r["error"] is None for r in rows)
+        return readback.summary(acked, {"10.9.0.2": {r["key"]: "ok" for r in rows}}, {}, {})
+
     def abort(self) -> None:
         pass
 
@@ -266,7 +274,9 @@ def unit_of(cfg: SweepConfig) -> plan.Unit:
     return plan.Unit(nodes=3, network=(20.0, 0.5), cells=(cell,), cost_s=1.0, demand=1.0)
 
 
-MOMENTS = ["verification", "warm-up", "writes", "after the writes", "inside the check"]
+MOMENTS = [
+    "verification", "warm-up", "writes", "after the writes", "inside the check", "read-back",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("how", ["at once", "slowly"])
