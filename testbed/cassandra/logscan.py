@@ -77,8 +77,9 @@ LEVEL = re.compile(r"^(TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
 def classify(node: str, text: str, *, faults: bool = False) -> list[Finding]:
     """The problems of ``text`` (a node's log), each allowed or not. A log record is its
     level line and the lines that follow it (an exception, its stack, its causes): a
-    record holding a problem line is one finding, shown by its first problem line, and
-    allowed when an allowance matches any line of it."""
+    record holding a problem line is one finding, shown by its first three problem lines
+    (the ERROR line, its exception, its cause), and allowed when an allowance matches any
+    line of it."""
     records: list[list[str]] = []
     for raw in text.splitlines():
         if LEVEL.match(raw) or not records:
@@ -95,7 +96,9 @@ def classify(node: str, text: str, *, faults: bool = False) -> list[Finding]:
             (a.reason for rx, a in _COMPILED if (faults or not a.faults) and rx.search(whole)),
             None,
         )
-        found.append(Finding(node, problems[0].strip()[:300], reason))
+        # its level line and the exception and cause under it: what a reader judges by
+        shown = " | ".join(line.strip()[:300] for line in problems[:3])
+        found.append(Finding(node, shown, reason))
     return found
 
 

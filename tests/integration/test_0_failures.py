@@ -18,6 +18,11 @@ from testbed.tags import tagged_processes
 
 from .conftest import assert_no_residue, run_cli, run_id_in
 
+# Node log lines the module provokes on purpose (the journal fixture in conftest.py)
+NODE_LOG_EXPECTED = (
+    (r"Invalid yaml\. Please remove properties \[no_such_option\]", "`up --yaml no_such_option=1`"),
+)
+
 
 @pytest.mark.parametrize(
     "args, message",

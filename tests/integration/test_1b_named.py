@@ -19,6 +19,13 @@ from .conftest import (
     run_id_in,
 )
 
+# Node log lines the module provokes on purpose (the journal fixture in conftest.py): a
+# TLS handshake to the internode port without a node's certificate, refused
+NODE_LOG_EXPECTED = (
+    (r"InboundConnectionInitiator.* Failed to properly handshake with peer", "a stranger's "
+     "handshake on port 7000, refused as the test asserts"),
+)  # fmt: skip
+
 
 def states_from(tb_name: str, via: str) -> dict[str, str]:
     """address -> gossip state (UN, DN, ...) as `nodetool status` on ``via`` shows it."""
