@@ -60,6 +60,13 @@ ALLOWED: tuple[Allowed, ...] = (
         "a channel closed by a node that went away",
         faults=True,
     ),
+    Allowed(
+        r"Exception in thread Thread\[Messaging-SynchronousWork|"
+        r"Unexpected error while handling unexpected error",
+        "a node stopped or stalled on purpose mid-message: its messaging thread fails as "
+        "the JVM goes (seen once in 4 runs of test_3e's pause and restart of e1, on e1)",
+        faults=True,
+    ),
 )
 _COMPILED = tuple((re.compile(a.pattern), a) for a in ALLOWED)
 

@@ -19,8 +19,13 @@ def test_problem_lines_are_found_and_judged(tmp_path):
     path = tmp_path / "system.log"
     path.write_text(LOG)
     plain = logscan.scan({"e0": path})
-    # two records: an ERROR with its exception, an ERROR with its exception and cause
-    assert [f.line.split(" - ")[-1] for f in plain] == ["failed", "Exception"]
+    # two records: an ERROR with its exception, an ERROR with its exception and cause,
+    # each shown with them
+    assert [f.line.split(" - ")[-1] for f in plain] == [
+        "failed | java.io.IOException: Connection reset by peer",
+        "Exception | java.lang.AssertionError: null | Caused by: "
+        "java.lang.IllegalStateException: broken invariant",
+    ]
     assert all(f.allowed is None for f in plain)  # no fault: nothing is expected
     faulted = logscan.scan({"e0": path}, faults=True)
     assert faulted[0].allowed and "fault" in faulted[0].allowed  # a reset connection
