@@ -342,9 +342,7 @@ class Testbed:
                 # every node's log read before the JVMs are stopped (what a stop makes
                 # its peers log is the teardown's, not the measurement's)
                 faulted = self.faulted or state.faulted
-                self.log_findings = logscan.scan(
-                    {n: node.system_log for n, node in self.nodes.items()}, faults=faulted
-                )
+                self.log_findings = self._scan_logs(backend, faulted)
                 # a record, never a reason to keep a run (a full disk, a planted link)
                 with contextlib.suppress(OSError, TestbedError):
                     logscan.journal(
@@ -375,6 +373,20 @@ class Testbed:
             self.backend = None
             self.nodes = {}
         return saved
+
+    def _scan_logs(self, backend: Backend, faulted: bool) -> list[logscan.Finding]:
+        """Every node's log read (logscan): here, or on its host through the backend (a
+        log that cannot be read there is none: the teardown goes on)."""
+        logs = {n: node.system_log for n, node in self.nodes.items()}
+        if self.backend_name == "netns":
+            return logscan.scan(logs, faults=faulted)
+        texts = {}
+        for name, path in logs.items():
+            with contextlib.suppress(TestbedError, OSError, ValueError, subprocess.SubprocessError):
+                argv = backend.exec_argv(name, logscan.remote_tail_argv(path), limited=False)
+                read = run(argv, check=False, timeout=120)
+                texts[name] = read.stdout if read.returncode == 0 else ""
+        return logscan.scan_texts(texts, faults=faulted)
 
     def _save_logs(self) -> Path | None:
         assert self.state is not None

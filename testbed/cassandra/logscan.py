@@ -109,6 +109,17 @@ def classify(node: str, text: str, *, faults: bool = False) -> list[Finding]:
     return found
 
 
+def scan_texts(texts: Mapping[str, str], *, faults: bool = False) -> list[Finding]:
+    """The problem lines of each node's log as read (node -> its text): logs read on
+    their hosts (``remote_tail_argv``)."""
+    return [f for node, text in texts.items() for f in classify(node, text, faults=faults)]
+
+
+def remote_tail_argv(path: Path) -> list[str]:
+    """The command that prints a node's log on its host (its last MAX_BYTES)."""
+    return ["tail", "-c", str(MAX_BYTES), str(path)]
+
+
 def scan(
     logs: Mapping[str, Path], marks: Mapping[str, int] | None = None, *, faults: bool = False
 ) -> list[Finding]:

@@ -42,6 +42,12 @@ from .conftest import (
 )
 
 SMALL = ["--vm-vcpus", "1", "--vm-memory", "768"]
+# Node log lines the module provokes on purpose (the journal fixture in conftest.py): a
+# TLS handshake to the internode port without a node's certificate, refused
+NODE_LOG_EXPECTED = (
+    (r"InboundConnectionInitiator.* Failed to properly handshake with peer", "a stranger's "
+     "handshake on port 7000, refused as _tls_refuses_strangers asserts"),
+)  # fmt: skip
 
 
 def _run_id(stdout: str) -> str:

@@ -2,6 +2,8 @@
 for, each allowed with its reason or unexpected; allowances for faults only where the
 cluster's nodes were taken down on purpose."""
 
+from pathlib import Path
+
 from testbed.cassandra import logscan
 
 LOG = """INFO  [main] 2026-11-28 03:00:00,000 CassandraDaemon.java:1 - Startup complete
@@ -78,3 +80,13 @@ def test_the_journal_keeps_one_line_per_cluster_and_is_read_from_an_offset(tmp_p
     with pytest.raises(UnsafeFileError):
         logscan.journal(other, "ccc333", [], faulted=False)
     assert not (tmp_path / "target").exists()
+
+
+def test_logs_read_on_their_hosts_are_judged_alike():
+    """The hosts and libvirt backends read a node's log on its host (tail -c); the text
+    is judged as a local file is."""
+    assert logscan.remote_tail_argv(Path("/r/nodes/e0/logs/system.log")) == [
+        "tail", "-c", str(logscan.MAX_BYTES), "/r/nodes/e0/logs/system.log",
+    ]  # fmt: skip
+    found = logscan.scan_texts({"e0": LOG, "e1": ""}, faults=True)
+    assert [(f.node, f.allowed is None) for f in found] == [("e0", False), ("e0", True)]
