@@ -56,6 +56,12 @@ ALLOWED: tuple[Allowed, ...] = (
         faults=True,
     ),
     Allowed(
+        r"ConnectTimeoutException: connection timed out after \d+ ms: /[0-9.]+:7000",
+        "a peer paused or cut off by a fault does not answer a new internode connection "
+        "(5 lines in a sweep of kill, pause, restart and partition at RF 1 and 3)",
+        faults=True,
+    ),
+    Allowed(
         r"(ClosedChannelException|java\.nio\.channels\.ClosedChannelException)",
         "a channel closed by a node that went away",
         faults=True,

@@ -90,3 +90,15 @@ def test_logs_read_on_their_hosts_are_judged_alike():
     ]  # fmt: skip
     found = logscan.scan_texts({"e0": LOG, "e1": ""}, faults=True)
     assert [(f.node, f.allowed is None) for f in found] == [("e0", False), ("e0", True)]
+
+
+def test_an_internode_connection_timing_out_is_expected_only_under_a_fault():
+    text = (
+        "INFO  [Messaging-EventLoop-3-1] 2026-11-28 12:20:00,000 NoSpamLogger.java:1 - "
+        "e0 failed to connect\n"
+        "io.netty.channel.ConnectTimeoutException: connection timed out after 2000 ms: "
+        "/10.77.0.13:7000\n"
+    )
+    (plain,) = logscan.scan_texts({"e0": text})
+    (faulted,) = logscan.scan_texts({"e0": text}, faults=True)
+    assert plain.allowed is None and faulted.allowed and "fault" in faulted.allowed
