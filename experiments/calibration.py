@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import state
-from testbed.files import write_file
+from testbed.files import read_json_object, write_file
 
 from . import estimate, fidelity
 from .cells import Cell
@@ -47,13 +47,8 @@ def path() -> Path:
 
 
 def _read() -> dict[str, Any]:
-    try:
-        data = json.loads(path().read_text())
-    except (OSError, ValueError):  # none yet, or damaged: as if nothing was measured
-        return {}
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        return {}
-    return data
+    data = read_json_object(path())  # none yet, or damaged: as if nothing was measured
+    return data if data.get("version") == VERSION else {}
 
 
 def _write(data: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from testbed import state
-from testbed.files import write_file
+from testbed.files import read_json_object, write_file
 
 # Equivalence (issue 39): a faster way of measuring (P testbeds at once, quiet nodes) is
 # accepted when the median over cells of the signed Δ median against the sequential
@@ -113,8 +113,4 @@ def accepted(shaper: str, cores: int, build: str = "stock") -> tuple[int, str] |
 
 
 def _read() -> dict[str, Any]:
-    try:
-        data = json.loads(path().read_text())
-    except (OSError, ValueError):  # none yet, or damaged: as if the benchmark never ran
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(path())  # none yet, or damaged: as if the benchmark never ran

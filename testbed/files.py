@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import secrets
@@ -52,6 +53,17 @@ def read_text(path: Path | str, what: str, *, max_bytes: int = MAX_BYTES) -> str
         raise ConfigError(
             f"{what} {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
+
+
+def read_json_object(path: Path | str) -> dict[str, Any]:
+    """A state file the tool keeps for itself (a JSON object), or {} when there is none
+    yet or it is damaged, unreadable, not a regular file or not an object: such files
+    hold what was measured before, and a damaged one is as if nothing was."""
+    try:
+        data = json.loads(read_text(path, "state file"))
+    except (ConfigError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 # Filesystems of the kernel's own objects: writable as root, but not a place for files.
