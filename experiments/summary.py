@@ -71,7 +71,7 @@ def ycsb_table(rows: Sequence[dict]) -> str:
 def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
     head = (
         f"{'nodes':>5} {'RF':>3} {'lat ms':>6} {'loss %':>6} {'rep':>3} {'writes':>6} "
-        f"{'mean ms':>8} {'median':>8} {'p95':>8} {'errors':>6} {'c∈R':>5}"
+        f"{'mean ms':>8} {'median':>8} {'p95':>8} {'errors':>6} {'c∈R':>5} {'lost':>5}"
     )
     lines = [head, "-" * len(head)]
     order = sorted(
@@ -84,9 +84,39 @@ def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
             f"{c['nodes']:>5} {c['rf']:>3} {c['latency_ms']:>6g} {c['loss_pct']:>6g} "
             f"{c['repetition']:>3} {s['n']:>6} {s['mean']:>8.2f} {s['median']:>8.2f} "
             f"{s['p95']:>8.2f} {store.errors(run_id, c['cell_id']):>6} "
-            f"{(cir if cir is not None else float('nan')):>5.2f}"
+            f"{(cir if cir is not None else float('nan')):>5.2f} {lost_said(c):>5}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + losses(order))
+
+
+def lost_said(cell: dict) -> str:
+    """A cell's acknowledged writes lost as its table shows them: "-" (not read back),
+    the count, "*" where losses were expected (a node killed at RF 1)."""
+    found = cell.get("readback")
+    if not found or "error" in found:
+        return "-"
+    return f"{found['lost']}" + ("*" if found.get("expected") else "")
+
+
+def losses(cells: Sequence[dict]) -> list[str]:
+    """The lines under the table that say loudly where acknowledged writes were lost
+    (and, quietly, where the read-back could not be made)."""
+    read = [c for c in cells if c.get("readback")]
+    failed = [c["cell_id"] for c in read if "error" in c["readback"]]
+    lost = [c for c in read if "error" not in c["readback"] and c["readback"]["lost"]]
+    loud = [c for c in lost if not c["readback"].get("expected")]
+    out = []
+    if loud:
+        out.append(
+            f"LOST: {sum(c['readback']['lost'] for c in loud)} acknowledged writes in "
+            f"{len(loud)} cell(s) are on no replica: "
+            + ", ".join(f"{c['cell_id']} ({c['readback']['lost']})" for c in loud)
+        )
+    if len(lost) > len(loud):
+        out.append("* lost where expected: a node killed or restarted at RF 1")
+    if failed:
+        out.append(f"read-back failed in {len(failed)} cell(s): {', '.join(failed)}")
+    return out
 
 
 def _cell_lines(config: SweepConfig, cells: list) -> list[str]:

@@ -125,3 +125,18 @@ def test_a_fault_cells_losses_are_in_its_table_row_and_marked_on_its_figure(tmp_
     (made,) = figures([cell], tmp_path)
     svg = (tmp_path / f"{made['name']}.svg").read_text()
     assert "acknowledged, then lost (2)" in svg and "a replica lacked it (1)" in svg
+
+
+def test_the_sweeps_table_says_losses_loudly_and_expected_ones_quietly():
+    from experiments.summary import losses, lost_said
+
+    ok = {"cell_id": "a", "readback": {"acknowledged": 5, "lost": 0}}
+    gone = {"cell_id": "b", "readback": {"acknowledged": 5, "lost": 2}}
+    killed = {"cell_id": "c", "readback": {"acknowledged": 5, "lost": 1, "expected": True}}
+    failed = {"cell_id": "d", "readback": {"error": "workload: x", "acknowledged": 5}}
+    old = {"cell_id": "e", "readback": None}
+    assert [lost_said(c) for c in (ok, gone, killed, failed, old)] == ["0", "2", "1*", "-", "-"]
+    said = losses([ok, gone, killed, failed, old])
+    assert said[0] == "LOST: 2 acknowledged writes in 1 cell(s) are on no replica: b (2)"
+    assert said[1].startswith("* lost where expected") and said[2].endswith(": d")
+    assert losses([ok, old]) == []
