@@ -30,6 +30,7 @@ from testbed.command import command
 from testbed.errors import ConfigError
 from testbed.files import replacing, write_file
 
+from . import paper as paper_mod
 from . import phi as phi_mod
 from . import prediction
 from .figsave import FORMATS, MODEL_STYLE, matplotlib, plt, save_figure, series_style
@@ -45,6 +46,7 @@ FIGURE_GLOBS = (
     "ycsb_*",
     "fault_*",
     "levels_n*",
+    "paper_*",
 )
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
@@ -460,7 +462,7 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         "levels.txt",
         "levels.json",
     )
-    for stale in (*stale_files, "ycsb.txt", "faults.txt", SUMMARY, "cells.csv"):
+    for stale in (*stale_files, "ycsb.txt", "faults.txt", "paper.txt", SUMMARY, "cells.csv"):
         (out / stale).unlink(missing_ok=True)
     for pattern in FIGURE_GLOBS:
         for fmt in FORMATS:
@@ -477,6 +479,8 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         made += rtt_cdf(results, out)
         made += high_rf(results, out)
         made += phi_vs_excess(results, out)
+        made += paper_mod.figures(stats_, out)
+        write_file(out / "paper.txt", paper_mod.format_table(paper_mod.compare(stats_)) + "\n")
     if results.levels:  # sites, or several levels: their own figures and table
         from . import levels as levels_mod
 

@@ -23,6 +23,7 @@ from testbed.command import command
 from testbed.files import write_file
 
 from . import claims
+from . import paper as paper_mod
 from . import phi as phi_mod
 from .results import Results, command_parser, open_results
 from .stats import per_cell, slopes, std_across_nodes
@@ -64,6 +65,9 @@ CAPTIONS = (
     (r"rtt_n(\d+)_loss([\d.]+)", "Mean write RTT against one-way latency, {0} nodes, {1} % "
      "loss: a line per RF, its band the 95 % CI of the mean (the figure says of what); "
      "dotted, the model's prediction in the RF's colour (the paper's Figures 2 and 3)"),
+    (r"paper_(fig\d)_n(\w+)_loss([\d.]+)", "The paper's published curves ({0}, digitized "
+     "±3 ms; dashed) beside the measured ones (solid, 95 % CI band), nodes {1}, {2} % loss: "
+     "same colour, same curve"),
     (r"rtt_cdf_n(\d+)_loss([\d.]+)", "Every write's RTT at the largest latency measured, {0} "
      "nodes, {1} % loss, as a distribution: a line per RF, p95 and p99 marked. Loss lives "
      "in this tail (retransmissions after a timeout), which a mean hides"),
@@ -274,6 +278,15 @@ def write_report(results: Results) -> Path:
         f"{html.escape(rerun)}</code> to add it.</p>"
     )
     parts.append(_model_section(results, rerun))
+    paper_txt = results.output_dir / "paper.txt"
+    if paper_txt.is_file() and index:
+        parts.append(
+            "<h2>The paper's own curves</h2><p>Each curve of the paper's Figures 2-4 "
+            f"({html.escape(paper_mod.CITATION)}, digitized to ±{paper_mod.DIGITIZED_MS:g} "
+            "ms) that this run measured at the same node count, loss, RF and latencies: the "
+            "slopes side by side and how far the means are apart.</p>"
+            f"<pre>{html.escape(paper_txt.read_text())}</pre>"
+        )
     levels_txt = results.output_dir / "levels.txt"
     if results.levels and levels_txt.is_file() and index:
         parts.append(

@@ -185,6 +185,11 @@ def test_plots_from_a_synthetic_store(synthetic):
         "phi_vs_excess",
         "rtt_grid_mean",  # the four (nodes, loss) panels on one page, shared axes
         "rtt_grid_p99",
+        # the paper's published curves where this grid has their points: Figure 2 (5
+        # nodes, 7.5 %, RF 1-5), Figure 3 (5 nodes, 0.5 %: RF 1, 2 and 3-5); not Figure 4
+        # (every node count: RF 4 and 5 were not measured on 3 nodes)
+        "paper_fig2_n5_loss7.5",
+        "paper_fig3_n5_loss0.5",
     }
     assert made["rtt_grid_mean"]["series"] == made["rtt_grid_p99"]["series"] == 5
     grid = next(p for p in made["rtt_grid_mean"]["paths"] if p.suffix == ".svg").read_text()
@@ -213,6 +218,11 @@ def test_plots_from_a_synthetic_store(synthetic):
     assert page.count("src='data:image/png;base64,") == len(made)
     assert "Mean write RTT against one-way latency, 5 nodes, 7.5 % loss" in page
     assert "<figcaption>rtt_n" not in page
+    assert "The paper's own curves" in page and "Loganathan" in page
+    assert (
+        made["paper_fig2_n5_loss7.5"]["series"] == 5
+        and made["paper_fig3_n5_loss0.5"]["series"] == 3
+    )
     # the paper's claims as a table: a row per claim and node count, three verdicts each
     claims_html = page[page.index("<table class='claims'>") :].split("</table>")[0]
     assert (
