@@ -77,8 +77,8 @@ def measured(curve: Curve, stats_: Mapping[tuple, Mapping[str, Any]]) -> dict[fl
     want = len(curve.rfs) * (1 if curve.nodes is not None else len(nodes_seen))
     out = {}
     for latency, group in sorted(by_latency.items()):
-        if len(group) < want:
-            continue
+        if len(group) < want or not all(np.isfinite(s.get("mean", np.nan)) for s in group):
+            continue  # (a point without a successful write has no mean)
         if len(group) == 1:
             s = group[0]
             out[latency] = {k: s.get(k, np.nan) for k in ("mean", "ci_low", "ci_high")}
