@@ -227,11 +227,48 @@ def _model_section(results: Results, rerun: str) -> str:
         f"&le; {100 * data['tolerance']:g} %):</p>"
         + _table(groups, list(groups[0]) if groups else ["nodes"])
         + (f"<p>Where the model fails:</p><ul>{failing}</ul>" if failing else "")
-        + "<h3>The paper's claims against the measurements and the model</h3>"
-        + claims_table(data.get("claims", []))
+        + "<p>The paper's claims against the measurements and the model: under "
+        "<a href='#findings'>Findings</a>.</p>"
         + "<details><summary><b>Every cell</b> (ms)</summary>"
         + _table(cells, list(cells[0]) if cells else ["nodes"])
         + "</details>"
+    )
+
+
+def _findings(results: Results) -> str:
+    """What the page opens with: the paper cited, how many of its claims hold on these
+    measurements (each claim's verdict, measured and modelled, in a table whose numbers
+    show on hover), and how its published curves compare (paper.txt)."""
+    model = _made_from(results.output_dir / "model.json", results.run_ids)
+    rows = (model or {}).get("claims", [])
+    verdicts = [r["measured"]["verdict"] for r in rows]
+    held = sum(v == "holds" for v in verdicts)
+    failed = sum(v == "does not hold" for v in verdicts)
+    said = (
+        f"Of the paper's claims, checked at each node count measured: <b>{held} hold</b>, "
+        f"<b>{failed} do not</b>, {len(verdicts) - held - failed} hold in part or cannot be "
+        f"told from these measurements (a verdict needs the 95 % intervals apart)."
+        if rows
+        else "No claims checked: the model of these runs was not made."
+    )
+    paper_txt = results.output_dir / "paper.txt"
+    curves = (
+        paper_txt.read_text().splitlines()
+        if paper_txt.is_file() and _made_from(results.output_dir / "figures.json", results.run_ids)
+        else []
+    )
+    matched = max(0, len(curves) - 2)  # a header line and a legend line
+    return (
+        f"<h2 id='findings'>Findings</h2><p>This reproduces {html.escape(paper_mod.CITATION)}"
+        f" on an emulated edge network. {said} "
+        + (
+            f"{matched} of its published curves were measured at the same points; their "
+            f"slopes and distances are under <a href='#paper'>The paper's own curves</a>."
+            if matched
+            else "None of its published curves was measured at the same points."
+        )
+        + "</p>"
+        + (claims_table(rows) if rows else "")
     )
 
 
@@ -255,6 +292,7 @@ def write_report(results: Results) -> Path:
             f"<p>Not included: {html.escape(', '.join(results.others))} "
             f"(<code>--run RUN_ID</code> chooses runs).</p>"
         )
+    parts.append(_findings(results))
     parts.append("<h2>Figures</h2>")
     if index and index.get("figures"):
         for name in sorted(index["figures"], key=figure_rank):
@@ -281,7 +319,7 @@ def write_report(results: Results) -> Path:
     paper_txt = results.output_dir / "paper.txt"
     if paper_txt.is_file() and index:
         parts.append(
-            "<h2>The paper's own curves</h2><p>Each curve of the paper's Figures 2-4 "
+            "<h2 id='paper'>The paper's own curves</h2><p>Each curve of the paper's Figures 2-4 "
             f"({html.escape(paper_mod.CITATION)}, digitized to ±{paper_mod.DIGITIZED_MS:g} "
             "ms) that this run measured at the same node count, loss, RF and latencies: the "
             "slopes side by side and how far the means are apart.</p>"

@@ -3,6 +3,7 @@ from synthetic stores whose answers are known."""
 
 import csv
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -223,6 +224,19 @@ def test_plots_from_a_synthetic_store(synthetic):
         made["paper_fig2_n5_loss7.5"]["series"] == 5
         and made["paper_fig3_n5_loss0.5"]["series"] == 3
     )
+    # the page opens with its findings: the paper cited, its claims counted, before
+    # any figure
+    findings = page[page.index("<h2 id='findings'>") : page.index("<h2>Figures</h2>")]
+    assert "Loganathan" in findings and "<table class='claims'>" in findings
+    said = re.search(r"<b>(\d+) hold</b>", findings)
+    assert said, findings[:500]
+    held = int(said.group(1))
+    measured = [  # each claim's first verdict: on the measurements
+        re.findall(r"<td class='v' title='[^']*'>([^<]*)</td>", row)[0]
+        for row in findings.split("<tr>")[2:]
+    ]
+    assert measured and held == measured.count("holds")
+    assert "8 of its published curves were measured" in findings  # paper.txt's rows
     # the paper's claims as a table: a row per claim and node count, three verdicts each
     claims_html = page[page.index("<table class='claims'>") :].split("</table>")[0]
     assert (
