@@ -190,7 +190,7 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
     """fault_<cell>.{png,svg,pdf}: each write's RTT against its start, errors as red marks,
     acknowledged writes the read-back found lost (black) or on too few replicas (orange
     rings), the fault's steps as vertical lines."""
-    from .figsave import plt, save_figure
+    from .figsave import log_ticks, plt, save_figure
 
     made = []
     for c in cells:
@@ -225,6 +225,9 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
             x = (step["at_ns"] - t0) / 1e9
             ax.axvline(x, color="tab:purple", linestyle=":", linewidth=0.8)
         ax.set_yscale("log")
+        rtts = [r["rtt_ns"] / 1e6 for r in reqs if r["rtt_ns"] > 0]
+        if rtts:
+            log_ticks(ax.yaxis, min(rtts), max(rtts))
         ax.set_xlabel("time since the first measured write (s)")
         ax.set_ylabel("RTT (ms)")
         what = " + ".join(x for x in (c.get("fault"), c.get("trace")) if x not in (None, "none"))

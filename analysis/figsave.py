@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 from testbed.files import replacing
 
@@ -30,7 +31,10 @@ DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)),
           (0, (6, 1.5, 1.5, 1.5, 1.5, 1.5)), (0, (5, 1.5)), "-")  # fmt: skip
 MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
-__all__ = ["FORMATS", "MODEL_STYLE", "matplotlib", "plt", "save_figure", "series_style"]
+__all__ = [
+    "FORMATS", "MODEL_STYLE", "label_overlaps", "log_ticks", "matplotlib", "plt",
+    "save_figure", "series_style",
+]  # fmt: skip
 
 
 def series_style(i: int) -> dict[str, Any]:
@@ -49,3 +53,35 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def label_overlaps(fig: Any) -> list[str]:
+    """Tick labels of one axis of ``fig`` that overlap each other as drawn (major and
+    minor: a log axis labels both), each pair named; [] for a figure a reader can read."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            labels = [
+                (t.get_text(), t.get_window_extent(renderer))
+                for t in axis.get_ticklabels(which="both")
+                if t.get_visible() and t.get_text()
+            ]
+            for i, (a, box_a) in enumerate(labels):
+                for b, box_b in labels[i + 1 :]:
+                    if box_a.overlaps(box_b):
+                        found.append(f"{ax.get_title() or 'axes'}: {name} labels {a!r}, {b!r}")
+    return found
+
+
+def log_ticks(axis: Any, low: float, high: float) -> None:
+    """A log ``axis`` over [low, high] labelled in plain numbers a reader can tell apart:
+    1-2-5 in each decade where the range spans under two decades, else the decades only;
+    minor ticks unlabelled (matplotlib's own mix of 10, 100 and 2x10^1 labels overlapped
+    between 12 and 250 ms)."""
+    decades = np.log10(max(high, low * 1.0001) / low) if low > 0 else 3.0
+    subs = (1.0, 2.0, 5.0) if decades < 2 else (1.0,)
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())

@@ -33,7 +33,7 @@ from testbed.files import replacing, write_file
 from . import paper as paper_mod
 from . import phi as phi_mod
 from . import prediction
-from .figsave import FORMATS, MODEL_STYLE, matplotlib, plt, save_figure, series_style
+from .figsave import FORMATS, MODEL_STYLE, log_ticks, matplotlib, plt, save_figure, series_style
 from .results import Results, command_parser, open_results
 from .stats import ci_label, high_rf_average, mean_rtt, points, pooled, predicted_means
 
@@ -222,7 +222,7 @@ def rtt_cdf(results: Results, out: Path) -> list[dict[str, Any]]:
         wide = low > 0 and high / low > 4  # a tail of timeouts: seconds beside milliseconds
         if wide:
             ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            log_ticks(ax.xaxis, low, high)
         ax.set_xlabel("write RTT (ms" + (", log scale)" if wide else ")"))
         ax.set_ylabel("share of writes at or below")
         ax.set_title(
