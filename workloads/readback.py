@@ -10,8 +10,9 @@ not hold, from the cluster at ALL:
   ``cassandra.enable_nodelocal_queries`` is set, which the testbed's nodes have.
   Reads go by replica in ``IN`` batches of ``BATCH`` keys, ``IN_FLIGHT`` at once per node.
 - **settling**: the driver is given ``settle_s`` to see every replica up (a node started
-  again after a fault), and what a replica lacks is read again until it holds everything
-  or ``settle_s`` passed (hints of a node that was away arrive within seconds).
+  again after a fault), and what a replica lacks is read again until it holds everything,
+  or ``settle_s`` passed, or no copy arrived for ``STALL_S`` (hints of a node that was
+  away arrive within seconds).
 - **at ALL**, only the keys some replica still lacks (every replica holding a write is
   what ALL would read): ALL answers with the newest copy any replica has and repairs the
   others; a write that ALL does not return is lost.
@@ -37,6 +38,7 @@ IN_FLIGHT = 8  # reads outstanding per replica
 ALL_BATCH = 10  # keys per read at ALL (each a read repair when replicas differ)
 ALL_ATTEMPTS = 3
 SETTLE_S = 10.0
+STALL_S = 3.0  # settling ends sooner when no copy arrived for this long
 VERDICTS = ("ok", "stale", "missing", "unreadable")
 
 
@@ -134,21 +136,33 @@ class ReadBack:
         self._wait_up(hosts, t0 + self.settle_s)
         seen = self._per_replica(hosts, want)
         t1 = time.monotonic()
-        deadline = t1 + self.settle_s
-        while time.monotonic() < deadline:
-            lacking = {h: [k for k in ks if seen[h][k] != "ok"] for h, ks in hosts.items()}
-            lacking = {h: ks for h, ks in lacking.items() if ks}
-            if not lacking:
-                break
-            time.sleep(0.5)
-            for h, found in self._per_replica(lacking, want).items():
-                seen[h].update(found)
+        self._settle(hosts, want, seen, t1)
         t2 = time.monotonic()
         short = sorted({k for h in seen for k, v in seen[h].items() if v != "ok"}, key=str)
         at_all = self._at_all(short, want)
         took = {"read": t1 - t0, "settle": t2 - t1, "all": time.monotonic() - t2}
         replicas = {h.address: {str(k): v for k, v in seen[h].items()} for h in hosts}
         return summary(len(want), replicas, {str(k): v for k, v in at_all.items()}, took)
+
+    def _settle(self, hosts: Mapping[Any, list], want: Mapping, seen: dict, t1: float) -> None:
+        """What replicas lack read again every half second until they hold it all, or
+        ``settle_s`` passed, or STALL_S went by without one more copy arriving (after a
+        fault's recovery the hints were delivered already: what is still missing then
+        will not come, and ALL repairs it)."""
+        deadline, best, since = t1 + self.settle_s, None, t1
+        while time.monotonic() < deadline:
+            lacking = {h: [k for k in ks if seen[h][k] != "ok"] for h, ks in hosts.items()}
+            lacking = {h: ks for h, ks in lacking.items() if ks}
+            count = sum(map(len, lacking.values()))
+            if not count:
+                return
+            if best is None or count < best:
+                best, since = count, time.monotonic()
+            elif time.monotonic() - since >= STALL_S:
+                return
+            time.sleep(0.5)
+            for h, found in self._per_replica(lacking, want).items():
+                seen[h].update(found)
 
     def _wait_up(self, hosts: Iterable[Any], deadline: float) -> None:
         """Until the driver sees every replica up, or ``deadline``: a node started again

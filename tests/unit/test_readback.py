@@ -140,3 +140,38 @@ def test_the_sweeps_table_says_losses_loudly_and_expected_ones_quietly():
     assert said[0] == "LOST: 2 acknowledged writes in 1 cell(s) are on no replica: b (2)"
     assert said[1].startswith("* lost where expected") and said[2].endswith(": d")
     assert losses([ok, old]) == []
+
+
+class _Replays:
+    """ReadBack's settling with the reads replaced: each re-read of a replica's lacking
+    keys finds ``arrive`` more of them (0: none ever arrives)."""
+
+    def __init__(self, arrive: int):
+        from workloads.readback import ReadBack
+
+        self.rb = ReadBack.__new__(ReadBack)
+        self.rb.settle_s = 5.0
+        self.arrive, self.reads = arrive, 0
+        self.rb._per_replica = self._per_replica  # type: ignore[method-assign]
+
+    def _per_replica(self, lacking, want):
+        self.reads += 1
+        return {h: {k: "ok" for k in ks[: self.arrive]} for h, ks in lacking.items()}
+
+
+def test_settling_reads_until_copies_stop_arriving(monkeypatch):
+    import time
+
+    from workloads import readback
+
+    monkeypatch.setattr(readback, "STALL_S", 0.6)
+    keys = [f"k{i}" for i in range(4)]
+    coming = _Replays(arrive=1)  # a hint at a time: read until all four came
+    seen = {"e2": dict.fromkeys(keys, "missing")}
+    coming.rb._settle({"e2": keys}, {}, seen, time.monotonic())
+    assert seen["e2"] == dict.fromkeys(keys, "ok") and coming.reads == 4
+    stuck = _Replays(arrive=0)  # nothing comes: it gives up after the stall, not settle_s
+    seen = {"e2": dict.fromkeys(keys, "missing")}
+    t0 = time.monotonic()
+    stuck.rb._settle({"e2": keys}, {}, seen, t0)
+    assert time.monotonic() - t0 < 2.5 and seen["e2"]["k0"] == "missing" and stuck.reads >= 1
