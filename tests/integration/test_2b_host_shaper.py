@@ -195,15 +195,20 @@ def test_a_stalled_delayer_is_named_from_its_own_lateness_record(small):
     e1 = small.topology.host("e1").address
     ping = small.popen(
         "e0",
-        ["ping", "-n", "-c", "20", "-w", "5", "-i", "0.02", e1],
+        ["ping", "-n", "-c", "40", "-w", "10", "-i", "0.02", e1],
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.1)
+    assert ping.stdout is not None
+    # the stall begins once echoes flow (a loaded machine may start ping late: stopping
+    # the delayer before its first echo would stall nothing ping sees)
+    first = [ping.stdout.readline() for _ in range(2)]  # its header, its first reply
+    assert "time=" in first[1], first
     os.kill(rec.pid, signal.SIGSTOP)  # the delayer this test's testbed started
     time.sleep(0.4)
     os.kill(rec.pid, signal.SIGCONT)
     out, _ = ping.communicate(timeout=30)
+    out = "".join(first) + out
     rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
     assert max(rtts) > 300, out  # ping saw the stall too: held echoes came back late
     (problem,) = api.problems(small, thorough=True)
