@@ -73,6 +73,9 @@ def recover(shard: Shard, cell: Cell, exc: ComponentLost) -> None:
                 "same command to resume"
             ) from exc
         shard.note(f"{exc}; starting {exc.node} again, then measuring {cell.cell_id} again")
+        # its death is recorded (the manifest's faults): what its peers logged of it is
+        # expected in their logs (logscan's fault allowances), not unexplained
+        tb.faulted = True
         extra = {"node": exc.node, **nemesis.whole_again(tb, [exc.node], tb.restart_node)}
         extra.pop("nodetool", None)
     else:

@@ -311,6 +311,7 @@ def test_a_node_that_dies_at_any_moment_of_a_cell_is_restarted_and_the_cell_meas
     (fault,) = shard.sweep.faults
     assert fault["node"] == "e1" and "e1: Cassandra died" in fault["problem"]
     assert fault["restarted"] == ["e1"] and shard.restarts == Counter({"e1": 1})
+    assert bed.faulted  # its peers' lines of its death are expected when the logs are read
     assert node.pid != old_pid and node.alive()
     assert bed.state.processes["e1"]["pid"] == node.pid
     assert not _threads_of(old_pid)  # started again only once the old one had gone
