@@ -3,6 +3,7 @@ for, each allowed with its reason or unexpected; allowances for faults only wher
 cluster's nodes were taken down on purpose."""
 
 from pathlib import Path
+from typing import Any
 
 from testbed.cassandra import logscan
 
@@ -102,3 +103,33 @@ def test_an_internode_connection_timing_out_is_expected_only_under_a_fault():
     (plain,) = logscan.scan_texts({"e0": text})
     (faulted,) = logscan.scan_texts({"e0": text}, faults=True)
     assert plain.allowed is None and faulted.allowed and "fault" in faulted.allowed
+
+
+def test_a_remote_testbed_reads_each_nodes_log_on_its_host(tmp_path):
+    """Testbed._scan_logs on a backend of remote hosts: each node's log is read through
+    the backend's command (here a tail standing in for SSH, reading "the host's" copy:
+    nothing is at the node's path on this machine), a host that cannot be read counts as
+    no lines and the others are still judged."""
+    from types import SimpleNamespace
+
+    from testbed.testbed import Testbed
+
+    (tmp_path / "e0").mkdir()
+    (tmp_path / "e0" / "system.log").write_text(LOG)  # on "the host", not at the path here
+
+    class Backend:
+        def exec_argv(self, host, argv, *, limited=True):
+            assert argv[:2] == ["tail", "-c"] and not limited
+            if host == "e1":
+                return ["false"]  # an unreachable host
+            return ["tail", "-c", argv[2], str(tmp_path / host / "system.log")]
+
+    tb = Testbed.__new__(Testbed)
+    tb.backend_name = "hosts"
+    nodes: dict[str, Any] = {
+        "e0": SimpleNamespace(system_log=tmp_path / "absent" / "e0.log"),
+        "e1": SimpleNamespace(system_log=tmp_path / "absent" / "e1.log"),
+    }
+    tb.nodes = nodes
+    found = tb._scan_logs(Backend(), faulted=False)  # type: ignore[arg-type]
+    assert [(f.node, f.allowed) for f in found] == [("e0", None), ("e0", None)]
