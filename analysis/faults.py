@@ -17,6 +17,7 @@ from typing import Any
 
 from experiments.faults import parse
 from experiments.faults import window_ns as window_of_events
+from workloads.readback import lost
 
 
 def window_ns(cell: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -101,11 +102,11 @@ def read_back(cell: Mapping[str, Any]) -> dict[str, Any]:
     ``repaired`` (a replica lacked them, ALL returned them) writes, ``lost_expected``;
     None each where the cell was not read back."""
     found = cell.get("readback") or {}
-    if not found or "error" in found:
+    if lost(found) is None:
         return dict.fromkeys(("acknowledged", "lost", "repaired", "lost_expected"))
     return {
         "acknowledged": found["acknowledged"],
-        "lost": found["lost"],
+        "lost": lost(found),
         "repaired": len(found.get("repaired_keys") or []),
         "lost_expected": bool(found.get("expected")),
     }

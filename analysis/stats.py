@@ -16,6 +16,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
+from workloads.readback import lost
+
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 999
 
@@ -163,10 +165,11 @@ def acknowledged_lost(cells: Sequence[Mapping[str, Any]]) -> tuple[int | None, i
     """The cells' acknowledged writes and those read back from no replica (their
     ``readback``), pooled; (None, None) unless every cell was read back (cells of a
     store from before read-backs, or whose read-back failed, are not counted as zero)."""
-    found: list[Mapping[str, Any]] = [c.get("readback") or {} for c in cells]
-    if not found or any(not f or "error" in f for f in found):
+    found = [c.get("readback") for c in cells]
+    counted = [lost(f) for f in found]
+    if not found or None in counted:
         return None, None
-    return sum(int(f["acknowledged"]) for f in found), sum(int(f["lost"]) for f in found)
+    return sum(int(f["acknowledged"]) for f in found if f), sum(n for n in counted if n)
 
 
 def grid_point(c: Mapping[str, Any]) -> tuple:

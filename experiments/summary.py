@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from workloads.readback import lost
+
 from . import estimate
 from .config import SweepConfig
 from .figures import REFRESH_EVERY_S
@@ -92,10 +94,10 @@ def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
 def lost_said(cell: dict) -> str:
     """A cell's acknowledged writes lost as its table shows them: "-" (not read back),
     the count, "*" where losses were expected (a node killed at RF 1)."""
-    found = cell.get("readback")
-    if not found or "error" in found:
+    n = lost(cell.get("readback"))
+    if n is None:
         return "-"
-    return f"{found['lost']}" + ("*" if found.get("expected") else "")
+    return f"{n}" + ("*" if cell["readback"].get("expected") else "")
 
 
 def losses(cells: Sequence[dict]) -> list[str]:
@@ -103,8 +105,8 @@ def losses(cells: Sequence[dict]) -> list[str]:
     (and, quietly, where the read-back could not be made)."""
     read = [c for c in cells if c.get("readback")]
     failed = [c["cell_id"] for c in read if "error" in c["readback"]]
-    lost = [c for c in read if "error" not in c["readback"] and c["readback"]["lost"]]
-    loud = [c for c in lost if not c["readback"].get("expected")]
+    lossy = [c for c in read if lost(c["readback"])]
+    loud = [c for c in lossy if not c["readback"].get("expected")]
     out = []
     if loud:
         out.append(
@@ -112,7 +114,7 @@ def losses(cells: Sequence[dict]) -> list[str]:
             f"{len(loud)} cell(s) are on no replica: "
             + ", ".join(f"{c['cell_id']} ({c['readback']['lost']})" for c in loud)
         )
-    if len(lost) > len(loud):
+    if len(lossy) > len(loud):
         out.append("* lost where expected: a node killed or restarted at RF 1")
     if failed:
         out.append(f"read-back failed in {len(failed)} cell(s): {', '.join(failed)}")

@@ -89,7 +89,8 @@ def summary(
 
 def lost(readback: Mapping[str, Any] | None) -> int | None:
     """Acknowledged writes no replica returned (None: not read back, or the read-back
-    failed)."""
+    failed): the one test of whether a stored cell was read back, for every table and
+    figure that shows it."""
     if not readback or "error" in readback:
         return None
     return int(readback["lost"])
