@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 NODE_LOCAL = 11  # Cassandra's ConsistencyLevel.NODE_LOCAL (4.0+); the driver has no name for it
+ALL = 5  # ConsistencyLevel.ALL
 BATCH = 100  # keys per IN read of one replica
 IN_FLIGHT = 8  # reads outstanding per replica
 ALL_BATCH = 10  # keys per read at ALL (each a read repair when replicas differ)
@@ -113,12 +114,8 @@ class ReadBack:
         self.cluster, self.session, self.writer = cluster, session, writer
         self.keyspace, self.settle_s = keyspace, settle_s
         columns = "firstname, surname, year, category, writetime(firstname)"
-        self.local = session.prepare(f"SELECT id, {columns} FROM {keyspace}.{table} WHERE id IN ?")
-        self.local.consistency_level = NODE_LOCAL
-        self.at_all = session.prepare(f"SELECT id, {columns} FROM {keyspace}.{table} WHERE id IN ?")
-        from cassandra import ConsistencyLevel
-
-        self.at_all.consistency_level = ConsistencyLevel.ALL
+        # one statement, prepared once: each read binds it at its own level
+        self.select = session.prepare(f"SELECT id, {columns} FROM {keyspace}.{table} WHERE id IN ?")
 
     def run(self, acknowledged: Sequence[Sequence[Any]]) -> dict[str, Any]:
         """``acknowledged``: (seq, key, t_start_ns) of each acknowledged write."""
@@ -184,7 +181,9 @@ class ReadBack:
         while queue or pending:
             while queue and len(pending) < window:
                 h, keys = queue.pop(0)
-                future = self.session.execute_async(self.local, (keys,), timeout=timeout, host=h)
+                future = self.session.execute_async(
+                    self._bound(keys, NODE_LOCAL), timeout=timeout, host=h
+                )
                 pending.append((h, keys, future))
             h, keys, future = pending.pop(0)
             seen[h].update(self._judge(future, keys, want))
@@ -196,7 +195,7 @@ class ReadBack:
             batch = keys[i : i + ALL_BATCH]
             for attempt in range(ALL_ATTEMPTS):
                 future = self.session.execute_async(
-                    self.at_all, (batch,), timeout=self.writer.timeout_s
+                    self._bound(batch, ALL), timeout=self.writer.timeout_s
                 )
                 judged = self._judge(future, batch, want)
                 if "unreadable" not in judged.values() or attempt == ALL_ATTEMPTS - 1:
@@ -204,6 +203,11 @@ class ReadBack:
                 time.sleep(1)
             found.update(judged)
         return found
+
+    def _bound(self, keys: list, level: int) -> Any:
+        bound = self.select.bind((keys,))
+        bound.consistency_level = level
+        return bound
 
     def _judge(self, future: Any, keys: list, want: Mapping) -> dict[Any, str]:
         try:
