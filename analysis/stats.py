@@ -14,12 +14,25 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from workloads.readback import lost
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 999
+
+
+class _LazyStats:
+    """scipy.stats, imported at first use: importing it takes ~0.9 s, which every command
+    that imports this module (the sweep's and the plots' among them) would pay at start,
+    `--help` and refused input included."""
+
+    def __getattr__(self, name: str) -> Any:
+        from scipy import stats as module
+
+        return getattr(module, name)
+
+
+stats = _LazyStats()
 
 
 def t95(dof: int) -> float:
