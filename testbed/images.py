@@ -54,6 +54,17 @@ SUITE = "bookworm"
 DEFINITION = Path(__file__).resolve().parent.parent / "vm-images" / "node"
 GUEST_VENV = "/opt/edgetb/venv"
 GUEST_PYTHON = f"{GUEST_VENV}/bin/python"
+# systemd units masked in the image (see _configure)
+MASKED_UNITS = (
+    "e2scrub_reap.service",
+    "e2scrub_all.timer",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "man-db.timer",
+    "fstrim.timer",
+    "dpkg-db-backup.timer",
+    "logrotate.timer",
+)
 GUEST_SRC = "/opt/edgetb/src"
 GUEST_JAVA = "/usr/lib/jvm/java-17-openjdk-amd64/bin/java"
 # The guests run the endpoint workload (cassandra-driver) and tcconfig: the host's pins.
@@ -344,6 +355,10 @@ def _build(
             ],
         )
         shutil.rmtree(rootfs / "tmp" / "wheels")
+        # What the libvirt backend's provisioning no longer checks in each TCG guest
+        # (seconds of emulated Python each): tcconfig answers and the driver imports.
+        _chroot(rootfs, [f"{GUEST_VENV}/bin/tcset", "--version"])
+        _chroot(rootfs, [GUEST_PYTHON, "-c", "import cassandra, yaml"])
         (rootfs / "etc/resolv.conf").write_text("")
         progress(f"  Cassandra {dist.version} at {dist.root}")
         shutil.copytree(
@@ -419,6 +434,12 @@ def _configure(rootfs: Path) -> None:
     link = wants / "edgetb-firstboot.service"
     if not link.exists():
         link.symlink_to("/etc/systemd/system/edgetb-firstboot.service")
+    # Jobs a measurement VM must not run on its own: e2scrub_reap at every boot (17 s of
+    # a TCG boot's CPU), and timers that would wake inside a cell (apt's among them).
+    for unit in MASKED_UNITS:
+        mask = unit_dir / unit
+        mask.unlink(missing_ok=True)
+        mask.symlink_to("/dev/null")
     (rootfs / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
     shutil.copy(d / "sshd_config.conf", rootfs / "etc/ssh/sshd_config.d/edgetb.conf")
     (rootfs / "etc/fstab").write_text("LABEL=edgetb-root / ext4 defaults,noatime 0 1\n")

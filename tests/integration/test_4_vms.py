@@ -124,6 +124,13 @@ def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "e0" and f"{address(run_id)}/24" in proc.stdout
+    # what the image keeps off a measurement VM: boot jobs and timers (masked), host
+    # keys but the one sshd offers
+    units = run_cli("exec", "--run", run_id, "e0", "--", "systemctl", "is-enabled",
+                    *images.MASKED_UNITS)  # fmt: skip
+    assert units.stdout.split() == ["masked"] * len(images.MASKED_UNITS), units.stdout
+    keys = run_cli("exec", "--run", run_id, "e0", "--", "sh", "-c", "ls /etc/ssh/*_key")
+    assert keys.stdout.split() == ["/etc/ssh/ssh_host_ed25519_key"], keys.stdout + keys.stderr
 
 
 def test_ansible_runner_reaches_every_vm(vms, tmp_path):
