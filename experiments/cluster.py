@@ -1,4 +1,4 @@
-"""The Dask side of a sweep on other machines, as ``sweep.execute`` runs it (the engine
+"""The Dask side of a sweep on other machines, as ``api.execute`` runs it (the engine
 beside ``scheduler.Sweep``): with ``--workers``, a scheduler of our own on TLS and a Dask
 worker started on each machine over SSH (``fleet.Fleet.start``); with ``--scheduler``,
 the user's cluster. The units go out through ``remote.Remote``."""

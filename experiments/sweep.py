@@ -16,22 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from testbed import TestbedError, argtypes
 from testbed.command import command, prog
-from testbed.errors import ConfigError
-from testbed.subnets import pool_from
 
-from . import estimate
-from .cluster import DaskRun, probe_scheduler, scheduler_security
+from .api import Prepared, RunOptions, prepare, run_sweep
 from .config import (
     DEFAULTS,
     KNOBS,
@@ -43,29 +36,8 @@ from .config import (
 )
 from .faults import split_list
 from .fields import parse_list, parse_rf
-from .figures import Figures
-from .fleet import load_workers
-from .launch import (
-    CORES,
-    calibrate_from,
-    choose_parallel,
-    cpu_busy,
-    cpu_times,
-    enter_sweep,
-    learn_from,
-    leave_sweep,
-    lock_results,
-    parse_parallel,
-    preflight,
-    sharing_warning,
-    stored_cells,
-)
-from .manifest import static_manifest
-from .plan import Gate, Stopped
-from .progress import Progress
-from .scheduler import Sweep, remove_stale_testbeds
-from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
-from .summary import dry_run, dry_run_plan, summary_table
+from .launch import CORES, choose_parallel, stored_cells
+from .summary import dry_run, dry_run_plan
 
 # -- configuration from flags --------------------------------------------------------------
 
@@ -191,32 +163,17 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     return SweepConfig.from_dict(values)
 
 
-def check_workers(args: argparse.Namespace, config: SweepConfig) -> list | None:
-    """--workers: its inventory's workers (ConfigError naming every problem); --scheduler:
-    no workers of ours ([]); else None (this machine measures)."""
-    if args.worker_timeout is not None and not args.workers:
-        raise ConfigError("--worker-timeout needs --workers")
-    if args.scheduler and args.workers:
-        raise ConfigError("--scheduler and --workers exclude each other")
-    if args.scheduler:
-        if not re.fullmatch(r"(tcp|tls)://[\w.:\[\]-]+:\d{1,5}", args.scheduler):
-            raise ConfigError(f"--scheduler must be tcp://HOST:PORT or tls://HOST:PORT, got "
-                              f"{args.scheduler!r}")  # fmt: skip
-        if config.backend == "hosts":
-            raise ConfigError("--scheduler runs testbeds on each worker: not with --backend hosts")
-        args.security = scheduler_security(args.scheduler, args.insecure_scheduler)
-        if not args.dry_run:  # before a run is opened: nothing in the results when it fails
-            probe_scheduler(args.scheduler, args.security)
-        return []
-    if not args.workers:
-        return None
-    if config.backend == "hosts":
-        raise ConfigError("--workers runs testbeds on each worker: not with --backend hosts")
-    if str(args.parallel).strip().lower() != "auto":
-        raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
-    if args.worker_timeout is not None and not 15 <= args.worker_timeout <= 3600:
-        raise ConfigError(f"--worker-timeout must be 15..3600 s, got {args.worker_timeout:g}")
-    return load_workers(args.workers)
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """How and where this command runs, from its "this command" flags."""
+    return RunOptions(
+        parallel=args.parallel,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        insecure_scheduler=args.insecure_scheduler,
+        worker_timeout=args.worker_timeout,
+        preview=args.preview,
+        new_run=args.new_run,
+    )
 
 
 def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
@@ -230,217 +187,33 @@ def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     try:
         config = config_from_args(args)
-        check_writable_dir(config.out, "--out")
-        if (Path(config.out) / DB_NAME).exists():
-            check_store_file(Path(config.out) / DB_NAME)
-        parallel = parse_parallel(args.parallel, config)
-        pool_from(config.subnet_pool)  # $EDGETB_SUBNET_POOL too: named before a run exists
-        specs = check_workers(args, config)
-        calibrate_from(config)
-        preview = config.preview() if args.preview else None
-        if preview is not None:
-            check_writable_dir(preview.out, "--out")
-            if (Path(preview.out) / DB_NAME).exists():
-                check_store_file(Path(preview.out) / DB_NAME)
+        options = options_from_args(args)
         if args.dry_run:
-            machines = worker_parallel(config, specs) if specs else None
-            plans = {}
-            for label, c in (("preview", preview), ("sweep", config)):
-                if c is not None:
-                    p, why = choose_parallel(c, c.cells(), parallel)
-                    done = frozenset() if args.new_run else stored_cells(c)
-                    plans[label] = dry_run_plan(c, p, why, CORES, machines, done)
-                    if not args.json:
-                        print(dry_run(c, plans[label], args.verbose))
-            if args.json:
-                print(json.dumps(plans, indent=1))
-            return 0
-        if specs is None:
-            preflight(config)
+            return _dry_run(args, prepare(config, options, dry_run=True))
+        result = run_sweep(config, options, argv=argv)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        owner = lock_results(Path(config.out))  # before the preview: OUT may be in use
-    except TestbedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    entry, others = enter_sweep() if specs is None else (None, [])  # measures here
-    if (warning := sharing_warning(others)) is not None:
-        say(warning)
-    try:
-        return _run(args, argv, config, parallel, specs, preview, owner)
-    except KeyboardInterrupt:  # between runs (the preview's figures): nothing to tear down
-        say("interrupted")
-        return 130
-    finally:
-        leave_sweep(entry)
-        owner.release()
+    return result.exit_code
 
 
-def _run(args, argv, config, parallel, specs, preview, owner) -> int:
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    if preview is not None:
-        say(
-            f"preview first: {len(preview.cells())} cells of {preview.writes} writes "
-            f"into {preview.out}"
-        )
-        code = execute(args, argv, preview, parallel, specs, new_run=False)
-        if code != 0:
-            return code
-        plots = subprocess.run(
-            [sys.executable, "-m", "analysis.plots", preview.out], capture_output=True, text=True
-        )
-        if plots.returncode == 0:
-            where = Path(preview.out)
-            say(f"preview figures: {where / 'analysis'}, {where / 'report.html'}")
-        else:
-            say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
-        calibrate_from(config)
-    return execute(args, argv, config, parallel, specs, new_run=args.new_run, owner=owner)
-
-
-def execute(args, argv, config: SweepConfig, parallel, specs, *, new_run: bool, owner=None) -> int:
-    """Measure ``config``'s grid into its results directory (resuming its run); ``owner``:
-    the directory's lock, when the caller holds it already."""
-    if owner is None:
-        try:
-            owner = lock_results(Path(config.out))
-        except TestbedError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    store = Store(config.out)
-    try:
-        opened = _open_run(store, config, argv, new_run)
-        return 0 if opened is None else _measure(args, config, store, *opened, parallel, specs)
-    finally:
-        store.close()
-        owner.release()
-
-
-def _open_run(store: Store, config: SweepConfig, argv, new_run: bool) -> tuple[str, bool] | None:
-    """The run to measure into and whether it is resumed: the configuration's unfinished
-    one, else a new one; None (its summary printed) when it is complete and ``new_run``
-    is not set."""
-    fingerprint = config.fingerprint()
-    latest = store.latest_run(fingerprint)
-    if latest is not None and latest.status == "complete" and not new_run:
-        print(
-            f"run {latest.run_id} of this configuration is already complete in "
-            f"{config.out} ({len(config.cells())} cells); --new-run measures it again"
-        )
-        print(summary_table(store, latest.run_id))
-        return None
-    if latest is not None and latest.status != "complete" and not new_run:
-        store.set_status(latest.run_id, "running")
-        return latest.run_id, True
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + fingerprint[:6]
-    store.begin_run(
-        run_id, fingerprint, config.name, config.to_dict(), static_manifest(config, argv)
-    )
-    return run_id, False
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _measure(
-    args, config: SweepConfig, store: Store, run_id: str, resumed: bool, parallel, specs
-) -> int:
-    """The cells of ``run_id`` not stored yet, on this machine's testbeds or on Dask
-    workers (``specs``); the run's status set however it ends; the exit code."""
-    cells = config.cells()
-    done = store.done_cells(run_id)
-    todo = [c for c in cells if c.cell_id not in done]
-    progress = Progress(len(cells), len(done), lambda scale: engine.remaining_s(scale))
-    remote = specs is not None
-    if remote:
-        engine: Any = DaskRun(
-            config, store, run_id, progress, specs, args.scheduler, args.worker_timeout
-        )
-        engine.security = getattr(args, "security", None)
-        hold, intro, p = nullcontext, engine.intro, 0
-    else:
-        engine, hold, intro, p = _local_engine(config, store, run_id, progress, parallel, todo)
-    _say(
-        f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
-        f"{len(todo)} to measure {intro}; results in {Path(config.out).resolve()}"
-        + (" (resumed)" if resumed else "")
-    )
-    figures = Figures(config, run_id, done, progress.note, hold=hold)
-    engine.on_cell = figures.cell_stored
-    t0, cpu0 = time.monotonic(), cpu_times()
-    # "failed" unless the loop finishes: an unexpected exception must not leave the run
-    # marked complete, or rerunning would not resume it.
-    status, code, problem = "failed", 0, ""
-    try:
-        if not remote:
-            remove_stale_testbeds(store, _say)
-        if todo:
-            engine.run(todo)
-        figures.finish()
-        status = "complete"
-    except (KeyboardInterrupt, Stopped):
-        status, code = "interrupted", 130
-        problem = f"interrupted: every {'worker' if remote else 'testbed'}'s testbeds are down. "
-    except TestbedError as exc:
-        status, code, problem = "failed", 1, f"error: {exc}\n"
-    finally:
-        figures.close()
-        progress.close()
-        if remote:
-            engine.close()
-        try:
-            store.set_status(run_id, status)
-        except StoreFullError as full:
-            status, code, problem = "failed", 1, f"error: {full}\n"
-        if not remote:  # what this machine's testbeds took, for the next dry run
-            learn_from(config, store, run_id)
-    if problem:
-        _say(
-            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
-            f"rerun the same command to resume."
-        )
-    if code == 0:
-        _report(config, store, run_id, todo, time.monotonic() - t0, cpu0, p, engine, remote)
-    return code
-
-
-def _report(config, store, run_id, todo, wall: float, cpu0, p: int, engine, remote: bool) -> None:
-    """What a finished run measured, how long it took, where its results are."""
-    busy = cpu_busy(cpu0, cpu_times())
-    store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
-    print(summary_table(store, run_id))
-    print(
-        engine.report(todo, wall) if remote else _local_report(store, run_id, todo, wall, p, busy)
-    )
-    print(f"results: {store.path.resolve()} (run {run_id})")
-    print(f"export:  python -m experiments.export {config.out} --format csv")
-
-
-def _local_engine(config: SweepConfig, store: Store, run_id: str, progress, parallel, todo):
-    """The engine of this machine's testbeds, how figures wait their turn, its intro, P."""
-    p, why = choose_parallel(config, todo, parallel)
-    sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
-    hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
-    eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
-    intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}); estimated {eta}"
-    store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
-    return sweep, hold, intro, p
-
-
-def _local_report(store: Store, run_id: str, todo, wall: float, p: int, busy) -> str:
-    total_rtt = store.total_rtt_ns(run_id) / 1e9
-    return (
-        f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
-        f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
-        f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
-        f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
-    )
+def _dry_run(args: argparse.Namespace, prepared: Prepared) -> int:
+    """The cells and an estimated duration of the sweep (and its preview), nothing run."""
+    config, specs = prepared.config, prepared.specs
+    machines = worker_parallel(config, specs) if specs else None
+    plans = {}
+    for label, c in (("preview", prepared.preview), ("sweep", config)):
+        if c is not None:
+            p, why = choose_parallel(c, c.cells(), prepared.parallel)
+            done = frozenset() if args.new_run else stored_cells(c)
+            plans[label] = dry_run_plan(c, p, why, CORES, machines, done)
+            if not args.json:
+                print(dry_run(c, plans[label], args.verbose))
+    if args.json:
+        print(json.dumps(plans, indent=1))
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 
 from emulation import api as emulation_api
 from emulation import links, shapers
-from experiments import faults, nemesis
+from experiments import RunOptions, SweepConfig, faults, nemesis, run_sweep
 from experiments.store import Store
 from testbed import Testbed, Topology
 
@@ -242,26 +242,31 @@ def _median_rtt(tb: Testbed, src: str, dst: str) -> float:
     return rtts[len(rtts) // 2] / 1000
 
 
-def test_a_sweep_replays_a_trace_in_its_cells_and_reports_the_schedule(tmp_path):
-    """The sweep path: a 2-node cell with a 3-step trace stores its achieved schedule,
-    the links are the cell's own again afterwards, and the report shows the table."""
+def test_a_sweep_replays_a_trace_in_its_cells_and_reports_the_schedule(tmp_path, capsys):
+    """The sweep path, through the Python entry point (``from experiments import
+    run_sweep``, in this process): a 2-node cell with a 3-step trace stores its achieved
+    schedule, the links are the cell's own again afterwards, and the report shows the
+    table."""
     path = tmp_path / "steps.csv"
     path.write_text(
         "t_s,src,dst,delay_ms,jitter_ms,loss_pct,rate_mbit\n"
         "0,e0,*,30,,,\n0,*,e0,30,,,\n1,*,*,5,,,\n2,e1,*,20,2,,\n2,*,e1,20,2,,\n"
     )
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiments.sweep", "--nodes", "2", "--rf", "2",
-         "--latency", "10", "--loss", "0", "--profile", "uniform", "--writes", "150",
-         "--warmup", "10", "--cluster-warmup", "30", "--verify-probes", "0",
-         "--trace", str(path), "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
+    config = SweepConfig.from_dict(
+        {"nodes": [2], "rf": [2], "latency_ms": [10], "loss_pct": [0], "profile": "uniform",
+         "writes": 150, "warmup": 10, "cluster_warmup": 30, "verify_probes": 0,
+         "trace": str(path), "out": str(out)}
     )  # fmt: skip
-    assert proc.returncode == 0, sweep_failure(proc.stderr)
+    result = run_sweep(config, RunOptions(parallel=1))
+    assert result.ok and result.status == "complete", sweep_failure(capsys.readouterr().err)
     with Store(out, read_only=True) as store:
         (run,) = store.runs()
         (cell,) = store.cells(run.run_id)
+    assert result.run_id == run.run_id and result.out == out
+    # a second call is the command rerun: nothing measured, the stored run named
+    again = run_sweep(config)
+    assert (again.status, again.run_id, again.exit_code) == ("already complete", run.run_id, 0)
     log = cell["trace_log"]
     assert cell["trace"] == str(path) and log["applied"] == 3 and log["error"] is None, log
     assert log["max_late_ms"] < 500, log["schedule"]  # in its slot: steps are 1 s apart

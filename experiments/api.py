@@ -1,0 +1,347 @@
+"""The sweep as a Python call: what `python -m experiments.sweep` runs after its flags.
+
+    from experiments import SweepConfig, run_sweep
+
+    config = SweepConfig.from_dict({"nodes": [3], "rf": [1, 3], "latency_ms": [0, 20],
+                                    "loss_pct": [0.5], "writes": 50, "out": "results"})
+    result = run_sweep(config)             # measures, resumes, stores; progress on stderr
+    if result.ok:
+        from analysis.results import frame
+        cells = frame(result.out, result.run_id)   # one row per cell (pandas)
+
+``SweepConfig`` is *what* is measured (every key of a ``--config`` file's ``[sweep]``
+table, checked when it is made); ``RunOptions`` is *how and where* (testbeds at once,
+other machines, a rerun): the two groups of the command line's flags. Bad input raises
+``ConfigError`` (one line) before anything on the system changes; a sweep that starts
+and then fails or is interrupted returns its status and exit code, its stored cells kept
+for a rerun to resume (docs/api.md).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed import TestbedError
+from testbed.errors import ConfigError
+from testbed.subnets import pool_from
+
+from . import estimate
+from .cluster import DaskRun, probe_scheduler, scheduler_security
+from .config import SweepConfig
+from .figures import Figures
+from .fleet import load_workers
+from .launch import (
+    CORES,
+    calibrate_from,
+    choose_parallel,
+    cpu_busy,
+    cpu_times,
+    enter_sweep,
+    learn_from,
+    leave_sweep,
+    lock_results,
+    parse_parallel,
+    preflight,
+    sharing_warning,
+)
+from .manifest import static_manifest
+from .plan import Gate, Stopped
+from .progress import Progress
+from .scheduler import Sweep, remove_stale_testbeds
+from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
+from .summary import summary_table
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How and where a sweep runs (the command line's "this command" flags); not part of
+    the configuration's fingerprint."""
+
+    parallel: int | str = "auto"  # testbeds at once: "auto" or P >= 1
+    workers: str | None = None  # an Ansible inventory of machines to measure on
+    scheduler: str | None = None  # a running Dask scheduler's tls:// (or tcp://) address
+    insecure_scheduler: bool = False  # accept a tcp:// scheduler
+    worker_timeout: float | None = None  # seconds of silence before a worker is dropped
+    preview: bool = False  # a short run of the grid first, into OUT/preview
+    new_run: bool = False  # measure again even if this configuration is stored complete
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """How a sweep ended: ``status`` is the run's ("complete", "interrupted", "failed"),
+    or "already complete" when nothing was measured; ``exit_code`` the command's."""
+
+    out: Path
+    run_id: str | None
+    status: str
+    exit_code: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A sweep checked and ready: its testbeds at once (None: auto), its workers (None:
+    this machine; []: a Dask scheduler's), the scheduler's security, its preview."""
+
+    config: SweepConfig
+    options: RunOptions
+    parallel: int | None
+    specs: list | None
+    security: Any
+    preview: SweepConfig | None
+
+
+def check_workers(options: RunOptions, config: SweepConfig, *, probe: bool = True):
+    """``options.workers``: its inventory's workers (ConfigError naming every problem);
+    ``options.scheduler``: no workers of ours ([]), and the scheduler's security; else
+    None (this machine measures). ``probe``: reach the scheduler now (not in a dry run)."""
+    if options.worker_timeout is not None and not options.workers:
+        raise ConfigError("--worker-timeout needs --workers")
+    if options.scheduler and options.workers:
+        raise ConfigError("--scheduler and --workers exclude each other")
+    if options.scheduler:
+        if not re.fullmatch(r"(tcp|tls)://[\w.:\[\]-]+:\d{1,5}", options.scheduler):
+            raise ConfigError(f"--scheduler must be tcp://HOST:PORT or tls://HOST:PORT, got "
+                              f"{options.scheduler!r}")  # fmt: skip
+        if config.backend == "hosts":
+            raise ConfigError("--scheduler runs testbeds on each worker: not with --backend hosts")
+        security = scheduler_security(options.scheduler, options.insecure_scheduler)
+        if probe:  # before a run is opened: nothing in the results when it fails
+            probe_scheduler(options.scheduler, security)
+        return [], security
+    if not options.workers:
+        return None, None
+    if config.backend == "hosts":
+        raise ConfigError("--workers runs testbeds on each worker: not with --backend hosts")
+    if str(options.parallel).strip().lower() != "auto":
+        raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
+    if options.worker_timeout is not None and not 15 <= options.worker_timeout <= 3600:
+        raise ConfigError(f"--worker-timeout must be 15..3600 s, got {options.worker_timeout:g}")
+    return load_workers(options.workers), None
+
+
+def prepare(config: SweepConfig, options: RunOptions, *, dry_run: bool = False) -> Prepared:
+    """Every check a sweep makes before it changes anything (ConfigError, one line):
+    the results directory and store, --parallel, the subnet pool, the workers or the
+    scheduler, the cost model, the preview's directory, and (unless ``dry_run``) what
+    measuring here needs (root, the shaper's tools)."""
+    _check_out(config.out)
+    parallel = parse_parallel(str(options.parallel), config)
+    pool_from(config.subnet_pool)  # $EDGETB_SUBNET_POOL too: named before a run exists
+    specs, security = check_workers(options, config, probe=not dry_run)
+    calibrate_from(config)
+    preview = config.preview() if options.preview else None
+    if preview is not None:
+        _check_out(preview.out)
+    if specs is None and not dry_run:
+        preflight(config)
+    return Prepared(config, options, parallel, specs, security, preview)
+
+
+def _check_out(out: str) -> None:
+    check_writable_dir(out, "--out")
+    if (Path(out) / DB_NAME).exists():
+        check_store_file(Path(out) / DB_NAME)
+
+
+def run_sweep(
+    config: SweepConfig,
+    options: RunOptions | None = None,
+    *,
+    argv: Sequence[str] = (),
+    say: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Measure ``config``'s grid into ``config.out`` (resuming its unfinished run), on
+    this machine's testbeds, or on ``options``' workers; ``argv``: the command line kept
+    in the run's manifest; ``say``: where progress goes (stderr). ConfigError before
+    anything changes for bad input or a results directory another sweep holds."""
+    options = options or RunOptions()
+    prepared = prepare(config, options)
+    owner = lock_results(Path(config.out))  # before the preview: OUT may be in use
+    entry, others = enter_sweep() if prepared.specs is None else (None, [])  # measures here
+    say = say or _say
+    if (warning := sharing_warning(others)) is not None:
+        say(warning)
+    try:
+        return _run(prepared, list(argv), owner, say)
+    except KeyboardInterrupt:  # between runs (the preview's figures): nothing to tear down
+        say("interrupted")
+        return SweepResult(Path(config.out), None, "interrupted", 130)
+    finally:
+        leave_sweep(entry)
+        owner.release()
+
+
+def _run(prepared: Prepared, argv: list[str], owner, say) -> SweepResult:
+    preview, config = prepared.preview, prepared.config
+    if preview is not None:
+        say(f"preview first: {len(preview.cells())} cells of {preview.writes} writes "
+            f"into {preview.out}")  # fmt: skip
+        result = execute(prepared, preview, argv, new_run=False)
+        if not result.ok:
+            return result
+        plots = subprocess.run(
+            [sys.executable, "-m", "analysis.plots", preview.out], capture_output=True, text=True
+        )
+        if plots.returncode == 0:
+            where = Path(preview.out)
+            say(f"preview figures: {where / 'analysis'}, {where / 'report.html'}")
+        else:
+            say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
+        calibrate_from(config)
+    return execute(prepared, config, argv, new_run=prepared.options.new_run, owner=owner)
+
+
+def execute(
+    prepared: Prepared, config: SweepConfig, argv: list[str], *, new_run: bool, owner=None
+) -> SweepResult:
+    """Measure ``config``'s grid into its results directory (resuming its run); ``owner``:
+    the directory's lock, when the caller holds it already."""
+    out = Path(config.out)
+    if owner is None:
+        owner = lock_results(out)
+    store = Store(config.out)
+    try:
+        opened = _open_run(store, config, argv, new_run)
+        if opened is None:
+            latest = store.latest_run(config.fingerprint())
+            return SweepResult(out, latest.run_id if latest else None, "already complete", 0)
+        run_id, resumed = opened
+        status, code = _measure(prepared, config, store, run_id, resumed)
+        return SweepResult(out, run_id, status, code)
+    finally:
+        store.close()
+        owner.release()
+
+
+def _open_run(store: Store, config: SweepConfig, argv, new_run: bool) -> tuple[str, bool] | None:
+    """The run to measure into and whether it is resumed: the configuration's unfinished
+    one, else a new one; None (its summary printed) when it is complete and ``new_run``
+    is not set."""
+    fingerprint = config.fingerprint()
+    latest = store.latest_run(fingerprint)
+    if latest is not None and latest.status == "complete" and not new_run:
+        print(
+            f"run {latest.run_id} of this configuration is already complete in "
+            f"{config.out} ({len(config.cells())} cells); --new-run measures it again"
+        )
+        print(summary_table(store, latest.run_id))
+        return None
+    if latest is not None and latest.status != "complete" and not new_run:
+        store.set_status(latest.run_id, "running")
+        return latest.run_id, True
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + fingerprint[:6]
+    store.begin_run(
+        run_id, fingerprint, config.name, config.to_dict(), static_manifest(config, argv)
+    )
+    return run_id, False
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _measure(
+    prepared: Prepared, config: SweepConfig, store: Store, run_id: str, resumed: bool
+) -> tuple[str, int]:
+    """The cells of ``run_id`` not stored yet, on this machine's testbeds or on Dask
+    workers; the run's status set however it ends; the status and the exit code."""
+    cells = config.cells()
+    done = store.done_cells(run_id)
+    todo = [c for c in cells if c.cell_id not in done]
+    progress = Progress(len(cells), len(done), lambda scale: engine.remaining_s(scale))
+    opts, remote = prepared.options, prepared.specs is not None
+    if remote:
+        engine: Any = DaskRun(
+            config, store, run_id, progress, prepared.specs, opts.scheduler, opts.worker_timeout
+        )
+        engine.security = prepared.security
+        hold, intro, p = nullcontext, engine.intro, 0
+    else:
+        engine, hold, intro, p = _local_engine(config, store, run_id, progress, prepared, todo)
+    _say(
+        f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
+        f"{len(todo)} to measure {intro}; results in {Path(config.out).resolve()}"
+        + (" (resumed)" if resumed else "")
+    )
+    figures = Figures(config, run_id, done, progress.note, hold=hold)
+    engine.on_cell = figures.cell_stored
+    t0, cpu0 = time.monotonic(), cpu_times()
+    # "failed" unless the loop finishes: an unexpected exception must not leave the run
+    # marked complete, or rerunning would not resume it.
+    status, code, problem = "failed", 0, ""
+    try:
+        if not remote:
+            remove_stale_testbeds(store, _say)
+        if todo:
+            engine.run(todo)
+        figures.finish()
+        status = "complete"
+    except (KeyboardInterrupt, Stopped):
+        status, code = "interrupted", 130
+        problem = f"interrupted: every {'worker' if remote else 'testbed'}'s testbeds are down. "
+    except TestbedError as exc:
+        status, code, problem = "failed", 1, f"error: {exc}\n"
+    finally:
+        figures.close()
+        progress.close()
+        if remote:
+            engine.close()
+        try:
+            store.set_status(run_id, status)
+        except StoreFullError as full:
+            status, code, problem = "failed", 1, f"error: {full}\n"
+        if not remote:  # what this machine's testbeds took, for the next dry run
+            learn_from(config, store, run_id)
+    if problem:
+        _say(
+            f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
+            f"rerun the same command to resume."
+        )
+    if code == 0:
+        _report(config, store, run_id, todo, time.monotonic() - t0, cpu0, p, engine, remote)
+    return status, code
+
+
+def _report(config, store, run_id, todo, wall: float, cpu0, p: int, engine, remote: bool) -> None:
+    """What a finished run measured, how long it took, where its results are."""
+    busy = cpu_busy(cpu0, cpu_times())
+    store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
+    print(summary_table(store, run_id))
+    print(
+        engine.report(todo, wall) if remote else _local_report(store, run_id, todo, wall, p, busy)
+    )
+    print(f"results: {store.path.resolve()} (run {run_id})")
+    print(f"export:  python -m experiments.export {config.out} --format csv")
+
+
+def _local_engine(config: SweepConfig, store: Store, run_id: str, progress, prepared, todo):
+    """The engine of this machine's testbeds, how figures wait their turn, its intro, P."""
+    p, why = choose_parallel(config, todo, prepared.parallel)
+    sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
+    hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
+    eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
+    intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}); estimated {eta}"
+    store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
+    return sweep, hold, intro, p
+
+
+def _local_report(store: Store, run_id: str, todo, wall: float, p: int, busy) -> str:
+    total_rtt = store.total_rtt_ns(run_id) / 1e9
+    return (
+        f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
+        f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
+        f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
+        f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
+    )
