@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -164,16 +165,9 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
-    """How and where this command runs, from its "this command" flags."""
-    return RunOptions(
-        parallel=args.parallel,
-        workers=args.workers,
-        scheduler=args.scheduler,
-        insecure_scheduler=args.insecure_scheduler,
-        worker_timeout=args.worker_timeout,
-        preview=args.preview,
-        new_run=args.new_run,
-    )
+    """How and where this command runs, from its "this command" flags (each option is
+    the flag of its name: --worker-timeout is worker_timeout)."""
+    return RunOptions(**{f.name: getattr(args, f.name) for f in fields(RunOptions)})
 
 
 def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
