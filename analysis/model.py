@@ -84,7 +84,12 @@ def _predict_main(argv: list[str]) -> int:
         default=DEFAULT_BASELINE_MS,
         help=f"service time of a write at 0 ms (default {DEFAULT_BASELINE_MS:g})",
     )
-    p.add_argument("--out", default=".", help="where the plot goes (default .)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="draw the what-if plot into DIR/model_predict.{png,svg,pdf} (default: the "
+        "table only; nothing is written)",
+    )
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     args = p.parse_args(argv)
     sites = format_sites(args.sites) if args.sites else None
@@ -106,8 +111,9 @@ def _predict_main(argv: list[str]) -> int:
         raise ConfigError("--profile file needs --links FILE")
     if args.links and args.profile != "file":  # the sweep's rule: never silently ignored
         raise ConfigError(f"--links is only used with --profile file, not {args.profile}")
-    out = Path(args.out)
-    check_writable_dir(out, "--out")
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_writable_dir(out, "--out")
     nodes = _checked("--nodes", parse_list("--nodes", args.nodes, int), 1, MAX_EDGE_NODES)
     rfs = (
         _checked("--rf", parse_list("--rf", args.rf, int), 1, MAX_EDGE_NODES)
@@ -144,6 +150,9 @@ def _predict_main(argv: list[str]) -> int:
         print(json.dumps({"cells": rows}, indent=1))
         return 0
     print(format_what_if(rows, args.baseline_ms))
+    if out is None:
+        print("(--out DIR draws this table as a plot)")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     paths = plot_what_if(rows, out / "model_predict")
     print(f"plot: {', '.join(str(x) for x in paths)}")

@@ -286,7 +286,7 @@ def test_bad_scenarios_are_one_line_errors():
         scenario(3, 2, 10, write_timeout_ms=20_000)
 
 
-def test_predict_cli_json_and_bad_input(capsys, tmp_path):
+def test_predict_cli_json_and_bad_input(capsys, tmp_path, monkeypatch):
     args = ["predict", "--nodes", "5", "--rf", "1..5", "--latency", "0..100..50"]
     assert model_cli.main([*args, "--loss", "7.5", "--json"]) == 0
     cells = json.loads(capsys.readouterr().out)["cells"]
@@ -301,6 +301,13 @@ def test_predict_cli_json_and_bad_input(capsys, tmp_path):
     } <= set(cells[0])
     assert model_cli.main([*args, "--out", str(tmp_path)]) == 0
     assert (tmp_path / "model_predict.png").is_file()
+    # without --out: the table, and nothing written where the command ran
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    capsys.readouterr()
+    assert model_cli.main(args) == 0
+    assert list(empty.iterdir()) == [] and "--out DIR" in capsys.readouterr().out
     # a level RF 1 cannot serve: that RF is left out, not the whole grid
     capsys.readouterr()
     two = ["predict", "--rf", "1..3", "--cl", "TWO", "--latency", "50", "--json"]
