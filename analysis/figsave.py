@@ -4,12 +4,14 @@ drawn, so that commands that draw nothing do not load matplotlib."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 import numpy as np
 
+from testbed.errors import ConfigError
 from testbed.files import replacing
 
 matplotlib.use("Agg")
@@ -17,10 +19,45 @@ matplotlib.use("Agg")
 # publishers ask for), not outlines.
 matplotlib.rcParams.update({"svg.fonttype": "none", "pdf.fonttype": 42})
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.text  # noqa: E402
 import matplotlib.ticker  # noqa: E402, F401  (matplotlib.ticker for the figures)
 
 FORMATS = ("png", "svg", "pdf")  # the page's, the web's, a paper's
 PNG_DPI = 110
+# the size of a one-panel figure (inches); panels of a grid are sized from it
+DEFAULT_SIZE = (6.4, 4.2)
+# rcParams of each --style: "screen" is matplotlib's own; "paper" suits a journal
+# column (3.4 in wide): serif text of 8 pt, thinner lines and markers
+STYLES: dict[str, dict[str, Any]] = {
+    "screen": {},
+    "paper": {
+        "font.family": "serif",
+        "font.size": 8,
+        "axes.titlesize": 8,
+        "axes.labelsize": 8,
+        "legend.fontsize": 7,
+        "xtick.labelsize": 7,
+        "ytick.labelsize": 7,
+        "lines.linewidth": 1.0,
+        "lines.markersize": 3,
+        "axes.linewidth": 0.6,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Look:
+    """How figures are saved: ``size`` (inches) of a one-panel figure (None: each
+    figure's own; a grid of panels is scaled by as much), PNG ``dpi``, the ``formats``
+    written, the ``style``'s rcParams (set before any figure is drawn)."""
+
+    size: tuple[float, float] | None = None
+    dpi: int = PNG_DPI
+    formats: tuple[str, ...] = FORMATS
+    style: str = "screen"
+
+
+_look = Look()
 # One style per series (an RF, a loss level): the Okabe-Ito colours, which stay apart
 # for colour-blind readers, each with a marker and a dash pattern of its own, so that
 # the lines also stay apart in greyscale and where they overlap.
@@ -32,8 +69,8 @@ DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)),
 MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
 __all__ = [
-    "FORMATS", "MODEL_STYLE", "label_overlaps", "log_ticks", "matplotlib", "plt",
-    "save_figure", "series_style",
+    "FORMATS", "MODEL_STYLE", "STYLES", "Look", "add_look_flags", "label_overlaps", "log_ticks",
+    "look_from", "matplotlib", "plt", "save_figure", "series_style", "set_look",
 ]  # fmt: skip
 
 
@@ -43,13 +80,81 @@ def series_style(i: int) -> dict[str, Any]:
     return {"color": COLOURS[k], "marker": MARKERS[k], "ls": DASHES[k], "ms": 4, "lw": 1.4}
 
 
+def add_look_flags(parser: Any) -> None:
+    """--size, --dpi, --formats and --style (``look_from`` reads them)."""
+    w, h = DEFAULT_SIZE
+    parser.add_argument(
+        "--size",
+        metavar="W,H",
+        help=f"a one-panel figure's size in inches; grids of panels scale by as much "
+        f"(default {w:g},{h:g}; a journal column: 3.4,2.4)",
+    )
+    parser.add_argument(
+        "--dpi", type=int, default=PNG_DPI, help=f"PNG dots per inch (default {PNG_DPI})"
+    )
+    parser.add_argument(
+        "--formats",
+        default=",".join(FORMATS),
+        help=f"files written per figure, some of {','.join(FORMATS)} (default all)",
+    )
+    parser.add_argument(
+        "--style",
+        default="screen",
+        choices=sorted(STYLES),
+        help="screen (default) or paper: serif 8-pt text, thinner lines",
+    )
+
+
+def look_from(args: Any) -> Look:
+    """The Look of ``add_look_flags``' flags; ConfigError (one line) for a bad value."""
+    size = None
+    if args.size is not None:
+        parts = args.size.replace("x", ",").split(",")
+        try:
+            size = (float(parts[0]), float(parts[1])) if len(parts) == 2 else None
+        except ValueError:
+            size = None
+        if size is None or not all(1 <= x <= 30 for x in size):
+            raise ConfigError(f"--size must be W,H in inches, each 1..30, got {args.size!r}")
+    if not 50 <= args.dpi <= 1200:
+        raise ConfigError(f"--dpi must be 50..1200, got {args.dpi}")
+    formats = tuple(dict.fromkeys(x.strip().lower() for x in args.formats.split(",") if x.strip()))
+    if not formats or set(formats) - set(FORMATS):
+        raise ConfigError(f"--formats must name some of {','.join(FORMATS)}, got {args.formats!r}")
+    if "png" not in formats and not getattr(args, "no_report", True):
+        raise ConfigError("the report shows the PNGs: keep png in --formats, or add --no-report")
+    return Look(size=size, dpi=args.dpi, formats=formats, style=args.style)
+
+
+def set_look(look: Look) -> None:
+    """Save every later figure with ``look``, and draw it in its style: at its size
+    exactly when one is asked (constrained layout), else in its drawing's tight box."""
+    global _look
+    rc: Any = matplotlib.rcParams  # (typed with a Literal of every key)
+    defaults: Any = matplotlib.rcParamsDefault
+    styled = {key for style in STYLES.values() for key in style}  # back to matplotlib's own
+    rc.update({key: defaults[key] for key in styled})
+    rc.update(STYLES[look.style])
+    _look = look
+
+
 def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
-    """``fig`` as OUT/NAME.png and OUT/NAME.svg, then closed; the paths written."""
+    """``fig`` as OUT/NAME in each format of the look (PNG, SVG and PDF by default),
+    then closed; the paths written."""
+    box: str | None = "tight"  # the drawing's own box, whitespace trimmed
+    if _look.size is not None:  # the asked size exactly (a journal's column), laid out
+        w, h = fig.get_size_inches()  # in it; a grid's panels scaled as a one-panel figure
+        sx, sy = (_look.size[k] / DEFAULT_SIZE[k] for k in (0, 1))
+        fig.set_size_inches(w * sx, h * sy)
+        for text in fig.findobj(matplotlib.text.Annotation):  # captions under an axis
+            text.set_wrap(True)  # wrap at the figure's edge, not run past it
+        fig.set_layout_engine("constrained")
+        box = None
     paths = []
-    for fmt in FORMATS:
+    for fmt in _look.formats:
         path = out / f"{name}.{fmt}"
         with replacing(path, "wb") as f:  # never through a name planted in OUT
-            fig.savefig(f, format=fmt, dpi=PNG_DPI if fmt == "png" else None, bbox_inches="tight")
+            fig.savefig(f, format=fmt, dpi=_look.dpi if fmt == "png" else None, bbox_inches=box)
         paths.append(path)
     plt.close(fig)
     return paths

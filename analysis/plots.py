@@ -33,7 +33,18 @@ from testbed.files import replacing, write_file
 from . import paper as paper_mod
 from . import phi as phi_mod
 from . import prediction
-from .figsave import FORMATS, MODEL_STYLE, log_ticks, matplotlib, plt, save_figure, series_style
+from .figsave import (
+    FORMATS,
+    MODEL_STYLE,
+    add_look_flags,
+    log_ticks,
+    look_from,
+    matplotlib,
+    plt,
+    save_figure,
+    series_style,
+    set_look,
+)
 from .results import Results, command_parser, open_results
 from .stats import ci_label, high_rf_average, mean_rtt, points, pooled, predicted_means
 
@@ -515,7 +526,9 @@ def make_all(results: Results) -> list[dict[str, Any]]:
 @command("python -m analysis.plots")
 def main(argv: list[str] | None = None) -> int:
     p = command_parser("analysis.plots", "Regenerate the figures from stored results.")
+    add_look_flags(p)
     args = p.parse_args(argv)
+    set_look(look_from(args))
     t0 = time.monotonic()
     results = open_results(args)
     print(results.describe())
@@ -525,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     made = make_all(results)
     for fig in made:
-        kinds = "{" + ",".join(FORMATS) + "}"
+        kinds = "{" + ",".join(p.suffix[1:] for p in fig["paths"]) + "}"
         print(f"{fig['paths'][0].with_suffix('.' + kinds)}  ({fig['series']} series)")
     print(f"{len(made)} figures in {time.monotonic() - t0:.1f} s")
     if not args.no_report:
