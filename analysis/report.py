@@ -22,7 +22,7 @@ from pathlib import Path
 from testbed.command import command
 from testbed.files import write_file
 
-from . import claims
+from . import claims, provenance
 from . import paper as paper_mod
 from . import phi as phi_mod
 from .results import Results, command_parser, open_results
@@ -427,12 +427,9 @@ def write_report(results: Results) -> Path:
     parts.append("<h2>Runs used</h2>")
     for run in results.runs:
         described = json.dumps({"config": run["config"], "manifest": run["manifest"]}, indent=1)
-        parts.append(
-            f"<details><summary>run {html.escape(run['run_id'])} "
-            f"({html.escape(run['status'])})</summary><pre>"
-            f"{html.escape(described)}"
-            f"</pre></details>"
-        )
+        summary = f"run {run['run_id']} ({run['status']}): {provenance.line(run['manifest'])}"
+        parts.append(f"<details><summary>{html.escape(summary)}</summary><pre>"
+                     f"{html.escape(described)}</pre></details>")  # fmt: skip
     write_file(out, "\n".join(parts))
     return out
 

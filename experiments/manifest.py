@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from emulation import shapers
@@ -18,6 +20,17 @@ from testbed.cassandra import quiet
 
 from .config import SweepConfig
 
+ROOT = Path(__file__).resolve().parents[1]  # the project's checkout
+# the packages whose versions a run records: the project's and what measures with it
+PACKAGES = (
+    "edge-testbed",
+    "cassandra-driver",
+    "tcconfig",
+    "numpy",
+    "ansible-runner",
+    "distributed",
+)
+
 
 def _version(package: str) -> str | None:
     try:
@@ -26,15 +39,42 @@ def _version(package: str) -> str | None:
         return None
 
 
+def project_commit(root: Path = ROOT) -> str | None:
+    """The project's git commit (``-dirty`` with uncommitted changes), None where the
+    code is not a git checkout or git is missing: which code measured a run."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10)  # fmt: skip
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
+                                capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as /proc/cpuinfo gives it (None where it does not)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
     return {
         "command": ["python", "-m", "experiments.sweep", *argv],
-        "packages": {
-            p: _version(p) for p in ("edge-testbed", "cassandra-driver", "tcconfig", "numpy")
-        },
+        "commit": project_commit(),
+        "packages": {p: _version(p) for p in PACKAGES},
         "python": platform.python_version(),
         "kernel": platform.release(),
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "hostname": platform.node(),
         "clusters": {},
