@@ -11,7 +11,6 @@ RESULTS_DIR/analysis/model.{txt,json}, then refreshes the report. The model itse
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -22,7 +21,7 @@ from experiments.fields import parse_list
 from experiments.store import check_writable_dir
 from model import rtt
 from testbed import argtypes
-from testbed.command import command, prog
+from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES, format_sites
 
@@ -53,7 +52,7 @@ def _checked(name: str, values: tuple, low: float, high: float) -> tuple:
 
 
 def _predict_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=prog("python -m analysis.model") + " predict",
         description="Predict write RTT for a grid, without any results.",
     )

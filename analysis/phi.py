@@ -28,7 +28,6 @@ printed 0.56). ``paper_table`` reproduces the printed values; ``phi`` gives exac
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from fractions import Fraction
@@ -36,7 +35,7 @@ from typing import overload
 
 from experiments.fields import parse_list
 from model.consistency import ack_rules, check_level, required_acks
-from testbed.command import command, prog
+from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError
 
 PAPER_DECIMALS = 2
@@ -175,9 +174,7 @@ MAX_TABLE_NODES = 100  # one row per RF: a larger table is a typo, not a questio
 
 @command("python -m analysis.phi")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog=prog("python -m analysis.phi"), description="Print φ for node counts and RFs."
-    )
+    p = Parser(prog=prog("python -m analysis.phi"), description="Print φ for node counts and RFs.")
     p.add_argument(
         "--nodes",
         nargs="+",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from experiments.store import RunInfo, Store, check_writable_dir
-from testbed.command import prog
+from testbed.command import Parser, prog
 from testbed.errors import ConfigError
 from testbed.files import write_file
 
@@ -145,7 +145,7 @@ def command_parser(
 ) -> argparse.ArgumentParser:
     """The parser every analysis command of a results directory shares: RESULTS,
     ``--run`` and (``report``) ``--no-report``."""
-    p = argparse.ArgumentParser(prog=prog(f"python -m {module}"), description=description)
+    p = Parser(prog=prog(f"python -m {module}"), description=description)
     p.add_argument("results", help="results directory (holds results.sqlite)")
     add_run_option(p)
     if report:

@@ -10,6 +10,7 @@ with the same flags, the same one-line errors and exit codes (2 bad input, 1 fai
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -71,8 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"edgetb {_version()}")
         return 0
     if args[0] not in COMMANDS:
+        close = difflib.get_close_matches(args[0], list(COMMANDS), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         print(
-            f"error: unknown command {args[0]!r} (choose from {', '.join(COMMANDS)}; "
+            f"error: unknown command {args[0]!r} ({hint}choose from {', '.join(COMMANDS)}; "
             f"edgetb --help)",
             file=sys.stderr,
         )

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from testbed import argtypes
-from testbed.command import command, prog
+from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError, RunInUseError, TestbedError
 from testbed.testbed import Testbed
 
@@ -22,7 +22,7 @@ FORCE_HELP = "change the testbed named by --run even while another process uses 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog("python -m emulation"), description="Emulated edge links on a running testbed."
     )
     sub = parser.add_subparsers(dest="command", required=True)

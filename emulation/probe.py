@@ -9,7 +9,6 @@ socket, stops ``wait`` s after the last one, and prints JSON: {"sent": N, "rtt_u
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -17,6 +16,8 @@ import socket
 import struct
 import sys
 import time
+
+from testbed.command import Parser
 
 
 def checksum(data: bytes) -> int:
@@ -108,7 +109,7 @@ def probe(address: str, count: int, interval_s: float, wait_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulation.probe")
+    parser = Parser(prog="python -m emulation.probe")
     parser.add_argument("address")
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--interval", type=float, default=0.005)

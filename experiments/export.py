@@ -9,7 +9,6 @@ limits the export to one run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import itertools
@@ -20,7 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed.command import command, prog
+from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError, TestbedError
 from testbed.files import replacing, write_file
 
@@ -200,7 +199,7 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) 
 
 @command("python -m experiments.export")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=prog("python -m experiments.export"),
         description="Export a results directory, one row per request.",
     )

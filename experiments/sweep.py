@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import TestbedError, argtypes
-from testbed.command import command, prog
+from testbed.command import Parser, command, prog
 
 from .api import Prepared, RunOptions, prepare, run_sweep
 from .config import (
@@ -100,7 +100,7 @@ RUN_FLAGS: dict[str, dict[str, Any]] = {
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=prog("python -m experiments.sweep"),
         description="Measure Cassandra writes over a grid of node counts, replication "
         "factors, latencies and losses. Lists take 0,20,40 or 0..100..10; every setting "

@@ -22,7 +22,6 @@ prints what the controller checks (JSON).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.command import command, leave_terminal, prog
+from testbed.command import Parser, command, leave_terminal, prog
 from testbed.errors import TestbedError
 from testbed.setup_check import check_cassandra
 from testbed.state import OwnerLock
@@ -219,7 +218,7 @@ def clean_root(root: Path) -> int:
 
 @command("python -m experiments.worker")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog("python -m experiments.worker"), description=__doc__)
+    p = Parser(prog=prog("python -m experiments.worker"), description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run a Dask worker for the controller (reads stdin)")
     s.add_argument("--root", required=True, type=Path)

@@ -23,7 +23,7 @@ from .cassandra.config import (
 )
 from .cassandra.quiet import BUILDS, CassandraBuild
 from .cassandra.readiness import Deadlines
-from .command import command, prog
+from .command import Parser, command, prog
 from .errors import CommandError, ConfigError, TestbedError
 from .setup_check import CHECKS, component, run_checks
 from .subnets import DEFAULT_POOL
@@ -56,7 +56,7 @@ RUN_HELP = "run id or testbed name (default: the one detached testbed that is up
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog("python -m testbed"),
         description="Edge testbed: Cassandra edge nodes + an endpoint on one machine.",
     )

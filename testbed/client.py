@@ -18,6 +18,7 @@ import sys
 import time
 
 from . import argtypes
+from .command import Parser
 from .topology import MAX_EDGE_NODES
 
 PROTOCOL_VERSION = 5
@@ -327,7 +328,7 @@ def run_cql(points: list[str], statements: list[str], consistency: str, timeout_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.client")
+    parser = Parser(prog="python -m testbed.client")
     parser.add_argument("--hosts", help="comma-separated contact points")
     parser.add_argument("--timeout", type=argtypes.number(0.1, 86400, "s"), default=30.0)
     parser.add_argument(

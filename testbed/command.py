@@ -15,11 +15,14 @@ the terminal is gone, and a teardown that prints must not die of EIO half-way.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import contextvars
+import difflib
 import errno
 import functools
 import os
+import re
 import signal
 import stat
 import sys
@@ -35,6 +38,44 @@ EXIT_BAD_INPUT, EXIT_FAILED, EXIT_STOPPED = 2, 1, 130
 _PROG: contextvars.ContextVar[str | None] = contextvars.ContextVar("prog", default=None)
 
 Main = TypeVar("Main", bound=Callable[..., int])
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (no usage block; --help has it) with
+    a "did you mean" for a mistyped flag, subcommand or choice, as git's are."""
+
+    def error(self, message: str) -> Any:  # argparse's hook; exits
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}{suggestion(self, message)}"
+                                  f" ({self.prog} --help)\n")  # fmt: skip
+
+
+def _flags_and_commands(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string and subcommand of ``parser`` and of its subcommands' parsers."""
+    found = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found |= {name} | _flags_and_commands(sub)
+    return found
+
+
+def suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """ "; did you mean --latency?" for an argparse ``message`` naming a mistyped flag or
+    an invalid choice close to a known one; "" otherwise."""
+    if message.startswith("unrecognized arguments: "):
+        known = sorted(_flags_and_commands(parser))
+        for token in message.removeprefix("unrecognized arguments: ").split():
+            if token.startswith("-"):
+                close = difflib.get_close_matches(token.split("=")[0], known, n=1, cutoff=0.6)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice.group(2)) or choice.group(2).split(", ")
+        close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.6)
+        return f"; did you mean {close[0]!r}?" if close else ""
+    return ""
 
 
 def prog(default: str) -> str:

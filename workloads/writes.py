@@ -34,7 +34,6 @@ DC-aware policy does: a client uses the nodes of its own site.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.client import LOCAL_DC_ENV, replication
+from testbed.command import Parser
 
 DATA = Path(__file__).resolve().parent / "data" / "nobel_laureates.json"
 ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")
@@ -321,7 +321,7 @@ def serve(writer: Writer, inp, out) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workloads.writes")
+    parser = Parser(prog="python -m workloads.writes")
     parser.add_argument("--hosts", default=os.environ.get("EDGETB_EDGE_ADDRESSES", ""))
     parser.add_argument("--policy", default="round-robin")
     parser.add_argument("--timeout", type=float, default=12.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import argtypes
-from testbed.command import command, prog
+from testbed.command import Parser, command, prog
 from testbed.errors import TestbedError
 from testbed.testbed import Testbed
 from testbed.topology import MAX_EDGE_NODES
@@ -62,7 +62,7 @@ def _progress(phase: str):
 
 @command("python -m workloads.ycsb")
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=prog("python -m workloads.ycsb"), description=__doc__)
+    p = Parser(prog=prog("python -m workloads.ycsb"), description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     inst = sub.add_parser("install", help="fetch YCSB and the driver, build the binding (cached)")
     inst.add_argument("--force", action="store_true")
