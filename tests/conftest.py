@@ -22,6 +22,11 @@ if "EDGETB_HOME" not in os.environ:
     def _remove_home() -> None:
         """The session's state directory goes with it, unless a run is still recorded
         there (a leak: kept so `python -m testbed clean` with this EDGETB_HOME finds it)."""
+        from tests.support.kept_logs import keep_logs
+
+        kept = keep_logs(Path(_HOME), Path.home() / ".edgetb" / "test-logs")
+        if kept is not None:
+            print(f"edgetb: node logs of the session's failed runs kept in {kept}", file=sys.stderr)
         runs = Path(_HOME, "runs")
         if runs.is_dir() and any(runs.iterdir()):
             print(f"edgetb: runs left recorded in {runs}; kept for `clean`", file=sys.stderr)
