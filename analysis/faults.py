@@ -191,7 +191,7 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
     """fault_<cell>.{png,svg,pdf}: each write's RTT against its start, errors as red marks,
     acknowledged writes the read-back found lost (black) or on too few replicas (orange
     rings), the fault's steps as vertical lines."""
-    from .figsave import log_ticks, plt, save_figure
+    from .figsave import log_ticks, plt, pt, save_figure
 
     made = []
     for c in cells:
@@ -221,7 +221,7 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
             if "at_ns" in e:
                 x = (e["at_ns"] - t0) / 1e9
                 ax.axvline(x, color="black", linestyle="--", linewidth=0.8)
-                ax.text(x, ax.get_ylim()[1], f" {e.get('what')}", fontsize=7, va="top")
+                ax.text(x, ax.get_ylim()[1], f" {e.get('what')}", fontsize=pt(7), va="top")
         for step in (c.get("trace_log") or {}).get("schedule") or []:
             x = (step["at_ns"] - t0) / 1e9
             ax.axvline(x, color="tab:purple", linestyle=":", linewidth=0.8)
@@ -235,9 +235,9 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
         ax.set_title(
             f"{what}: {c['nodes']} nodes, RF {c['rf']}, {c['cl']}, "
             f"{c['latency_ms']:g} ms / {c['loss_pct']:g} %",
-            fontsize=9,
+            fontsize=pt(9),
         )
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=pt(7))
         ax.grid(True, alpha=0.3)
         name = f"fault_{c['cell_id']}"  # ids have dots (p0.5): no with_suffix here
         made.append({"name": name, "paths": save_figure(fig, out, name), "series": 2})

@@ -23,7 +23,7 @@ import numpy as np
 from model.consistency import level_rank, required_acks, site_acks
 from testbed.topology import parse_sites, sites_topology
 
-from .figsave import MODEL_STYLE, plt, save_figure, series_style
+from .figsave import MODEL_STYLE, plt, pt, save_figure, series_style
 from .phi import phi, phi_sites
 from .stats import ci_label, predicted_means
 from .stats import points as stats_points
@@ -96,7 +96,7 @@ def figures(
                     ax.plot(mx, [model_means[(*key, lat)] for lat in mx], color=line.get_color(),
                             gid="model", **MODEL_STYLE)  # fmt: skip
             per = " per site" if sites else ""
-            ax.set_title(f"RF {rf}{per}", fontsize=9)
+            ax.set_title(f"RF {rf}{per}", fontsize=pt(9))
             ax.grid(alpha=0.3)
         if any(x.get_gid() == "model" for ax in axes[0] for x in ax.get_lines()):
             axes[0][0].plot([], [], color="0.3", label="model (same colour)", **MODEL_STYLE)
@@ -105,13 +105,13 @@ def figures(
             "one-way latency between sites (ms; 0.25 ms inside a site)"
             if sites
             else "one-way latency between edge nodes (ms)",
-            fontsize=9,
+            fontsize=pt(9),
         )
-        fig.supylabel("mean write RTT (ms)", fontsize=9)
+        fig.supylabel("mean write RTT (ms)", fontsize=pt(9))
         handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8,
+        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=pt(8),
                    title=f"{where}, packet loss {loss:g} %; bands: {ci_label(drawn)}",
-                   title_fontsize=8, frameon=False)  # fmt: skip
+                   title_fontsize=pt(8), frameon=False)  # fmt: skip
         name = f"levels_n{n}" + (f"_s{sites.replace(',', '_')}" if sites else "") + f"_loss{loss:g}"
         made.append(
             {

@@ -161,7 +161,7 @@ def figures(stats_: Mapping[tuple, Mapping[str, Any]], out: Path, path: Path = D
     """paper_<figure>_n<nodes|all>_loss<loss>: each published curve of a panel that was
     measured, dashed, beside the measured one (solid, its 95 % CI as a band), one
     colour per curve."""
-    from .figsave import plt, save_figure
+    from .figsave import plt, pt, save_figure
 
     panels: dict[tuple, list[tuple[Curve, dict[float, dict]]]] = defaultdict(list)
     for curve in curves(path):
@@ -182,11 +182,11 @@ def figures(stats_: Mapping[tuple, Mapping[str, Any]], out: Path, path: Path = D
             ax.plot(px, py, linestyle="--", color=line.get_color(), alpha=0.8,
                     label=f"{curve.label}: paper ({figure})")  # fmt: skip
         where = "every node count" if nodes is None else f"{nodes} nodes"
-        ax.set_title(f"Published vs measured: {where}, packet loss {loss:g} %", fontsize=10)
+        ax.set_title(f"Published vs measured: {where}, packet loss {loss:g} %", fontsize=pt(10))
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=pt(7))
         name = f"paper_{figure}_n{'all' if nodes is None else nodes}_loss{loss:g}"
         made.append({"name": name, "paths": save_figure(fig, out, name), "series": len(drawn)})
     return made

@@ -41,6 +41,7 @@ from .figsave import (
     look_from,
     matplotlib,
     plt,
+    pt,
     save_figure,
     series_style,
     set_look,
@@ -84,19 +85,19 @@ def rtt_vs_latency(
         bands = _draw_rfs(ax, by_rf, "mean", predicted, (n, loss))
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
-        ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=10)
+        ax.set_title(f"{n}-node cluster, packet loss {loss:g} %", fontsize=pt(10))
         ax.annotate(
             f"{label}; bands: {bands}",
             (0, 0),
             xycoords="axes fraction",
             xytext=(0, -30),
             textcoords="offset points",
-            fontsize=7,
+            fontsize=pt(7),
             va="top",
             color="0.35",
         )  # fmt: skip  (under the axis label: clear of every line)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=pt(8))
         name = f"rtt_n{n}_loss{loss:g}"
         # what was drawn, not what was asked for: the measured lines
         series = sum(1 for x in ax.get_lines() if x.get_gid() != "model")
@@ -186,19 +187,19 @@ def rtt_grids(
                     ax.set_axis_off()
                     continue
                 bands = _draw_rfs(ax, groups[(n, loss)], stat, predicted, (n, loss)) or bands
-                ax.set_title(f"{n} nodes, loss {loss:g} %", fontsize=8)
+                ax.set_title(f"{n} nodes, loss {loss:g} %", fontsize=pt(8))
                 ax.grid(alpha=0.3)
                 ax.tick_params(labelsize=7)
-        fig.supxlabel("one-way latency between edge nodes (ms)", fontsize=9)
-        fig.supylabel(ylabel, fontsize=9)
+        fig.supxlabel("one-way latency between edge nodes (ms)", fontsize=pt(9))
+        fig.supylabel(ylabel, fontsize=pt(9))
         legend: dict[str, Any] = {}  # every panel's RFs (--rf 1,k differs per row), once
         for ax in axes.flat:
             legend |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
         labels = sorted(legend, key=lambda lb: (lb.startswith("model"), len(lb), lb))
         handles = [legend[lb] for lb in labels]
         note = f"{_label(results.cells)}" + (f"; bands: {bands}" if bands else "")
-        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=8,
-                   title=note, title_fontsize=7, frameon=False)  # fmt: skip
+        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=pt(8),
+                   title=note, title_fontsize=pt(7), frameon=False)  # fmt: skip
         series = len({lb for lb in labels if not lb.startswith("model")})
         made.append({"name": name, "paths": save_figure(fig, out, name), "series": series})
     return made
@@ -238,12 +239,12 @@ def rtt_cdf(results: Results, out: Path) -> list[dict[str, Any]]:
         ax.set_ylabel("share of writes at or below")
         ax.set_title(
             f"{n}-node cluster, loss {loss:g} %, latency {top[(n, loss)]:g} ms: every write",
-            fontsize=10,
+            fontsize=pt(10),
         )
-        ax.text(0.01, 0.99, "| p95   x p99", transform=ax.transAxes, fontsize=7, va="top",
+        ax.text(0.01, 0.99, "| p95   x p99", transform=ax.transAxes, fontsize=pt(7), va="top",
                 color="0.35")  # fmt: skip
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=pt(8), loc="lower right")
         name = f"rtt_cdf_n{n}_loss{loss:g}"
         series = sum(1 for x in ax.get_lines() if x.get_gid() != "mark")
         made.append(
@@ -276,9 +277,9 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
             )
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
-        ax.set_title(f"{n}-node cluster: average of RF {', '.join(map(str, rfs))}", fontsize=10)
+        ax.set_title(f"{n}-node cluster: average of RF {', '.join(map(str, rfs))}", fontsize=pt(10))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=pt(8))
         name = f"high_rf_n{n}"
         series = len(ax.get_lines())
         made.append(
@@ -340,10 +341,10 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
                 label=f"{n} nodes, loss {loss:g} %")  # fmt: skip
     ax.set_xlabel("φ (ack ratio, round-robin coordinators)")
     ax.set_ylabel("RTT added by loss (ms, mean over latencies)")
-    ax.set_title("φ against the measured loss-induced excess RTT", fontsize=10)
+    ax.set_title("φ against the measured loss-induced excess RTT", fontsize=pt(10))
     ax.grid(alpha=0.3)
     ax.margins(x=0.1, y=0.1)  # room for the labels of the outermost points
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=pt(7))
     _annotate_apart(ax, _label_spots(rows))  # last: the axes' limits are final
     series = len(ax.get_lines())
     return [
@@ -396,7 +397,7 @@ def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
         text = "RF " + ", ".join(str(rf) for rf in sorted(rfs))
         for offset, ha in LABEL_SPOTS:
             ann = ax.annotate(text, (x, y), xytext=offset, textcoords="offset points",
-                              fontsize=7, ha=ha)  # fmt: skip
+                              fontsize=pt(7), ha=ha)  # fmt: skip
             box = ann.get_window_extent(renderer)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0
             if inside and box.y1 <= frame.y1 and not any(box.overlaps(b) for b in placed):
@@ -404,7 +405,7 @@ def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
             ann.remove()
         else:  # every place is taken: the first one, drawn again
             ann = ax.annotate(text, (x, y), xytext=LABEL_SPOTS[0][0],
-                              textcoords="offset points", fontsize=7)  # fmt: skip
+                              textcoords="offset points", fontsize=pt(7))  # fmt: skip
             box = ann.get_window_extent(renderer)
         placed.append(box)
 

@@ -486,7 +486,7 @@ def what_if(
 
 
 def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
-    from .figsave import plt, save_figure, series_style
+    from .figsave import plt, pt, save_figure, series_style
 
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -506,10 +506,10 @@ def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
                 **series_style(rf - 1),
             )
             ax.plot([p[0] for p in pts], [p[2] for p in pts], ls=":", color=line.get_color(), lw=1)
-        ax.set_title(f"{n} nodes, loss {loss:g} % (dotted: p99)", fontsize=10)
+        ax.set_title(f"{n} nodes, loss {loss:g} % (dotted: p99)", fontsize=pt(10))
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=pt(7))
     axes[0][0].set_ylabel("predicted write RTT (ms)")
     return save_figure(fig, path.parent, path.name)
 

@@ -169,7 +169,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     """ycsb_throughput_threads.{png,svg,pdf} (throughput vs threads per workload, level and
     latency) and ycsb_latency_throughput.{png,svg,pdf} (p50 and p99 of each operation vs
     throughput). Returns plots-style entries (name, paths, series)."""
-    from .figsave import plt, save_figure
+    from .figsave import plt, pt, save_figure
 
     made: list[dict[str, Any]] = []
     table = pooled(ycsb_cells)
@@ -194,7 +194,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     ax.set_ylabel("throughput (ops/s)")
     ax.set_title("YCSB throughput against client threads")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=pt(7))
     made.append(_made(save_figure(fig_, out, "ycsb_throughput_threads"), len(series)))
 
     fig_, ax = plt.subplots(figsize=(7, 4.5))
@@ -215,7 +215,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     ax.set_yscale("log")
     ax.set_title("YCSB latency against throughput")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=pt(6), ncol=2)
     made.append(_made(save_figure(fig_, out, "ycsb_latency_throughput"), len(curves)))
     return made
 

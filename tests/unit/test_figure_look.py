@@ -2,6 +2,7 @@
 paper|screen`. Measured on what is written: the PNG's pixels, the files per figure, the
 text's font in the SVG; bad values are one line before anything is drawn."""
 
+import re
 import struct
 import types
 import warnings
@@ -48,8 +49,7 @@ def test_the_paper_style_draws_serif_8_pt_text_and_screen_comes_back(tmp_path):
     figsave.set_look(figsave.Look(style="paper", formats=("svg",)))
     (svg,) = _one_figure(tmp_path, "paper")
     text = svg.read_text()
-    assert "font: 8px" in text.replace("font-size: 8px", "font: 8px") or "8px" in text
-    assert "serif" in text and "DejaVu Sans" not in text
+    assert "font-size: 8px" in text and "serif" in text and "DejaVu Sans" not in text
     figsave.set_look(figsave.Look(formats=("svg",)))
     (svg,) = _one_figure(tmp_path, "screen")
     assert "DejaVu Sans" in svg.read_text() and figsave.matplotlib.rcParams["font.size"] == 10
@@ -85,4 +85,8 @@ def test_the_command_writes_only_the_asked_formats(tmp_path, capsys):
         assert plots.main([str(tmp_path), *flags]) == 0
     written = {p.suffix for p in (tmp_path / "analysis").iterdir() if p.stem.startswith("rtt")}
     assert written == {".svg"}, written
+    # every text in the paper style's scale: the largest (a title) 8 pt, serif
+    svg = (tmp_path / "analysis" / "rtt_n3_loss0.5.svg").read_text()
+    sizes = {float(x) for x in re.findall(r"font-size: ([\d.]+)px", svg)}
+    assert max(sizes) == 8 and min(sizes) >= 5 and "DejaVu Sans" not in svg, sizes
     assert "{svg}" in capsys.readouterr().out
