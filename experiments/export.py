@@ -122,8 +122,16 @@ def _write_all(store, target, fmt, run_id, cells, runs, chunk_rows) -> dict[str,
         written["requests"] = _write(
             target / f"requests.{fmt}", fmt, Store.EXPORT_COLUMNS, rows, chunk_rows
         )
-    cell_rows = ([_cell_value(c, k) for k in CELL_COLUMNS] for c in cells)
-    written["cells"] = _write(target / f"cells.{fmt}", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
+    if fmt == "parquet":  # nested columns as Arrow structs and lists, not JSON text
+        path = target / "cells.parquet"
+        with replacing(path, "wb") as f:
+            import pyarrow.parquet as pq
+
+            pq.write_table(cells_table(cells), f)
+        written["cells"] = path
+    else:
+        cell_rows = ([_cell_value(c, k) for k in CELL_COLUMNS] for c in cells)
+        written["cells"] = _write(target / "cells.csv", fmt, CELL_COLUMNS, cell_rows, chunk_rows)
     ycsb_rows = store.ycsb_ops(run_id)
     if ycsb_rows:
         written["ycsb"] = _write(
@@ -159,12 +167,58 @@ def _cell_value(cell: dict, column: str):
     return value
 
 
+# text "e1,e3" in the store and in CSV, list<string> in Parquet
+LIST_COLUMNS = ("replicas",)
+
+
+def arrow_type(column: str):
+    """A column's Parquet type, from the store's column type (a list for LIST_COLUMNS)."""
+    import pyarrow as pa
+
+    if column in LIST_COLUMNS:
+        return pa.list_(pa.string())
+    return {"text": pa.string(), "integer": pa.int64(), "real": pa.float64()}[COLUMN_TYPES[column]]
+
+
 def arrow_schema(columns: Sequence[str]):
     """The Parquet schema of ``columns``, from the store's column types."""
     import pyarrow as pa
 
-    types = {"text": pa.string(), "integer": pa.int64(), "real": pa.float64()}
-    return pa.schema([(c, types[COLUMN_TYPES[c]]) for c in columns])
+    return pa.schema([(c, arrow_type(c)) for c in columns])
+
+
+def _arrow_value(column: str, value):
+    if column in LIST_COLUMNS and isinstance(value, str):
+        return [x for x in value.split(",") if x]
+    return value
+
+
+def cells_table(cells: Sequence[dict]):
+    """The cells as an Arrow table: plain columns typed as the store's, the JSON ones
+    (shaping, fault and trace logs, read-back) as Arrow structs and lists wherever their
+    values share one shape that Parquet can hold, else as JSON text."""
+    import pyarrow as pa
+
+    data = {}
+    for column in CELL_COLUMNS:
+        values = [c[column] for c in cells]
+        if column == "shaping" or column in JSON_CELL:
+            data[column] = _nested(values)
+        else:
+            data[column] = pa.array([_arrow_value(column, v) for v in values], arrow_type(column))
+    return pa.table(data)
+
+
+def _nested(values: list):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        array = pa.array(values)
+        pq.write_table(pa.table({"v": array}), pa.BufferOutputStream())  # Parquet holds it
+        return array
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
 
 
 def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) -> Path:
@@ -184,7 +238,9 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) 
             with pq.ParquetWriter(f, schema) as writer:
 
                 def flush() -> None:
-                    data = {c: [r[i] for r in batch] for i, c in enumerate(columns)}
+                    data = {
+                        c: [_arrow_value(c, r[i]) for r in batch] for i, c in enumerate(columns)
+                    }
                     writer.write_table(pa.table(data, schema=schema))
                     batch.clear()
 

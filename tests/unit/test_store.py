@@ -231,6 +231,34 @@ def test_parquet_types_come_from_the_schema_not_from_the_first_chunk(store, tmp_
     assert str(cells.schema.field("finished").type) == "double"
 
 
+def test_parquet_holds_lists_and_structs_not_json_text(store, tmp_path):
+    """Issue 43: a request's replicas are a list, a cell's shaping and logs are structs
+    (as the store's JSON has them), readable without parsing text; a JSON column whose
+    values do not share one shape stays JSON text that reads back as the store holds it."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    reqs = requests()
+    reqs[1]["replicas"] = "e0,e2"
+    readback = {"lost": 0, "verdicts": {"ok": 2}}
+    first = cell(fault_log={"events": [{"step": "make", "at_ns": 5}]}, readback=readback)
+    store.commit_cell(first, reqs)
+    other = cell("n3-rf1-l20-p0.5-r1", latency_ms=20.0, started=3.0, finished=4.0,
+                 fault_log={"events": "not a list"})  # fmt: skip
+    store.commit_cell(other, requests("n3-rf1-l20-p0.5-r1"))
+    written = export(tmp_path / "res", "parquet")
+    table = pq.read_table(written["requests"])
+    assert str(table.schema.field("replicas").type) == "list<element: string>"
+    assert table.column("replicas").to_pylist()[:2] == [["e0"], ["e0", "e2"]]
+    cells = pq.read_table(written["cells"]).to_pylist()
+    assert str(pq.read_schema(written["cells"]).field("shaping").type).startswith("struct<")
+    assert cells[0]["shaping"] == {"measured": {"median_rtt_ms": 0.6}}
+    assert cells[0]["readback"] == readback and cells[1]["readback"] is None
+    # two shapes of fault_log: JSON text, as CSV has it
+    assert [json.loads(c["fault_log"]) for c in cells] == [
+        {"events": [{"step": "make", "at_ns": 5}]},
+        {"events": "not a list"},
+    ]
+
+
 def test_export_of_a_store_without_cells_is_a_clear_error(store, tmp_path):
     from testbed.errors import ConfigError
 
