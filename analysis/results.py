@@ -27,6 +27,10 @@ from testbed.files import write_file
 from .stats import per_cell
 
 DEFAULT_SELECTION = "the newest complete run and every complete run of its configuration"
+# a cell's statistics (analysis.stats.cell_stats) under summary.csv's column names
+AS_SUMMARY = {"n": "writes", "mean": "mean_ms", "ci_low": "ci_low_ms", "ci_high": "ci_high_ms",
+              "median": "median_ms", "p95": "p95_ms", "p99": "p99_ms", "std": "std_ms",
+              "lost": "acknowledged_lost"}  # fmt: skip
 
 
 @dataclass
@@ -50,20 +54,17 @@ class Results:
 
     def frame(self) -> Any:
         """The cells as a pandas DataFrame, one row per cell (repetitions apart): its id,
-        run, grid point, level, policy and profile, and its statistics (writes, errors,
-        mean, median, p95, p99, std, 95 % CI of the writes' mean). pandas is an optional
-        extra (``pip install -e '.[pandas]'``)."""
-        try:
-            import pandas as pd
-        except ImportError as exc:
-            raise ConfigError(
-                "a DataFrame needs pandas: pip install -e '.[pandas]' (in the project's venv)"
-            ) from exc
+        run, grid point, level, policy and profile, and its statistics under summary.csv's
+        names (writes, errors, mean_ms, ci_low_ms, ci_high_ms, median_ms, p95_ms, p99_ms,
+        std_ms, acknowledged, acknowledged_lost). pandas is an optional extra
+        (``pip install -e '.[pandas]'``)."""
+        pd = _pandas()
         rows = []
         cells = [*self.cells, *self.levels]
         for c, st in zip(cells, per_cell(cells), strict=True):
+            named = {AS_SUMMARY.get(k, k): v for k, v in st.items()}
             rows.append({"cell_id": c["cell_id"], "cl": c["cl"], "policy": c["policy"],
-                         "profile": c["profile"], "sites": c.get("sites"), **st})  # fmt: skip
+                         "profile": c["profile"], "sites": c.get("sites"), **named})  # fmt: skip
         return pd.DataFrame(rows)
 
     @property
@@ -258,3 +259,28 @@ def load(directory: str | Path, runs: str | Sequence[str] | None = None) -> Resu
 def frame(directory: str | Path, runs: str | Sequence[str] | None = None) -> Any:
     """``load(directory, runs).frame()``: the chosen runs' cells as a pandas DataFrame."""
     return load(directory, runs).frame()
+
+
+def requests_frame(directory: str | Path, runs: str | Sequence[str] | None = None) -> Any:
+    """The chosen runs' requests as a pandas DataFrame, one row per request with its
+    cell's grid point (the export's columns; ``rtt_ms`` for rtt_ns, ``replicas`` a list)."""
+    pd = _pandas()
+    directory = Path(directory)
+    named = [runs] if isinstance(runs, str) else runs
+    with Store(directory, read_only=True) as store:
+        chosen, _ = select_runs(store.runs(), named, directory)
+        rows = list(store.iter_request_rows([r.run_id for r in chosen]))
+    df = pd.DataFrame(rows, columns=list(Store.EXPORT_COLUMNS))
+    df.insert(df.columns.get_loc("rtt_ns"), "rtt_ms", df.pop("rtt_ns") / 1e6)
+    df["replicas"] = [v.split(",") if v else [] for v in df["replicas"]]
+    return df
+
+
+def _pandas() -> Any:
+    try:
+        import pandas as pd
+    except ImportError as exc:
+        raise ConfigError(
+            "a DataFrame needs pandas: pip install -e '.[pandas]' (in the project's venv)"
+        ) from exc
+    return pd

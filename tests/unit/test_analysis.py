@@ -425,5 +425,22 @@ def test_results_as_a_dataframe_one_row_per_cell(synthetic):
     cell = next(c for c in results.cells if c["cell_id"] == "n5-rf4-l50-p7.5-r1")
     row = df.set_index("cell_id").loc["n5-rf4-l50-p7.5-r1"]
     assert (row["nodes"], row["rf"], row["latency_ms"], row["loss_pct"]) == (5, 4, 50.0, 7.5)
-    assert row["mean"] == pytest.approx(float(np.mean(cell["rtt_ms"])))
-    assert row["n"] == len(cell["rtt_ms"]) and row["repetition"] == 1
+    assert row["mean_ms"] == pytest.approx(float(np.mean(cell["rtt_ms"])))
+    assert row["writes"] == len(cell["rtt_ms"]) and row["repetition"] == 1
+    # the statistics under summary.csv's names (that table pools repetitions; these are
+    # the same figures per cell)
+    summary = set(plots.SUMMARY_COLUMNS) - {"repetitions", "ci_over", "rep_sd_ms",
+                                            "predicted_mean_ms"}  # fmt: skip
+    assert summary <= set(df.columns), sorted(summary - set(df.columns))
+
+
+def test_requests_as_a_dataframe_one_row_per_request(synthetic):
+    from analysis.results import requests_frame
+
+    df = requests_frame(synthetic)
+    results = load(synthetic)
+    assert len(df) == sum(len(c["rtt_ms"]) for c in results.cells)
+    one = df[df["cell_id"] == "n5-rf4-l50-p7.5-r1"].sort_values("seq")
+    cell = next(c for c in results.cells if c["cell_id"] == "n5-rf4-l50-p7.5-r1")
+    assert one["rtt_ms"].tolist() == pytest.approx(cell["rtt_ms"].tolist())
+    assert all(isinstance(r, list) for r in df["replicas"])
