@@ -46,20 +46,10 @@ from .figsave import (
     series_style,
     set_look,
 )
+from .figures import is_figure
 from .results import Results, command_parser, open_results
 from .stats import ci_label, high_rf_average, mean_rtt, points, pooled, predicted_means
 
-FIGURE_GLOBS = (
-    "rtt_n*_loss*",
-    "rtt_grid_*",
-    "rtt_cdf_n*",
-    "high_rf_n*",
-    "phi_vs_excess",
-    "ycsb_*",
-    "fault_*",
-    "levels_n*",
-    "paper_*",
-)
 FIGURES_INDEX = "figures.json"  # {"runs": [...], "figures": [...]}: what was drawn from what
 
 
@@ -476,10 +466,9 @@ def make_all(results: Results) -> list[dict[str, Any]]:
     )
     for stale in (*stale_files, "ycsb.txt", "faults.txt", "paper.txt", SUMMARY, "cells.csv"):
         (out / stale).unlink(missing_ok=True)
-    for pattern in FIGURE_GLOBS:
-        for fmt in FORMATS:
-            for old in out.glob(f"{pattern}.{fmt}"):
-                old.unlink()
+    for old in list(out.iterdir()):  # an earlier call's figures, in any format
+        if old.suffix[1:] in FORMATS and is_figure(old.stem) and not old.is_dir():
+            old.unlink()
     made: list[dict[str, Any]] = []
     model = None
     if results.cells:  # the paper's writes

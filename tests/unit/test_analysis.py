@@ -12,6 +12,7 @@ import pytest
 from analysis import compare as compare_mod
 from analysis import phi as phi_mod
 from analysis import plots, report
+from analysis.figures import FIGURES, caption, figure_rank, is_figure
 from analysis.results import load
 from analysis.stats import (
     cell_stats,
@@ -193,6 +194,10 @@ def test_plots_from_a_synthetic_store(synthetic):
         "paper_fig3_n5_loss0.5",
     }
     assert made["rtt_grid_mean"]["series"] == made["rtt_grid_p99"]["series"] == 5
+    # each is a registered kind (analysis.figures): a caption of its own, a place in the
+    # report's order, removed by the next call
+    assert all(is_figure(n) and caption(n) != n and figure_rank(n)[0] < len(FIGURES)
+               for n in made), [n for n in made if not is_figure(n)]  # fmt: skip
     grid = next(p for p in made["rtt_grid_mean"]["paths"] if p.suffix == ".svg").read_text()
     for n, loss in ((3, 0.5), (3, 7.5), (5, 0.5), (5, 7.5)):
         assert f">{n} nodes, loss {loss:g} %<" in grid
@@ -444,3 +449,12 @@ def test_requests_as_a_dataframe_one_row_per_request(synthetic):
     cell = next(c for c in results.cells if c["cell_id"] == "n5-rf4-l50-p7.5-r1")
     assert one["rtt_ms"].tolist() == pytest.approx(cell["rtt_ms"].tolist())
     assert all(isinstance(r, list) for r in df["replicas"])
+
+
+def test_a_new_call_removes_the_last_calls_figures_and_nothing_else(synthetic):
+    out = load(synthetic).output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rtt_n9_loss1.svg").write_text("<svg/>")  # a figure of a grid no longer drawn
+    (out / "my_notes.png").write_bytes(b"mine")  # not the analysis' own
+    plots.make_all(load(synthetic))
+    assert not (out / "rtt_n9_loss1.svg").exists() and (out / "my_notes.png").exists()

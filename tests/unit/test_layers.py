@@ -241,7 +241,7 @@ OVER_THE_LIMITS = {
     "analysis.compare.compare": 78,
     "analysis.levels.figures": 65,
     "analysis.model._predict_main": 105,
-    "analysis.plots": 553,
+    "analysis.plots": 542,
     "analysis.plots.make_all": 62,
     "analysis.prediction": 532,
     "analysis.prediction.compare": 89,
