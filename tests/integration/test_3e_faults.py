@@ -21,6 +21,9 @@ from testbed import Testbed, Topology
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 
 WRITES = 300
+# writes that may fail after a kill -9: the one in flight and one per pooled connection
+# to the dead node the driver may try before its close is seen
+KILL_ERRORS_MAX = 3
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +65,12 @@ def test_rf3_keeps_writing_while_a_node_is_dead(swept):
     assert all(r["error"] is None for r in before), [r for r in before if r["error"]][:3]
     errors = [r for r in after if r["error"] is not None]
     # every key is still written (2 of its 3 replicas live); the errors are the writes
-    # sent to e1 as coordinator before the driver saw it go
-    assert len(errors) <= 0.2 * len(after), (len(errors), len(after))
+    # sent to e1 as coordinator before the driver saw it go. Writes are sequential and a
+    # dead JVM's sockets close at once, so the first write sent to e1 fails on a closed
+    # connection and the driver marks it down: a few at most (seen: 1 of ~200), not the
+    # 20 % this once allowed, whatever the machine's load (an event, not a time)
+    assert len(errors) <= KILL_ERRORS_MAX, (len(errors), len(after), errors[:5])
     assert all(r["coordinator"] in ("e1", None) for r in errors), errors[:5]
-    assert sum(r["error"] is None for r in after) >= 0.8 * len(after)
     rec = cell["fault_log"]["recovery"]
     assert rec["restarted"] == ["e1"]
     assert 0 < rec["restart_s"] <= rec["all_up_s"] <= rec["hints_delivered_s"], rec
