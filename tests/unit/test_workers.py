@@ -47,8 +47,9 @@ def dask(tmp_path):
 
     procs = []
     with dask_config.config.set({"distributed.scheduler.worker-ttl": "10s"}):
+        # a free port for the dashboard too: 8787 may be another session's
         cluster = LocalCluster(n_workers=0, host="127.0.0.1", scheduler_port=0,
-                               dashboard_address=None)  # fmt: skip
+                               dashboard_address="127.0.0.1:0")  # fmt: skip
         client = Client(cluster)
 
         def start(modes: dict[str, str]) -> dict[str, subprocess.Popen]:
