@@ -323,7 +323,7 @@ def _report(config, store, run_id, todo, wall: float, cpu0, p: int, engine, remo
         engine.report(todo, wall) if remote else _local_report(store, run_id, todo, wall, p, busy)
     )
     print(f"results: {store.path.resolve()} (run {run_id})")
-    print(f"export:  python -m experiments.export {config.out} --format csv")
+    print(f"export:  edgetb export {config.out} --format csv")
 
 
 def _local_engine(config: SweepConfig, store: Store, run_id: str, progress, prepared, todo):

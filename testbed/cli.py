@@ -297,7 +297,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"boot to SSH: {boots}; provisioned in {vms.provision_s:.1f} s"
         )
     _print_hosts(tb.status())  # measured (nodetool), not assumed from readiness
-    print(f"run {tb.run_id} is up; `python -m testbed status`, `python -m testbed down`")
+    print(f"run {tb.run_id} is up; `edgetb status`, `edgetb down`")
     return 0
 
 
