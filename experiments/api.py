@@ -213,22 +213,20 @@ def execute(
         owner = lock_results(out)
     store = Store(config.out)
     try:
-        opened = _open_run(store, config, argv, new_run)
-        if opened is None:
-            latest = store.latest_run(config.fingerprint())
-            return SweepResult(out, latest.run_id if latest else None, "already complete", 0)
-        run_id, resumed = opened
-        status, code = _measure(prepared, config, store, run_id, resumed)
+        run_id, how = _open_run(store, config, argv, new_run)
+        if how == "complete":
+            return SweepResult(out, run_id, "already complete", 0)
+        status, code = _measure(prepared, config, store, run_id, how == "resumed")
         return SweepResult(out, run_id, status, code)
     finally:
         store.close()
         owner.release()
 
 
-def _open_run(store: Store, config: SweepConfig, argv, new_run: bool) -> tuple[str, bool] | None:
-    """The run to measure into and whether it is resumed: the configuration's unfinished
-    one, else a new one; None (its summary printed) when it is complete and ``new_run``
-    is not set."""
+def _open_run(store: Store, config: SweepConfig, argv, new_run: bool) -> tuple[str, str]:
+    """The run to measure into and how it was found: "resumed" (the configuration's
+    unfinished one), "new", or "complete" (its summary printed: stored whole, and
+    ``new_run`` not set)."""
     fingerprint = config.fingerprint()
     latest = store.latest_run(fingerprint)
     if latest is not None and latest.status == "complete" and not new_run:
@@ -237,15 +235,15 @@ def _open_run(store: Store, config: SweepConfig, argv, new_run: bool) -> tuple[s
             f"{config.out} ({len(config.cells())} cells); --new-run measures it again"
         )
         print(summary_table(store, latest.run_id))
-        return None
+        return latest.run_id, "complete"
     if latest is not None and latest.status != "complete" and not new_run:
         store.set_status(latest.run_id, "running")
-        return latest.run_id, True
+        return latest.run_id, "resumed"
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + fingerprint[:6]
     store.begin_run(
         run_id, fingerprint, config.name, config.to_dict(), static_manifest(config, argv)
     )
-    return run_id, False
+    return run_id, "new"
 
 
 def _say(msg: str) -> None:
