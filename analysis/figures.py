@@ -47,23 +47,25 @@ FIGURES = (
 )  # fmt: skip
 
 
+def _kind(name: str) -> tuple[int, re.Match[str] | None]:
+    """The place in FIGURES of the kind ``name`` is, with its match (None: no kind)."""
+    for i, (pattern, _) in enumerate(FIGURES):
+        if m := re.fullmatch(pattern, name):
+            return i, m
+    return len(FIGURES), None
+
+
 def figure_rank(name: str) -> tuple[int, str]:
     """The order a reader meets the figures in: the page-wide grids, the paper's figures,
     the tails, Figure 4, φ, then YCSB and faults (the order of FIGURES)."""
-    for i, (pattern, _) in enumerate(FIGURES):
-        if re.fullmatch(pattern, name):
-            return i, name
-    return len(FIGURES), name
+    return _kind(name)[0], name
 
 
 def caption(name: str) -> str:
-    for pattern, text in FIGURES:
-        m = re.fullmatch(pattern, name)
-        if m:
-            return text.format(*m.groups())
-    return name
+    i, m = _kind(name)
+    return FIGURES[i][1].format(*m.groups()) if m else name
 
 
 def is_figure(name: str) -> bool:
     """Whether ``name`` (a file's stem) is one of the analysis' figures."""
-    return any(re.fullmatch(pattern, name) for pattern, _ in FIGURES)
+    return _kind(name)[1] is not None
