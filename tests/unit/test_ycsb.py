@@ -199,6 +199,7 @@ def test_the_client_jvm_carries_the_runs_tag_and_the_endpoints_java(remote):
         java=SimpleNamespace(path="/host/java"),
         run_id="abc123",
         topology=Topology(edge_nodes=2, subnet="10.0.0.0/24"),
+        settings=SimpleNamespace(jvm_profile="fast"),
     )
     dist = ycsb.dist.YcsbDist(Path("/d"), {"lib/a.jar": "0"})
     runner = ycsb_client.Ycsb(tb, dist=dist)  # type: ignore[arg-type]
@@ -211,6 +212,24 @@ def test_the_client_jvm_carries_the_runs_tag_and_the_endpoints_java(remote):
     tb.topology = Topology(edge_nodes=2, subnet="10.0.0.0/24", sites=(1, 1), endpoint_site="dc2")
     argv = runner.argv("run", ycsb.Spec("a", records=10, operations=10), "ks", Path("/o"))
     assert "cassandra.localdc=dc2" in argv
+
+
+@pytest.mark.parametrize("profile", ["fast", "standard"])
+def test_the_client_jvm_runs_the_nodes_jvm_profile(profile):
+    """Under "fast" the client starts as the nodes do (C1 only, serial GC: a YCSB phase
+    in a TCG guest started in 29 s instead of 49); under "standard" with Java's defaults."""
+    tb = SimpleNamespace(
+        backend=SimpleNamespace(remote=False, tool_java=lambda java: java),
+        java=SimpleNamespace(path="/java"),
+        run_id="ab",
+        topology=Topology(edge_nodes=1, subnet="10.0.0.0/24"),
+        settings=SimpleNamespace(jvm_profile=profile),
+    )
+    runner = ycsb_client.Ycsb(tb, dist=ycsb.dist.YcsbDist(Path("/d"), {}))  # type: ignore[arg-type]
+    argv = runner.argv("load", ycsb.Spec("a", records=10, operations=10), "ks", Path("/o"))
+    jvm = argv[: argv.index("site.ycsb.Client")]
+    fast = {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"}
+    assert fast <= set(jvm) if profile == "fast" else not fast & set(jvm), jvm
 
 
 @pytest.mark.parametrize(
@@ -256,6 +275,7 @@ def test_a_phase_that_did_fewer_operations_than_asked_is_an_error(tmp_path):
         backend=SimpleNamespace(remote=False, tool_java=lambda java: java),
         java=SimpleNamespace(path="/java"),
         run_id="ab",
+        settings=None,
     )
     runner = ycsb_client.Ycsb(tb, dist=ycsb.dist.YcsbDist(Path("/d"), {}))  # type: ignore[arg-type]
     rows = [

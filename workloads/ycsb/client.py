@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from testbed.cassandra import config as cfg
 from testbed.cassandra.config import SIMPLE_SNITCH_DC
 from testbed.errors import ConfigError
 from testbed.testbed import Testbed
@@ -67,6 +68,8 @@ class Ycsb:
         self.remote = bool(getattr(tb.backend, "remote", False))
         self.java = tb.backend.tool_java(tb.java.path)  # the endpoint's own on remote hosts
         self._shipped = not self.remote
+        profile = tb.settings.jvm_profile if tb.settings is not None else "fast"
+        self.jvm_options = cfg.client_jvm_options(profile)  # the nodes' profile
         self._phases = 0
 
     @property
@@ -120,6 +123,7 @@ class Ycsb:
             self.java,
             self.tag,
             f"-Xmx{CLIENT_HEAP_MB}m",
+            *self.jvm_options,
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-cp",
             self.dist.classpath,
