@@ -325,6 +325,17 @@ def other_faults(tmp_path_factory):
     return cells
 
 
+def _brief(reqs, since_ns: int) -> list[str]:
+    """Failed writes as a failure message shows them whole (a store row's repr is cut
+    off before its error): seq, coordinator, start and end relative to the fault (ms),
+    the error."""
+    return [
+        f"#{r['seq']} {r['coordinator']} {(r['t_start_ns'] - since_ns) / 1e6:+.0f}"
+        f"..{(r['t_start_ns'] + (r['rtt_ns'] or 0) - since_ns) / 1e6:+.0f} ms: {r['error']}"
+        for r in reqs[:8]
+    ]
+
+
 def _window(cell) -> tuple[int, int, float]:
     """When the fault was in effect (wall clock, ns): made (once its change had landed),
     then healed or back; and how long making it took (ms)."""
@@ -355,7 +366,7 @@ def test_a_paused_or_restarted_node_costs_only_its_own_writes_and_gets_the_rest(
     made, back, _ = _window(cell)
     assert made < back
     failed = [r for r in reqs if r["error"] is not None]
-    assert all(r["coordinator"] in (node, None) for r in failed), failed[:5]
+    assert all(r["coordinator"] in (node, None) for r in failed), _brief(failed, made)
     during = [r for r in reqs if made <= r["t_start_ns"] < back]
     assert during and sum(r["error"] is None for r in during) >= len(during) / 2, during
     if fault.startswith("pause"):
@@ -363,7 +374,9 @@ def test_a_paused_or_restarted_node_costs_only_its_own_writes_and_gets_the_rest(
         # first write sent to it times out (the writes are sequential), and every write
         # that failed was sent at most one timeout before the stall, or during it
         assert failed, f"no write failed while {node} was stalled"
-        assert all(made - 2_000_000_000 <= r["t_start_ns"] < back for r in failed), failed[:5]
+        assert all(made - 2_000_000_000 <= r["t_start_ns"] < back for r in failed), _brief(
+            failed, made
+        )
     else:
         # while the node was down (its JVM gone, until 2 s before the start saw it serve
         # CQL again: the driver may reconnect a moment before) it coordinated nothing:
@@ -391,9 +404,9 @@ def test_a_partition_fails_only_the_cut_off_coordinators_writes_until_healed(oth
     made, healed, took_ms = _window(cell)
     failed = [r for r in reqs if r["error"] is not None]
     assert failed, "no write failed while e0 was cut off"
-    assert all(r["coordinator"] == "e0" for r in failed), failed[:5]
+    assert all(r["coordinator"] == "e0" for r in failed), _brief(failed, made)
     cut = made - int(took_ms * 1e6) - 2_000_000_000  # a write may be stuck from just before
-    assert all(cut <= r["t_start_ns"] < healed + SETTLE_NS for r in failed), failed[:5]
+    assert all(cut <= r["t_start_ns"] < healed + SETTLE_NS for r in failed), _brief(failed, made)
     late = [r for r in reqs if r["t_start_ns"] >= healed + SETTLE_NS]
     assert late and all(r["error"] is None for r in late), late[:5]
     _whole_again(cell)
