@@ -404,7 +404,7 @@ JPMS_OPTIONS: tuple[str, ...] = (
     "-Dio.netty.allocator.maxOrder=11",
 )
 
-_PROFILE_OPTIONS: dict[str, tuple[str, ...]] = {
+PROFILE_OPTIONS: dict[str, tuple[str, ...]] = {
     # Measured on 2 cores: C1-only JIT and serial GC cut each JVM's start from ~10 to ~6
     # CPU-seconds; a small, stable heap keeps 5 nodes + endpoint in budget. It is also the
     # cheapest for long sweeps (benchmarks/jvm_profiles.py): C1 then C2 with serial GC
@@ -426,15 +426,6 @@ _PROFILE_OPTIONS: dict[str, tuple[str, ...]] = {
         "-XX:InitiatingHeapOccupancyPercent=70",
     ),
 }
-
-
-def client_jvm_options(profile: str) -> tuple[str, ...]:
-    """A client JVM's options (YCSB) under the testbed's JVM profile: under "fast" the
-    nodes' quick-start JIT and GC (a YCSB phase in a 1-vCPU TCG guest started in 29 s
-    against 49 with the defaults, medians of 2; its operations wait on the network, not
-    on compiled code), under "standard" the JVM's own defaults."""
-    return _PROFILE_OPTIONS["fast"] if profile == "fast" else ()
-
 
 # A node's directories under its node dir (the netns backend makes them; the playbook
 # makes the same list on VMs and inventory hosts).
@@ -494,7 +485,7 @@ def jvm_args(
         f"-Xmx{heap}",
         "-Xss256k",
         "-XX:+ExitOnOutOfMemoryError",
-        *_PROFILE_OPTIONS[settings.jvm_profile],
+        *PROFILE_OPTIONS[settings.jvm_profile],
     ]
     if cds_dump_to is not None:
         args.append(f"-XX:ArchiveClassesAtExit={cds_dump_to}")
