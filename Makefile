@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install core vms ycsb system system-vms system-ycsb python cassandra shaper gateway \
+.PHONY: install core vms ycsb system system-vms system-ycsb system-tests python cassandra shaper gateway \
 	image lint test unit sweep bench clean-testbed
 
 install: core vms ycsb
@@ -35,6 +35,9 @@ system-vms: system
 
 system-ycsb: system
 	bash scripts/install-system.sh ycsb
+
+system-tests: system
+	bash scripts/install-system.sh tests
 
 python: system $(STAMPS)/python
 $(STAMPS)/python: pyproject.toml
@@ -75,10 +78,10 @@ lint: python
 # (`python -m tests.support.suite` runs the VM tests in a session beside the rest:
 # ~50 min instead of ~60, not yet the default until a fresh run of it passes whole,
 # see docs/testing.md.)
-test: install
+test: install system-tests
 	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS) tests/unit tests/integration
 
-unit: python
+unit: python system-tests
 	$(PY) -m pytest -ra tests/unit
 
 # The main job: the seed paper's sweep (396 cells, ~14 h here on 1 testbed; resumable:

@@ -2,11 +2,11 @@
 # Install the Debian/Ubuntu packages a part of the testbed needs; idempotent (no apt-get
 # at all when everything is present). Run as root.
 #
-#   install-system.sh [GROUP...]   GROUP: core (default), vms, ycsb, all
+#   install-system.sh [GROUP...]   GROUP: core (default), vms, ycsb, tests, all
 #
 # core: a sweep on namespaces (Cassandra, both shapers); vms: QEMU and libvirt (the VM
 # backend, the netem gateway VM); ycsb: javac for the project's YCSB binding (core has it
-# too: quiet nodes' class).
+# too: quiet nodes' class); tests: what the tests' own instruments need beyond those.
 set -euo pipefail
 
 core=(
@@ -33,6 +33,11 @@ vms=(
 ycsb=(
   openjdk-17-jdk-headless  # javac: the project's YCSB binding is built at set-up
 )
+tests=(
+  # the tests' leak check lists the machine's netfilter state with nft as well as with
+  # iptables-save (a rule made through either shows in nft); a missing tool fails it
+  nftables
+)
 
 groups=("$@")
 ((${#groups[@]})) || groups=(core)
@@ -43,8 +48,9 @@ for g in "${groups[@]}"; do
     core) packages+=("${core[@]}") ;;
     vms) packages+=("${vms[@]}"); want_vms=1 ;;
     ycsb) packages+=("${ycsb[@]}") ;;
-    all) packages+=("${core[@]}" "${vms[@]}" "${ycsb[@]}"); want_vms=1 ;;
-    *) echo "error: unknown group '$g' (core, vms, ycsb, all)" >&2; exit 2 ;;
+    tests) packages+=("${tests[@]}") ;;
+    all) packages+=("${core[@]}" "${vms[@]}" "${ycsb[@]}" "${tests[@]}"); want_vms=1 ;;
+    *) echo "error: unknown group '$g' (core, vms, ycsb, tests, all)" >&2; exit 2 ;;
   esac
 done
 
