@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p = command_parser(
         "analysis.model",
         "Measured write RTT against the model's prediction, cell by cell "
-        "('python -m analysis.model predict --help': a what-if table without results).",
+        "('edgetb model predict --help': a what-if table without results).",
     )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     args = p.parse_args(argv)

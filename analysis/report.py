@@ -124,8 +124,8 @@ def _model_section(results: Results, rerun: str) -> str:
     head = "<h2>Predicted vs measured RTT (analysis.model)</h2>"
     if not data:
         return head + (
-            f"<p>Run <code>python -m analysis.model {html.escape(str(results.directory))} "
-            f"{html.escape(rerun)}</code> (or analysis.plots) to add it.</p>"
+            f"<p>Run <code>edgetb model {html.escape(str(results.directory))} "
+            f"{html.escape(rerun)}</code> (or <code>edgetb plots</code>) to add it.</p>"
         )
     tcp = data["tcp"]
     groups = [
@@ -243,7 +243,7 @@ def write_report(results: Results) -> Path:
             parts.append(_figure(results.output_dir, results.directory, name))
     else:
         parts.append(
-            "<p>No figures of these runs yet: run <code>python -m analysis.plots "
+            "<p>No figures of these runs yet: run <code>edgetb plots "
             f"{html.escape(str(results.directory))} {html.escape(rerun)}</code>.</p>"
         )
     nodes = sorted({c["nodes"] for c in results.cells}) or [3, 4, 5]
@@ -256,7 +256,7 @@ def write_report(results: Results) -> Path:
     parts.append(
         f"<pre>{html.escape(compare_txt.read_text())}</pre>"
         if compare_txt.is_file() and _made_from(results.output_dir / "compare.json", runs)
-        else f"<p>Run <code>python -m analysis.compare {html.escape(str(results.directory))} "
+        else f"<p>Run <code>edgetb compare {html.escape(str(results.directory))} "
         f"{html.escape(rerun)}</code> to add it.</p>"
     )
     parts.append(_model_section(results, rerun))

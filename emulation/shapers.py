@@ -782,8 +782,7 @@ def for_testbed(tb: Testbed, name: str = "auto") -> Shaper:
     chosen = resolve(name, tb.backend_name) if current is None or name != "auto" else current
     if current is not None and chosen != current:
         raise ConfigError(
-            f"this testbed already shapes with {current}; "
-            f"`python -m emulation clear --remove` first"
+            f"this testbed already shapes with {current}; `edgetb net clear --remove` first"
         )
     if current is None:
         preflight(chosen)  # before anything is made

@@ -380,7 +380,7 @@ def settings_reference() -> str:
         "",
         "Made from `experiments/config.py` (`SweepConfig`); do not edit by hand. Each setting",
         "is a key of a `--config` file's `[sweep]` table and, where it has one, a flag of",
-        "`python -m experiments.sweep`; flags override the file, the file the defaults.",
+        "`edgetb sweep`; flags override the file, the file the defaults.",
         "Lists take `0,20,40` or ascending ranges `a..b` / `a..b..step`; a grid dimension",
         "makes cells of each of its values.",
     ]

@@ -564,7 +564,7 @@ class Store(Reads):
         elif read_only or not create:
             raise ConfigError(
                 f"no results in {self.dir} (expected {DB_NAME}; run "
-                f"`python -m experiments.sweep --out {self.dir}` first)"
+                f"`edgetb sweep --out {self.dir}` first)"
             )
         else:
             check_writable_dir(self.dir)

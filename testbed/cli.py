@@ -409,7 +409,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise ConfigError("nothing to run: python -m testbed exec HOST -- CMD [ARGS...]")
+        raise ConfigError("nothing to run: edgetb exec HOST -- CMD [ARGS...]")
     tb = Testbed.attach(args.run)
     tb.topology.host(args.host)
     # Inherit the terminal: the command's output and exit code are the user's.

@@ -28,7 +28,7 @@ def contact_points(hosts: str | None) -> list[str]:
     raw = hosts or os.environ.get("EDGETB_EDGE_ADDRESSES", "")
     points = [h.strip() for h in raw.split(",") if h.strip()]
     if not points:
-        raise ValueError("no contact points: pass --hosts or run via `python -m testbed exec`")
+        raise ValueError("no contact points: pass --hosts or run via `edgetb exec`")
     for point in points:
         if point.startswith("-") or any(c.isspace() for c in point):
             raise ValueError(f"contact point {point!r} is not a host name or address")

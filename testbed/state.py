@@ -122,7 +122,7 @@ class RunState:
     topology: dict[str, Any]
     cassandra: dict[str, Any] | None
     status: str = "building"  # building -> up | failed; TEARDOWN_FAILED: down to retry
-    detached: bool = False  # left running by `python -m testbed up`, owned by nobody
+    detached: bool = False  # left running by `edgetb up`, owned by nobody
     created: float = field(default_factory=time.time)
     name: str | None = None  # given with `up --name`; unique while the run exists
     java: str | None = None
@@ -568,4 +568,4 @@ def select_run(run_id: str | None = None, base: Path | None = None) -> RunState:
             + "; ".join(owned + crashed)
             + ". Pass --run RUN to name one."
         )
-    raise RunSelectionError("no testbed is up (start one with `python -m testbed up`)")
+    raise RunSelectionError("no testbed is up (start one with `edgetb up`)")

@@ -167,7 +167,7 @@ def place(topology: Topology, pool: str | None = None) -> Topology:
     if free is None:
         raise ConfigError(
             f"no free /{RUN_PREFIXLEN} left in the subnet pool {net} "
-            f"({len(taken)} networks in use by other runs and this machine); `python -m "
-            f"testbed clean` removes dead runs, --subnet-pool names another pool"
+            f"({len(taken)} networks in use by other runs and this machine); `edgetb clean` "
+            f"removes dead runs, --subnet-pool names another pool"
         )
     return topology.on_subnet(str(free))

@@ -116,7 +116,7 @@ def load() -> GatewayImage:
     if not (current / "manifest.json").is_file():
         raise StateError(
             "the netem gateway image is not built: run "
-            "`python -m emulation gateway build` (`make vms` does, with QEMU)"
+            "`edgetb net gateway build` (`make vms` does, with QEMU)"
         )
     image = GatewayImage(current.resolve())
     for path in (image.kernel, image.initrd):

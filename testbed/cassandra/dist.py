@@ -96,8 +96,7 @@ def load(version: str = CASSANDRA_VERSION, root: Path | None = None) -> Cassandr
     manifest = directory / MANIFEST
     if not manifest.is_file():
         raise StateError(
-            f"Cassandra {version} is not installed in {directory}; "
-            f"run `python -m testbed dist install`"
+            f"Cassandra {version} is not installed in {directory}; run `edgetb dist install`"
         )
     data = json.loads(manifest.read_text())
     dist = CassandraDist(data["version"], directory, data["source"], data["jars"])

@@ -106,13 +106,12 @@ def check(dist: CassandraDist) -> Path:
     manifest = jar.parent / MANIFEST
     if not manifest.is_file() or not jar.is_file():
         raise StateError(
-            f"quiet Cassandra nodes are not built in {jar.parent}; "
-            f"run `python -m testbed dist install`"
+            f"quiet Cassandra nodes are not built in {jar.parent}; run `edgetb dist install`"
         )
     recorded = json.loads(manifest.read_text()).get("jar_sha256")
     if recorded != _sha256(jar.read_bytes()):
         raise StateError(
-            f"{jar} does not match {manifest} (rebuild: `python -m testbed dist install --force`)"
+            f"{jar} does not match {manifest} (rebuild: `edgetb dist install --force`)"
         )
     return jar
 
