@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from testbed import qdisc
-from testbed.backends import backend_class
+from testbed.backends import backend_class, capabilities
 from testbed.backends.netns import BRIDGE, list_prefixed_namespaces, switch_namespace
 from testbed.cassandra.dist import cache_root
 from testbed.cassandra.node import pid_alive, terminate
@@ -585,8 +585,8 @@ class HostShaper:
         """Start the delayer and queue nothing yet (unshaped links are not queued)."""
         if self.alive():
             return 0.0
-        if self.tb.backend_name != "netns":
-            raise ConfigError("the host shaper serves the netns backend only")
+        if not capabilities(self.tb.backend_name).namespaces:
+            raise ConfigError("the host shaper queues in network namespaces of this machine")
         if self.saved is not None:  # a delayer that died: its rules and record go first
             self.stop()
         t0 = time.monotonic()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import TestbedError
+from testbed.backends import capabilities
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
@@ -114,16 +115,20 @@ def check_workers(options: RunOptions, config: SweepConfig, *, probe: bool = Tru
         if not re.fullmatch(r"(tcp|tls)://[\w.:\[\]-]+:\d{1,5}", options.scheduler):
             raise ConfigError(f"--scheduler must be tcp://HOST:PORT or tls://HOST:PORT, got "
                               f"{options.scheduler!r}")  # fmt: skip
-        if config.backend == "hosts":
-            raise ConfigError("--scheduler runs testbeds on each worker: not with --backend hosts")
+        if not capabilities(config.backend).owns_hosts:
+            raise ConfigError(
+                f"--scheduler runs testbeds on each worker: not with --backend {config.backend}"
+            )
         security = scheduler_security(options.scheduler, options.insecure_scheduler)
         if probe:  # before a run is opened: nothing in the results when it fails
             probe_scheduler(options.scheduler, security)
         return [], security
     if not options.workers:
         return None, None
-    if config.backend == "hosts":
-        raise ConfigError("--workers runs testbeds on each worker: not with --backend hosts")
+    if not capabilities(config.backend).owns_hosts:
+        raise ConfigError(
+            f"--workers runs testbeds on each worker: not with --backend {config.backend}"
+        )
     if str(options.parallel).strip().lower() != "auto":
         raise ConfigError("with --workers, set edgetb_parallel per worker in the inventory")
     if options.worker_timeout is not None and not 15 <= options.worker_timeout <= 3600:

@@ -15,7 +15,7 @@ from emulation import links
 from emulation.trace import load as load_trace
 from model.consistency import check_level, required_acks, site_acks
 from testbed import cgroups
-from testbed.backends import backend_class
+from testbed.backends import capabilities
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 from testbed.topology import format_sites, parse_sites
@@ -144,23 +144,24 @@ def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
 def _testbeds(config: Any) -> None:
     """How testbeds are built: a backend with its options, the heap within each node's
     memory, a pool, a shaper the backend can use, probes, a results directory."""
-    backend_class(config.backend)  # ConfigError naming the backends
+    capabilities(config.backend)  # ConfigError naming the backends
     options = config.backend_options()
     if options.get("resources"):  # every node count's nodes, with the sweep's heap
         for n in config.nodes:
             for host, res in cgroups.resolve_spec(options["resources"], config.topology(n)).items():
                 if host != "ep":
                     res.check_heap(config.heap_mb, host)
-    if config.backend == "hosts" and not config.inventory:
-        raise ConfigError("the hosts backend needs inventory (--inventory FILE)")
-    if config.backend == "hosts" and config.tls == "off":
+    caps = capabilities(config.backend)
+    if "inventory" in caps.required and not config.inventory:
+        raise ConfigError(f"the {config.backend} backend needs inventory (--inventory FILE)")
+    if not caps.owns_hosts and config.tls == "off":
         raise ConfigError(
             "--tls off on the hosts backend: the run's login and every write would cross "
             "their network in plain text; --tls plain-text if that is meant"
         )
     if config.subnet_pool is not None:
         pool_from(config.subnet_pool)
-    if backend_class(config.backend).remote and config.shaper in ("gateway", "host"):
+    if capabilities(config.backend).remote and config.shaper in ("gateway", "host"):
         raise ConfigError(
             f"the {config.backend} backend shapes inside its hosts: use shaper direct or auto"
         )
@@ -212,8 +213,8 @@ def faults(config: Any) -> None:
         return
     _one_id_each("fault", config.fault, lambda f: f if f == "none" else fault_label(f))
     _one_id_each("fault", config.fault, _fault_meaning)
-    if config.backend != "netns":
-        raise ConfigError("faults (--fault) run on the netns backend so far")
+    if not capabilities(config.backend).namespaces:
+        raise ConfigError("faults (--fault) run on network namespaces (the netns backend) so far")
     if config.ycsb_workloads():
         raise ConfigError("faults act on the paper's writes so far: not with YCSB workloads")
     for f in parsed:

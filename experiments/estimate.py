@@ -29,6 +29,7 @@ import numpy as np
 
 from emulation import links
 from model import rtt
+from testbed.backends import capabilities
 from testbed.errors import ConfigError
 
 from . import plan
@@ -365,7 +366,7 @@ def auto_parallel(
     testbed under MAX_MEMORY_SHARE of RAM beside what is in use already); within that,
     the P whose replayed schedule (``wall_s``: idle testbeds shrink what measurements
     may use) ends first."""
-    if config.backend != "netns":
+    if not capabilities(config.backend).namespaces:  # what the fidelity benchmark measured
         return 1, f"the {config.backend} backend: one testbed at a time"
     nodes = max(config.nodes)
     each = testbed_mb(config, nodes)

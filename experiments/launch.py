@@ -15,6 +15,7 @@ from pathlib import Path
 from emulation import shapers
 from emulation.gateway import image as gateway_image
 from testbed import TestbedError
+from testbed.backends import capabilities
 from testbed.errors import ConfigError, RunInUseError, StateError
 from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 from workloads.ycsb import dist as ycsb_dist
@@ -68,8 +69,10 @@ def parse_parallel(text: str, config: SweepConfig) -> int | None:
         raise ConfigError(
             f"--parallel must be auto or an integer from 1 to {MAX_PARALLEL}, got {text!r}"
         )
-    if p > 1 and config.backend == "hosts":
-        raise ConfigError("--parallel above 1 needs testbeds of their own: not --backend hosts")
+    if p > 1 and not capabilities(config.backend).owns_hosts:
+        raise ConfigError(
+            f"--parallel above 1 needs testbeds of their own: not --backend {config.backend}"
+        )
     return p
 
 
@@ -113,7 +116,7 @@ def calibrate_from(
 def _calibrated(config: SweepConfig) -> bool:
     """Whether this machine's calibration applies: testbeds of network namespaces here
     (VMs and real hosts cost what they cost; their bring-ups are not this machine's)."""
-    return (config.backend or "netns") == "netns"
+    return capabilities(config.backend).namespaces
 
 
 def learn_from(config: SweepConfig, store: Store, run_id: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from emulation import api as emulation
 from emulation import shapers
 from testbed import Testbed, TestbedError
+from testbed.backends import capabilities
 from testbed.state import RunState
 
 
@@ -50,7 +51,8 @@ def check_components(
         if named or not node.alive():
             error = node.error("Cassandra died during the cell; the cell is void")
             # restart_node: the netns backend (elsewhere the sweep stops; rerun resumes)
-            raise NodeLost(str(error), node=node.name, recoverable=tb.backend_name == "netns")
+            recoverable = capabilities(tb.backend_name).restart_nodes
+            raise NodeLost(str(error), node=node.name, recoverable=recoverable)
     if broken:
         raise ComponentLost(
             "the testbed broke during the sweep (" + "; ".join(broken) + "); the cell it "

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import state as st
-from .backends import registry
+from .backends import capabilities, registry
 from .cassandra.dist import cache_root
 from .cassandra.node import pid_alive
 from .errors import StateVersionError, TeardownError, TestbedError
@@ -45,7 +45,7 @@ class CleanReport:
     libvirt: list[str] = field(default_factory=list)  # and any other backend's objects
 
     def add(self, backend: str, names: list[str]) -> None:
-        (self.namespaces if backend == "netns" else self.libvirt).extend(names)
+        (self.namespaces if capabilities(backend).namespaces else self.libvirt).extend(names)
 
     @property
     def empty(self) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import cgroups, subnets
 from . import state as st
-from .backends import Backend, backend_class, make_backend
+from .backends import Backend, backend_class, capabilities, make_backend
 from .cassandra import auth as auth_mod
 from .cassandra import dist as dist_mod
 from .cassandra import logscan, quiet
@@ -378,7 +378,7 @@ class Testbed:
         """Every node's log read (logscan): here, or on its host through the backend (a
         log that cannot be read there is none: the teardown goes on)."""
         logs = {n: node.system_log for n, node in self.nodes.items()}
-        if self.backend_name == "netns":
+        if capabilities(self.backend_name).namespaces:  # the logs are files here
             return logscan.scan(logs, faults=faulted)
         texts = {}
         for name, path in logs.items():
@@ -644,10 +644,8 @@ class Testbed:
         seconds. The netns backend only."""
         if self.state is None or self.backend is None or self.settings is None:
             raise StateError("testbed is not up, or runs no Cassandra")
-        if self.backend_name != "netns" or self.java is None or self.dist is None:
-            raise ConfigError(
-                f"restarting a node is built for the netns backend, not {self.backend_name}"
-            )
+        if not capabilities(self.backend_name).restart_nodes or not (self.java and self.dist):
+            raise ConfigError(f"the {self.backend_name} backend cannot restart a node in place")
         node = self.nodes[name]
         if node.alive():
             raise StateError(f"{name}: Cassandra is still running (pid {node.pid})")

@@ -4,6 +4,7 @@ at the CLI edge."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError
@@ -13,6 +14,55 @@ from ..topology import Host, Topology
 if TYPE_CHECKING:
     from ..cassandra.launch import CassandraLaunch
     from ..cassandra.node import CassandraNode
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, asked instead of its name (no module outside this registry
+    compares backend names). Cheap to import: the sweep's checks read it without loading
+    libvirt or Ansible."""
+
+    remote: bool  # commands over SSH, Cassandra through the Ansible playbook
+    namespaces: bool  # hosts are network namespaces of this machine: their logs are local
+    # files, the host shaper queues in them, faults act on them, bring-ups cost what this
+    # machine's calibration measured
+    restart_nodes: bool  # a node's JVM can be started again in place (a sweep recovers)
+    owns_hosts: bool  # it makes and removes its hosts (not: machines an inventory names,
+    # one testbed at a time, never per Dask worker, their network not ours: TLS)
+    options: frozenset[str] = frozenset()  # backend options it takes (backend_options)
+    required: frozenset[str] = frozenset()  # ... of which it cannot go without
+
+
+CAPABILITIES: dict[str, Capabilities] = {
+    "netns": Capabilities(
+        remote=False, namespaces=True, restart_nodes=True, owns_hosts=True,
+        options=frozenset({"resources"}),
+    ),
+    "libvirt": Capabilities(
+        remote=True, namespaces=False, restart_nodes=False, owns_hosts=True,
+        options=frozenset({"edge_size"}),
+    ),
+    "hosts": Capabilities(
+        remote=True, namespaces=False, restart_nodes=False, owns_hosts=False,
+        options=frozenset({"inventory"}), required=frozenset({"inventory"}),
+    ),
+}  # fmt: skip
+DEFAULT_BACKEND = "netns"
+
+
+def capabilities(name: str | None) -> Capabilities:
+    """The capabilities of backend ``name`` (None: the default backend); ConfigError
+    naming the available ones."""
+    try:
+        return CAPABILITIES[name or DEFAULT_BACKEND]
+    except KeyError:
+        raise ConfigError(
+            f"unknown backend {name!r} (available: {', '.join(sorted(CAPABILITIES))})"
+        ) from None
+
+
+def _taken_by(option: str) -> str:
+    return " or ".join(f"--backend {n}" for n, c in CAPABILITIES.items() if option in c.options)
 
 
 class Backend(Protocol):
@@ -94,18 +144,18 @@ def registry() -> dict[str, type[Backend]]:
     from .libvirt import LibvirtBackend
     from .netns import NetnsBackend
 
-    return {"netns": NetnsBackend, "libvirt": LibvirtBackend, "hosts": HostsBackend}
+    classes: dict[str, type[Backend]] = {
+        "netns": NetnsBackend,
+        "libvirt": LibvirtBackend,
+        "hosts": HostsBackend,
+    }
+    return {name: classes[name] for name in CAPABILITIES}
 
 
 def backend_class(name: str) -> type[Backend]:
     """The backend registered as ``name``; ConfigError naming the available ones."""
-    backends = registry()
-    try:
-        return backends[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown backend {name!r} (available: {', '.join(sorted(backends))})"
-        ) from None
+    capabilities(name)  # the one message for an unknown name
+    return registry()[name]
 
 
 def backend_options(
@@ -120,14 +170,15 @@ def backend_options(
     the same ones); ConfigError for an option the backend does not use."""
     from pathlib import Path
 
+    caps = capabilities(backend)
     opts: dict = {}
     if inventory:
-        if backend != "hosts":
-            raise ConfigError("--inventory is for --backend hosts")
+        if "inventory" not in caps.options:
+            raise ConfigError(f"--inventory is for {_taken_by('inventory')}")
         opts["inventory"] = str(Path(inventory).resolve())
     if vm_vcpus is not None or vm_memory_mb is not None:
-        if backend != "libvirt":
-            raise ConfigError("--vm-vcpus/--vm-memory are for --backend libvirt")
+        if "edge_size" not in caps.options:
+            raise ConfigError(f"--vm-vcpus/--vm-memory are for {_taken_by('edge_size')}")
         from .libvirt import EDGE_SIZE
 
         opts["edge_size"] = {
@@ -135,10 +186,10 @@ def backend_options(
             "memory_mb": EDGE_SIZE.memory_mb if vm_memory_mb is None else vm_memory_mb,
         }
     if node_resources:
-        if backend != "netns":
+        if "resources" not in caps.options:
             raise ConfigError(
-                "--node-cpu/--node-memory/--node-profile (cgroups) are for --backend netns; "
-                "libvirt VMs have --vm-vcpus/--vm-memory"
+                f"--node-cpu/--node-memory/--node-profile (cgroups) are for "
+                f"{_taken_by('resources')}; VMs have --vm-vcpus/--vm-memory"
             )
         opts["resources"] = {h: dict(v) for h, v in node_resources.items()}
     return opts
