@@ -239,14 +239,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_shaper(args: argparse.Namespace) -> int:
     from . import hostshaper
-    from .gateway import image
 
     if args.action == "prepare":
         name = shapers.resolve(args.shaper)
-        if name == "host":
-            hostshaper.build(force=args.force)
-        elif name == "gateway":
-            image.build(force=args.force)
+        shapers.REGISTRY[name].prepare(force=args.force)
         shapers.preflight(name)  # its tools (iptables, ethtool): ConfigError naming them
         print(f"  shaper {args.shaper}: {name}, ready")
         return 0

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from emulation import links
+from emulation import links, shapers
 from emulation.trace import load as load_trace
 from model.consistency import check_level, required_acks, site_acks
 from testbed import cgroups
@@ -161,10 +161,8 @@ def _testbeds(config: Any) -> None:
         )
     if config.subnet_pool is not None:
         pool_from(config.subnet_pool)
-    if capabilities(config.backend).remote and config.shaper in ("gateway", "host"):
-        raise ConfigError(
-            f"the {config.backend} backend shapes inside its hosts: use shaper direct or auto"
-        )
+    if capabilities(config.backend).remote:  # nothing probed: the kernel is the hosts'
+        shapers.resolve(config.shaper, config.backend, probe=False)
     if 0 < config.verify_probes < 20:
         raise ConfigError(
             f"verify_probes must be 0 (no check) or at least 20, got {config.verify_probes}"

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from emulation import shapers
-from emulation.gateway import image as gateway_image
 from testbed import TestbedError
 from testbed.backends import capabilities
 from testbed.errors import ConfigError, RunInUseError, StateError
@@ -34,10 +33,7 @@ def preflight(config: SweepConfig) -> None:
     host shaper's tools when it does."""
     if os.geteuid() != 0:
         raise ConfigError("the sweep builds network namespaces: run it as root")
-    shaper = shapers.resolve(config.shaper, config.backend or "netns")
-    if shaper == "gateway":
-        gateway_image.load()
-    shapers.preflight(shaper)
+    shapers.preflight(shapers.resolve(config.shaper, config.backend or "netns"))
     if config.ycsb_workloads():  # YCSB and the binding installed (`make ycsb` does it)
         ycsb_dist.load()
 

@@ -249,7 +249,6 @@ OVER_THE_LIMITS = {
     "analysis.synthetic.make_store": 85,
     "emulation.cli.build_parser": 92,
     "emulation.links.from_toml": 79,
-    "emulation.shapers": 790,
     "experiments.store": 797,  # the only SQL, one module on purpose
     "model.rtt": 819,
     "model.rtt.simulate": 130,

@@ -1,18 +1,24 @@
-"""Backends are asked what they can do, not compared by name (issue 40 item 4): one
-table, the classes agree with it, and no module outside the registry switches on a
-backend's name."""
+"""Backends and shapers are asked what they can do, not compared by name (issue 40 item
+4): one table of backends, the classes agree with it, shapers carry their own answers,
+and no module outside a registry switches on a backend's or a shaper's name."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
+from emulation import shapers
 from testbed.backends import CAPABILITIES, backend_options, capabilities, registry
 from testbed.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("testbed", "emulation", "experiments", "analysis", "workloads", "edgetb", "model")
 REGISTRY = ROOT / "testbed" / "backends" / "__init__.py"
+SHAPER_REGISTRY = ROOT / "emulation" / "shapers" / "__init__.py"
+# the one place a shaper's name is data, not a switch
+SHAPER_NAMES_AS_DATA = {
+    ROOT / "testbed" / "state.py": "an older state file keys its shaper records by name",
+}
 
 
 def test_the_classes_are_the_table():
@@ -42,9 +48,8 @@ def test_an_option_is_refused_naming_the_backends_that_take_it(backend, kwargs, 
         backend_options(backend, **kwargs)
 
 
-def _name_comparisons(path: Path) -> list[str]:
-    """Comparisons of a backend name with ==, !=, in or not in, in ``path``."""
-    names = set(CAPABILITIES)
+def _name_comparisons(path: Path, names: set[str]) -> list[str]:
+    """Comparisons of one of ``names`` with ==, !=, in or not in, in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Compare):
@@ -57,12 +62,29 @@ def _name_comparisons(path: Path) -> list[str]:
     return found
 
 
+def _modules():
+    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+
+
 def test_no_module_outside_the_registry_compares_backend_names():
-    found = [
-        hit
-        for package in PACKAGES
-        for path in sorted((ROOT / package).rglob("*.py"))
-        if path != REGISTRY
-        for hit in _name_comparisons(path)
-    ]
+    names = set(CAPABILITIES)
+    found = [h for p in _modules() if p != REGISTRY for h in _name_comparisons(p, names)]
     assert found == []
+
+
+def test_no_module_outside_the_registry_compares_shaper_names():
+    names = set(shapers.REGISTRY)
+    skip = {SHAPER_REGISTRY, *SHAPER_NAMES_AS_DATA}
+    found = [h for p in _modules() if p not in skip for h in _name_comparisons(p, names)]
+    assert found == []
+
+
+def test_each_shaper_answers_for_itself():
+    """Only direct shapes inside each host (VMs, inventory hosts take only it); each
+    says what it needs before it starts."""
+    assert [n for n, cls in shapers.REGISTRY.items() if cls.inside_hosts] == ["direct"]
+    assert all(cls.name == n for n, cls in shapers.REGISTRY.items())
+    for backend in ("libvirt", "hosts"):
+        assert shapers.resolve("auto", backend, probe=False) == "direct"
+        with pytest.raises(ConfigError, match="shapes inside its hosts"):
+            shapers.resolve("host", backend, probe=False)
