@@ -5,6 +5,8 @@
     config = SweepConfig.from_dict({"nodes": [3], "rf": [1, 3], "latency_ms": [0, 20],
                                     "loss_pct": [0.5], "writes": 50, "out": "results"})
     result = run_sweep(config)             # measures, resumes, stores; progress on stderr
+    # figures and report as the command draws them (its own process, lowest priority):
+    # run_sweep(config, figures=[sys.executable, "-m", "analysis.plots"])
     if result.ok:
         from analysis.results import frame
         cells = frame(result.out, result.run_id)   # one row per cell (pandas)
@@ -25,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,7 @@ class Prepared:
     specs: list | None
     security: Any
     preview: SweepConfig | None
+    figures: tuple[str, ...] | None = None  # the command that draws them (None: none)
 
 
 def check_workers(options: RunOptions, config: SweepConfig, *, probe: bool = True):
@@ -166,13 +169,17 @@ def run_sweep(
     *,
     argv: Sequence[str] = (),
     say: Callable[[str], None] | None = None,
+    figures: Sequence[str] | None = None,
 ) -> SweepResult:
     """Measure ``config``'s grid into ``config.out`` (resuming its unfinished run), on
     this machine's testbeds, or on ``options``' workers; ``argv``: the command line kept
-    in the run's manifest; ``say``: where progress goes (stderr). ConfigError before
-    anything changes for bad input or a results directory another sweep holds."""
+    in the run's manifest; ``say``: where progress goes (stderr); ``figures``: the
+    command that draws the figures and report of ``OUT --run RUN`` while the sweep runs
+    and at its end (the command line gives ``python -m analysis.plots``; None: none
+    drawn). ConfigError before anything changes for bad input or a results directory
+    another sweep holds."""
     options = options or RunOptions()
-    prepared = prepare(config, options)
+    prepared = replace(prepare(config, options), figures=tuple(figures) if figures else None)
     owner = lock_results(Path(config.out))  # before the preview: OUT may be in use
     entry, others = enter_sweep() if prepared.specs is None else (None, [])  # measures here
     say = say or _say
@@ -196,16 +203,18 @@ def _run(prepared: Prepared, argv: list[str], owner, say) -> SweepResult:
         result = execute(prepared, preview, argv, new_run=False)
         if not result.ok:
             return result
-        plots = subprocess.run(
-            [sys.executable, "-m", "analysis.plots", preview.out], capture_output=True, text=True
-        )
-        if plots.returncode == 0:
-            where = Path(preview.out)
-            say(f"preview figures: {where / 'analysis'}, {where / 'report.html'}")
-        else:
-            say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
+        if prepared.figures is not None:
+            _preview_figures(prepared.figures, Path(preview.out), say)
         calibrate_from(config)
     return execute(prepared, config, argv, new_run=prepared.options.new_run, owner=owner)
+
+
+def _preview_figures(command: Sequence[str], out: Path, say: Callable[[str], None]) -> None:
+    plots = subprocess.run([*command, str(out)], capture_output=True, text=True)
+    if plots.returncode == 0:
+        say(f"preview figures: {out / 'analysis'}, {out / 'report.html'}")
+    else:
+        say(f"preview figures failed: {plots.stderr.strip()[-500:]}")
 
 
 def execute(
@@ -278,7 +287,7 @@ def _measure(
         f"{len(todo)} to measure {intro}; results in {Path(config.out).resolve()}"
         + (" (resumed)" if resumed else "")
     )
-    figures = Figures(config, run_id, done, progress.note, hold=hold)
+    figures = Figures(config, run_id, done, progress.note, prepared.figures, hold=hold)
     engine.on_cell = figures.cell_stored
     t0, cpu0 = time.monotonic(), cpu_times()
     # "failed" unless the loop finishes: an unexpected exception must not leave the run

@@ -3,20 +3,20 @@
 ``every_s`` while new cells arrive, so the curves exist long before the grid ends; and at
 the end of every complete sweep.
 
-Each refresh is ``python -m analysis.plots OUT --run RUN`` (figures under
-``OUT/analysis/``, ``OUT/report.html``) in a process of its own at the lowest CPU
-priority, in a thread of its own so no shard waits for it. On a machine that measures,
-it holds the sweep's gate as set-up work: it never runs beside a measurement (plotting is
-CPU-heavy, and the cells' timing must not pay for it)."""
+Each refresh is the caller's command with ``OUT --run RUN`` (the command line gives
+``python -m analysis.plots``: figures under ``OUT/analysis/``, ``OUT/report.html``; the
+engine names no module above it) in a process of its own at the lowest CPU priority, in a
+thread of its own so no shard waits for it. On a machine that measures, it holds the
+sweep's gate as set-up work: it never runs beside a measurement (plotting is CPU-heavy,
+and the cells' timing must not pay for it). No command: nothing drawn."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -35,6 +35,7 @@ class Figures:
         run_id: str,
         stored: Iterable[str],
         say: Callable[[str], None],
+        command: Sequence[str] | None,
         *,
         hold: Callable[[], AbstractContextManager] = nullcontext,
         every_s: float = REFRESH_EVERY_S,
@@ -53,6 +54,7 @@ class Figures:
         self.refreshes = 0
         self.failures: list[str] = []
         self.log = self.out / "logs" / f"{run_id}-figures.log"
+        self.command = tuple(command) if command else None  # None: nothing drawn
 
     def cell_stored(self, cell_id: str) -> None:
         """Called after each cell is committed (from any thread)."""
@@ -70,7 +72,7 @@ class Figures:
             self._thread.start()
 
     def _due(self) -> bool:
-        if not self.first or not self.first <= self.stored:
+        if self.command is None or not self.first or not self.first <= self.stored:
             return False
         if self.written_at is None:
             return True
@@ -85,9 +87,9 @@ class Figures:
             with self.hold():
                 self.log.parent.mkdir(parents=True, exist_ok=True)
                 with append_to(self.log) as log:
+                    assert self.command is not None
                     code = subprocess.run(
-                        ["nice", "-n", "19", sys.executable, "-m", "analysis.plots",
-                         str(self.out), "--run", self.run_id],
+                        ["nice", "-n", "19", *self.command, str(self.out), "--run", self.run_id],
                         stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd(), check=False,
                     ).returncode  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a figure never stops the sweep
@@ -95,8 +97,8 @@ class Figures:
             return
         self.refreshes += 1
         if code != 0:
-            self.failures.append(f"analysis.plots exit {code}")
-            self.say(f"figures: analysis.plots failed (exit {code}); see {self.log}")
+            self.failures.append(f"figures: exit {code}")
+            self.say(f"figures: {self.command[-1]} failed (exit {code}); see {self.log}")
             return
         if not first:
             what = "figures refreshed"
@@ -119,7 +121,7 @@ class Figures:
         with them, one without a first pass too."""
         self.close()
         with self._lock:
-            if not self.stored or len(self.stored) <= self.written_with:
+            if self.command is None or not self.stored or len(self.stored) <= self.written_with:
                 return
             self.written_at, self.written_with = time.monotonic(), len(self.stored)
         self._refresh(first=self.refreshes == 0)

@@ -177,6 +177,11 @@ def worker_parallel(config: SweepConfig, specs: list) -> dict[str, int]:
     return {s.name: int(s.parallel) if s.parallel != "auto" else auto for s in specs}
 
 
+# What draws the figures and report while the sweep runs: the command line's choice (the
+# engine below it names no analysis module), a process of its own
+FIGURES_COMMAND = (sys.executable, "-m", "analysis.plots")
+
+
 @command("python -m experiments.sweep")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -186,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = options_from_args(args)
         if args.dry_run:
             return _dry_run(args, prepare(config, options, dry_run=True))
-        result = run_sweep(config, options, argv=argv)
+        result = run_sweep(config, options, argv=argv, figures=FIGURES_COMMAND)
     except TestbedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

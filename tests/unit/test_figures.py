@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from analysis.synthetic import make_store
 from experiments.config import SweepConfig
 from experiments.figures import Figures
+from experiments.sweep import FIGURES_COMMAND
 
 
 def test_figures_come_after_the_first_pass_and_refresh_with_new_cells(tmp_path):
@@ -29,7 +30,7 @@ def test_figures_come_after_the_first_pass_and_refresh_with_new_cells(tmp_path):
         yield
 
     notes: list[str] = []
-    figures = Figures(config, "run1", [], notes.append, hold=hold, every_s=0.0)
+    figures = Figures(config, "run1", [], notes.append, FIGURES_COMMAND, hold=hold, every_s=0.0)
     first = [c.cell_id for c in config.cells() if c.latency_ms in (0.0, 100.0)]
     assert len(first) == 6
     for cell_id in first[:-1]:
@@ -62,7 +63,7 @@ def test_figures_come_after_the_first_pass_and_refresh_with_new_cells(tmp_path):
 def test_no_first_pass_means_figures_only_at_the_end(tmp_path):
     config = SweepConfig(nodes=(3,), latency_ms=(0.0,), loss_pct=(0.5,), out=str(tmp_path))
     make_store(tmp_path, nodes=(3,), losses=(0.5,), latencies=(0,), writes=30, run_id="run1")
-    figures = Figures(config, "run1", [], print)
+    figures = Figures(config, "run1", [], print, FIGURES_COMMAND)
     figures.finish()  # nothing stored by this sweep: nothing to draw
     assert figures.refreshes == 0
     for cell in config.cells():
@@ -74,3 +75,15 @@ def test_no_first_pass_means_figures_only_at_the_end(tmp_path):
     with open(tmp_path / "analysis" / "summary.csv") as f:
         assert len(f.read().splitlines()) == 1 + 3  # a row per RF at 0 ms, 0.5 %
     assert (tmp_path / "report.html").is_file()
+
+
+def test_without_a_command_nothing_is_drawn(tmp_path):
+    """The engine draws through the command its caller gives (run_sweep's ``figures``):
+    none given, none drawn, whatever is stored."""
+    config = SweepConfig(nodes=(3,), latency_ms=(0.0,), loss_pct=(0.5,), out=str(tmp_path))
+    make_store(tmp_path, nodes=(3,), losses=(0.5,), latencies=(0,), writes=30, run_id="run1")
+    figures = Figures(config, "run1", [], print, None)
+    for cell in config.cells():
+        figures.cell_stored(cell.cell_id)
+    figures.finish()
+    assert figures.refreshes == 0 and not (tmp_path / "report.html").exists()

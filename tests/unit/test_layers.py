@@ -11,7 +11,9 @@
 - at most 5 project-internal imports inside functions in ``experiments/`` (an import
   inside a function hides a dependency from the reader and from this test's circles);
 - the engine in small parts: in ``experiments/`` no module over 450 lines (the store
-  excepted), no class over 300, no function over 60.
+  excepted), no class over 300, no function over 60;
+- the edges no import shows, a module starting another as a process (``"-m", "module"``):
+  each listed in ``PROCESS_EDGES`` with why; one up the layers only from a command line.
 
 Every import counts, also those under ``if TYPE_CHECKING:`` and inside functions.
 """
@@ -300,3 +302,44 @@ def test_what_is_too_big_only_shrinks():
     assert not new, f"over {MAX_MODULE_LINES}/{MAX_CLASS_LINES}/{MAX_FUNCTION_LINES} lines: {new}"
     assert not grown, f"grew past its recorded size (recorded, now): {grown}"
     assert not fixed, f"back under the limits: remove from OVER_THE_LIMITS: {fixed}"
+
+
+# Project modules started as processes by others (``[python, "-m", module]``): the edges
+# the import graph does not show. One that runs up the layers comes from a command line.
+PROCESS_EDGES = {
+    ("testbed.testbed", "testbed.client"): "the CQL client on the endpoint host",
+    ("emulation.verify", "emulation.probe"): "the prober inside a host's namespace",
+    ("workloads", "workloads.writes"): "the writer process on the endpoint",
+    ("experiments.fleet", "experiments.worker"): "a worker started over SSH",
+    ("experiments.workers", "experiments.worker"): "a local worker process",
+    ("experiments.manifest", "experiments.sweep"): "the command recorded, not run",
+    ("experiments.sweep", "analysis.plots"): "the command line's figures (run_sweep's "
+    "figures=): the engine below it names none",
+}
+
+
+def _process_edges() -> set[tuple[str, str]]:
+    found = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.List, ast.Tuple)):
+                continue
+            for a, b in zip(node.elts, node.elts[1:], strict=False):
+                if (
+                    isinstance(a, ast.Constant)
+                    and a.value == "-m"
+                    and isinstance(b, ast.Constant)
+                    and b.value in MODULES
+                ):
+                    found.add((module, b.value))
+    return found
+
+
+def test_process_edges_are_the_listed_ones():
+    assert _process_edges() == set(PROCESS_EDGES)
+
+
+def test_a_process_edge_up_the_layers_comes_from_a_command_line():
+    commands = {m for m, p in MODULES.items() if "def main(" in p.read_text()}
+    up = {(a, b) for a, b in PROCESS_EDGES if _layer(b) > _layer(a)}
+    assert up and all(a in commands for a, _ in up), up
