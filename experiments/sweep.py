@@ -24,9 +24,11 @@ from typing import Any
 
 from testbed import TestbedError, argtypes
 from testbed.command import Parser, command, prog
+from testbed.errors import ConfigError
 
 from .api import Prepared, RunOptions, prepare, run_sweep
 from .config import (
+    CONFIG_DIR,
     DEFAULTS,
     KNOBS,
     SweepConfig,
@@ -106,7 +108,11 @@ def parser() -> argparse.ArgumentParser:
         "factors, latencies and losses. Lists take 0,20,40 or 0..100..10; every setting "
         "is also a key of a --config file's [sweep] table.",
     )
-    p.add_argument("--config", metavar="FILE", help="TOML file with a [sweep] table")
+    p.add_argument(
+        "--config",
+        metavar="FILE|PRESET",
+        help="TOML file with a [sweep] table, or a shipped preset by name (paper, quick, ...)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -132,13 +138,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def config_file(text: str) -> Path:
+    """``--config``'s file: a path, else a shipped preset by name (``paper``) or by its
+    path in the project (``experiments/configs/paper.toml`` from another directory)."""
+    path = Path(text)
+    if path.exists():  # a directory or a device: read_toml says what is wrong with it
+        return path
+    shipped = CONFIG_DIR / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    by_name = path.parent == Path(".")
+    if shipped.is_file() and (by_name or path.parent.parts[-2:] == CONFIG_DIR.parts[-2:]):
+        return shipped
+    names = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.toml")))
+    raise ConfigError(f"config file not found: {text} (shipped presets, by name: {names})")
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Defaults, then --quick, then --config, then flags. ConfigError for bad input."""
     values: dict[str, Any] = {}
     if args.quick and not args.config:
         values.update(preset("quick"))
     if args.config:  # with --quick: the file's [quick] table on top of its [sweep]
-        values.update(load_toml(args.config, quick=args.quick))
+        values.update(load_toml(config_file(args.config), quick=args.quick))
     for name, knob in KNOBS.items():
         raw = getattr(args, name, None)
         if raw is None:

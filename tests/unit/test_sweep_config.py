@@ -1,5 +1,7 @@
 """Sweep configuration: validation errors, grid expansion, flags and presets (pure logic)."""
 
+from pathlib import Path
+
 import pytest
 
 from experiments import estimate
@@ -377,3 +379,22 @@ def test_a_workload_file_under_two_spellings_is_one_workload(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="are the same value"):
         SweepConfig(nodes=(3,), workload=("mine.properties", str(props)))
+
+
+@pytest.mark.parametrize("given", ["paper", "paper.toml", "experiments/configs/paper.toml"])
+def test_a_shipped_preset_is_found_by_name_from_any_directory(given, tmp_path, monkeypatch):
+    from experiments.config import CONFIG_DIR
+    from experiments.sweep import config_file
+
+    monkeypatch.chdir(tmp_path)  # not the project's directory
+    assert config_file(given) == CONFIG_DIR / "paper.toml"
+
+
+def test_a_file_of_ones_own_comes_before_a_preset_of_the_same_name(tmp_path, monkeypatch):
+    from experiments.sweep import config_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "paper.toml").write_text("[sweep]\n")
+    assert config_file("paper.toml") == Path("paper.toml")
+    with pytest.raises(ConfigError, match=r"config file not found: x/paper.toml \(shipped"):
+        config_file("x/paper.toml")  # a path elsewhere is not a preset's
