@@ -260,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Export a results directory, one row per request.",
     )
     p.add_argument("directory", help="results directory (holds results.sqlite)")
-    p.add_argument("--format", choices=FORMATS, default="csv")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="csv",
+        help="requests, cells (and YCSB) as CSV or as typed Parquet (default csv)",
+    )
     p.add_argument("--run", help="only this run id")
     p.add_argument("--out", help="output directory (default DIR/export)")
     args = p.parse_args(argv)

@@ -301,3 +301,15 @@ def test_a_phase_that_did_fewer_operations_than_asked_is_an_error(tmp_path):
     # workload F: a read-modify-write is also counted as a READ and an UPDATE
     f_ops = {"READ": {"count": 10}, "UPDATE": {"count": 4}, "READ-MODIFY-WRITE": {"count": 4}}
     assert ycsb_client.operations_done(f_ops) == 10
+
+
+def test_every_flag_of_ycsb_run_says_what_it_is():
+    """`edgetb ycsb run --help`: no flag without a line of help (nine had none)."""
+    import argparse
+
+    from workloads.ycsb.__main__ import parser
+
+    subs = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subs.choices.items():
+        bare = [a.dest for a in sub._actions if a.option_strings and not a.help]
+        assert not bare, (name, bare)

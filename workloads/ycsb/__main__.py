@@ -60,35 +60,76 @@ def _progress(phase: str):
     return show
 
 
-@command("python -m workloads.ycsb")
-def main(argv: list[str] | None = None) -> int:
+def parser() -> Parser:
+    """The command line: install, path, run (every flag with its help and default)."""
     p = Parser(prog=prog("python -m workloads.ycsb"), description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     inst = sub.add_parser("install", help="fetch YCSB and the driver, build the binding (cached)")
-    inst.add_argument("--force", action="store_true")
+    inst.add_argument("--force", action="store_true", help="build again even if cached")
     sub.add_parser("path", help="print the installed YCSB's directory")
-    r = sub.add_parser("run", help="load and run a workload on a running testbed")
+    _run_flags(sub.add_parser("run", help="load and run a workload on a running testbed"))
+    return p
+
+
+def _run_flags(r: argparse.ArgumentParser) -> None:
     r.add_argument("--run", help="testbed run id or name (default: the one that is up)")
     r.add_argument("--workload", default="a", help="a..f (YCSB's A-F) or a properties file")
-    r.add_argument("--rf", type=argtypes.integer(1, MAX_EDGE_NODES), default=3)
+    r.add_argument(
+        "--rf",
+        type=argtypes.integer(1, MAX_EDGE_NODES),
+        default=3,
+        help="replication factor (default 3)",
+    )
     r.add_argument("--keyspace", help="default: ycsb_rf<RF>")
-    r.add_argument("--records", type=argtypes.integer(1, 2**31 - 1))
-    r.add_argument("--operations", type=argtypes.integer(1, 2**31 - 1))
+    r.add_argument(
+        "--records",
+        type=argtypes.integer(1, 2**31 - 1),
+        help="rows loaded (default: the workload's recordcount)",
+    )
+    r.add_argument(
+        "--operations",
+        type=argtypes.integer(1, 2**31 - 1),
+        help="operations of the run phase (default: the workload's operationcount)",
+    )
     r.add_argument("--duration", type=argtypes.number(1, 86400, "s"), help="run phase length (s)")
-    r.add_argument("--threads", type=argtypes.integer(1, 1024), default=1)
+    r.add_argument(
+        "--threads", type=argtypes.integer(1, 1024), default=1, help="client threads (default 1)"
+    )
     r.add_argument("--target", type=argtypes.integer(1, 10**7), help="ops/s (open loop)")
-    r.add_argument("--read-cl", default="ONE")
-    r.add_argument("--write-cl", default="ONE")
-    r.add_argument("--policy", choices=("round-robin", "token-aware"), default="round-robin")
-    r.add_argument("--timeout", type=argtypes.number(1, 600, "s"), default=12.0)
+    r.add_argument("--read-cl", default="ONE", help="reads' consistency level (default ONE)")
+    r.add_argument("--write-cl", default="ONE", help="writes' consistency level (default ONE)")
+    r.add_argument(
+        "--policy",
+        choices=("round-robin", "token-aware"),
+        default="round-robin",
+        help="how the driver picks coordinators (default round-robin, as the paper's writes)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=argtypes.number(1, 600, "s"),
+        default=12.0,
+        help="the driver's request timeout (s, default 12)",
+    )
     r.add_argument("--no-load", action="store_true", help="the keyspace is loaded already")
     r.add_argument(
         "--raw", action="store_true", help="also every operation's latency (OUT/run-raw.csv)"
     )
-    r.add_argument("-p", dest="extra", type=_pair, action="append", default=[], metavar="K=V")
+    r.add_argument(
+        "-p",
+        dest="extra",
+        type=_pair,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a YCSB property on top of the workload's (repeatable)",
+    )
     r.add_argument("--out", default="ycsb-out", help="where YCSB's files go (default ycsb-out)")
-    r.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    r.add_argument("--json", action="store_true", help="the result as JSON on stdout")
+
+
+@command("python -m workloads.ycsb")
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.cmd == "install":
             d = dist_mod.install(force=args.force, progress=lambda m: print(m, file=sys.stderr))
