@@ -154,6 +154,7 @@ class SweepConfig:
         metavar="MB",
         low=MIN_MEMORY_MB,
         high=MAX_MEMORY_MB,
+        shown="2048",
         group="testbed",
         fingerprint="unless-default",
     )

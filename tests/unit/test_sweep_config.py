@@ -398,3 +398,13 @@ def test_a_file_of_ones_own_comes_before_a_preset_of_the_same_name(tmp_path, mon
     assert config_file("paper.toml") == Path("paper.toml")
     with pytest.raises(ConfigError, match=r"config file not found: x/paper.toml \(shipped"):
         config_file("x/paper.toml")  # a path elsewhere is not a preset's
+
+
+def test_the_vm_size_shown_is_the_backends_default():
+    """`sweep --help` and `up --help` show the same VM size: libvirt's EDGE_SIZE (the
+    sweep once said "default none" for --vm-memory)."""
+    from experiments.config import shown_default
+    from testbed.backends.libvirt import EDGE_SIZE
+
+    assert shown_default("vm_vcpus") == str(EDGE_SIZE.vcpus)
+    assert shown_default("vm_memory_mb") == str(EDGE_SIZE.memory_mb)
