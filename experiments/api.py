@@ -354,6 +354,7 @@ def _local_report(store: Store, run_id: str, todo, wall: float, p: int, busy) ->
     return (
         f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
         f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
-        f"(efficiency {total_rtt / (wall * p):.2f}); the machine was "
+        f"(efficiency {total_rtt / (wall * p):.2f}: the testbeds' share of time in timed "
+        f"writes); the machine was "
         f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
     )

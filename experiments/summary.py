@@ -88,7 +88,8 @@ def _writes_table(store: Store, run_id: str, cells: list[dict]) -> str:
             f"{s['p95']:>8.2f} {store.errors(run_id, c['cell_id']):>6} "
             f"{(cir if cir is not None else float('nan')):>5.2f} {lost_said(c):>5}"
         )
-    return "\n".join(lines + losses(order))
+    legend = "c∈R: the share of writes whose coordinator held a replica of the key"
+    return "\n".join([*lines, legend, *losses(order)])
 
 
 def lost_said(cell: dict) -> str:

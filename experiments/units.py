@@ -146,10 +146,12 @@ def set_network(shard: Shard, cell: Cell) -> dict[str, Any]:
             "took_s": round(time.monotonic() - t0, 2),
         }
         rtt = f"{pair.median_rtt_ms:.2f}" if pair.median_rtt_ms is not None else "n/a"
+        low, high = pair.loss_interval_pct
         shard.note(
             f"network {cell.latency_ms:g} ms / {cell.loss_pct:g} % ({cfg.profile}) on "
             f"{cell.nodes} nodes: {a}<->{b} RTT {rtt} ms (configured "
             f"{pair.configured_rtt_ms:g}), loss {pair.measured_loss_pct:.1f} % "
-            f"(configured {pair.configured_loss_pct:.2f}, {pair.probes} probes)"
+            f"(configured {pair.configured_loss_pct:.2f}: 95 % of {pair.probes} probes fall "
+            f"in {low:.1f}-{high:.1f}, {'ok' if pair.loss_ok else 'OUTSIDE'})"
         )
     return shaping
