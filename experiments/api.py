@@ -344,7 +344,8 @@ def _local_engine(config: SweepConfig, store: Store, run_id: str, progress, prep
     sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
     hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
     eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
-    intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}); estimated {eta}"
+    shards = "; each testbed's lines marked [s0], [s1], ..." if p > 1 else ""
+    intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}{shards}); estimated {eta}"
     store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
     return sweep, hold, intro, p
 
