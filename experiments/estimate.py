@@ -19,7 +19,6 @@ this machine's numbers.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -29,6 +28,7 @@ import numpy as np
 
 from emulation import links
 from model import rtt
+from testbed import paths
 from testbed.backends import capabilities
 from testbed.errors import ConfigError
 
@@ -125,7 +125,7 @@ def defaults(shaper: str) -> Costs:
     ``$EDGETB_MAX_BUSY`` (a share of the cores, for benchmarks/parallel_fidelity.py's
     trials of another budget) replaces its budget."""
     costs = SHAPER_COSTS[shaper]
-    text = os.environ.get("EDGETB_MAX_BUSY")
+    text = paths.get("EDGETB_MAX_BUSY")
     if text:
         try:
             share = float(text)

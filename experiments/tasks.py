@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed import paths
 from testbed.errors import RunInUseError
 from testbed.files import write_file
 from testbed.state import OwnerLock, describe_holder, home
@@ -234,13 +235,13 @@ def open_run(
         if slots is not None:
             return slots
         worker = worker or get_worker()
-        root = Path(SERVED.get("root") or os.environ.get("EDGETB_WORKER_DIR") or home() / "worker")
+        root = Path(SERVED.get("root") or paths.get("EDGETB_WORKER_DIR") or home() / "worker")
         data = dict(config_data, out=str(root / "results"))
         if links is not None:  # --profile file: the controller's links file
             root.mkdir(parents=True, exist_ok=True)
             write_file(root / "links.toml", links)
             data["links_file"] = str(root / "links.toml")
-        data["subnet_pool"] = os.environ.get("EDGETB_SUBNET_POOL") or data.get("subnet_pool")
+        data["subnet_pool"] = paths.get("EDGETB_SUBNET_POOL") or data.get("subnet_pool")
         config = SweepConfig.from_dict(data)
         p = int(worker.state.total_resources.get("testbed", 1))
         slots = _SLOTS[run_id] = Slots(config, run_id, root, p, worker)

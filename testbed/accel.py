@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from . import paths
 from .cassandra.dist import cache_root
 from .runner import run
 
@@ -28,7 +29,7 @@ def verdict_path() -> Path:
 def known_accel() -> str | None:
     """ "kvm" or "tcg" when decided (by $EDGETB_GATEWAY_ACCEL, by the absence of /dev/kvm,
     or by an earlier trial boot on this host kernel and QEMU), else None: try KVM once."""
-    forced = os.environ.get("EDGETB_GATEWAY_ACCEL")
+    forced = paths.get("EDGETB_GATEWAY_ACCEL")
     if forced in ("kvm", "tcg"):
         return forced
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):

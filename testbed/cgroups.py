@@ -35,7 +35,6 @@ from typing import Any
 from .errors import ConfigError, StateError
 from .state import Record
 
-ROOT = Path(os.environ.get("EDGETB_CGROUP_ROOT", "/sys/fs/cgroup"))
 # Shared by every run of the machine (or of the v1 cgroup the run's process is in): made by
 # the first run that needs it, removed by the last one out (rmdir fails while another run
 # has a child in it; a run whose parent vanished between mkdirs makes it again).

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from . import argtypes
+from . import argtypes, paths
 from .command import Parser
 from .topology import MAX_EDGE_NODES
 
@@ -25,7 +25,7 @@ PROTOCOL_VERSION = 5
 
 
 def contact_points(hosts: str | None) -> list[str]:
-    raw = hosts or os.environ.get("EDGETB_EDGE_ADDRESSES", "")
+    raw = hosts or (paths.get("EDGETB_EDGE_ADDRESSES") or "")
     points = [h.strip() for h in raw.split(",") if h.strip()]
     if not points:
         raise ValueError("no contact points: pass --hosts or run via `edgetb exec`")
@@ -53,7 +53,7 @@ def credentials(path: str | None = None):
     a file (clusters without authentication)."""
     from .cassandra import auth
 
-    path = path or os.environ.get(auth.ENV) or None
+    path = path or paths.get(auth.ENV)
     return auth.read(path) if path else None
 
 
@@ -313,7 +313,7 @@ def run_cql(points: list[str], statements: list[str], consistency: str, timeout_
     from cassandra import ConsistencyLevel
     from cassandra.query import SimpleStatement
 
-    cluster, session = connect(points, timeout_s, local_dc=os.environ.get(LOCAL_DC_ENV) or None)
+    cluster, session = connect(points, timeout_s, local_dc=paths.get(LOCAL_DC_ENV))
     try:
         for text in statements:
             stmt = SimpleStatement(text, consistency_level=getattr(ConsistencyLevel, consistency))

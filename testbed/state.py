@@ -24,8 +24,10 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from . import paths
 from .errors import ConfigError, RunSelectionError, StateError, StateFileError, StateVersionError
 from .files import open_own
+from .paths import home as home  # where it always was
 
 _SAVING = threading.RLock()  # RunState.save, across threads
 
@@ -44,11 +46,6 @@ def run_of(name: str) -> str | None:
     """The run id in a testbed object's name (strict pattern), else None."""
     match = OBJECT_RE.fullmatch(name)
     return match.group(1) if match else None
-
-
-def home() -> Path:
-    env = os.environ.get("EDGETB_HOME")
-    return Path(env) if env else Path.home() / ".edgetb"
 
 
 def runs_dir(base: Path | None = None) -> Path:
@@ -332,7 +329,7 @@ def registry_dir() -> Path:
     """Where every run on this machine, of any $EDGETB_HOME, is entered (a symlink to its
     run directory), so that `clean` tells a live run of another home from a leftover.
     On tmpfs (/run): a reboot ends every namespace, process and transient VM anyway."""
-    return Path(os.environ.get("EDGETB_REGISTRY", "/run/edgetb/runs"))
+    return paths.registry_dir()
 
 
 def sweeps_dir() -> Path:

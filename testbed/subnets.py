@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Network
 from pathlib import Path
 
+from . import paths
 from .errors import CommandError, ConfigError
 from .runner import run
 from .state import OwnerLock, RunState, registered_runs, registry_dir, run_of
@@ -39,7 +39,7 @@ class InUse:
 def pool_from(text: str | None = None) -> IPv4Network:
     """The pool ``text`` (default ``$EDGETB_SUBNET_POOL``, else 10.77.0.0/16), checked:
     private IPv4, strict, /24 or larger. ConfigError naming the value otherwise."""
-    text = text or os.environ.get("EDGETB_SUBNET_POOL") or DEFAULT_POOL
+    text = text or paths.get("EDGETB_SUBNET_POOL") or DEFAULT_POOL
     try:
         pool = IPv4Network(text, strict=True)
     except ValueError as exc:

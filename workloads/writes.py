@@ -35,7 +35,6 @@ DC-aware policy does: a client uses the nodes of its own site.
 from __future__ import annotations
 
 import json
-import os
 import random
 import sys
 import time
@@ -43,6 +42,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from testbed import paths
 from testbed.client import LOCAL_DC_ENV, replication
 from testbed.command import Parser
 
@@ -322,10 +322,10 @@ def serve(writer: Writer, inp, out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m workloads.writes")
-    parser.add_argument("--hosts", default=os.environ.get("EDGETB_EDGE_ADDRESSES", ""))
+    parser.add_argument("--hosts", default=paths.get("EDGETB_EDGE_ADDRESSES") or "")
     parser.add_argument("--policy", default="round-robin")
     parser.add_argument("--timeout", type=float, default=12.0)
-    parser.add_argument("--local-dc", default=os.environ.get(LOCAL_DC_ENV) or None)
+    parser.add_argument("--local-dc", default=paths.get(LOCAL_DC_ENV))
     args = parser.parse_args(argv)
     points = [h for h in args.hosts.split(",") if h]
     if not points:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import images, subnets
+from .. import images, paths, subnets
 from ..accel import known_accel, record_accel
 from ..errors import ConfigError, TestbedError
 from ..runner import run
@@ -32,7 +32,6 @@ from .ssh import SSH, RemoteHost
 
 log = logging.getLogger(__name__)
 
-URI = os.environ.get("EDGETB_LIBVIRT_URI", "qemu:///system")
 BOOT_TIMEOUT_S = 600.0  # TCG on two cores, several guests booting at once
 KVM_TRIAL_TIMEOUT_S = 90.0
 METADATA_NS = "https://github.com/edgetb/edgetb/libvirt/1"
@@ -244,10 +243,10 @@ def connect():
         raise ConfigError("libvirt-python is not installed: run `make vms`") from exc
     _quiet_libvirt()
     try:
-        return libvirt.open(URI)
+        return libvirt.open(paths.libvirt_uri())
     except libvirt.libvirtError as exc:
         raise ConfigError(
-            f"cannot connect to libvirt at {URI} ({exc}); is libvirtd "
+            f"cannot connect to libvirt at {paths.libvirt_uri()} ({exc}); is libvirtd "
             f"running? `make vms` installs and starts it"
         ) from exc
 
@@ -258,7 +257,7 @@ def choose_domain_type() -> str | None:
     /dev/kvm is not proof (a PVM hypervisor exposes it, and a stock guest kernel hangs),
     so the verdict is the one the gateway VM's trial recorded for this host kernel and
     QEMU, or $EDGETB_VM_ACCEL=kvm|tcg."""
-    forced = os.environ.get("EDGETB_VM_ACCEL")
+    forced = paths.get("EDGETB_VM_ACCEL")
     if forced in ("kvm", "tcg"):
         return "kvm" if forced == "kvm" else "qemu"
     accel = known_accel()
@@ -576,7 +575,7 @@ def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
     except ImportError:
         return found
     try:
-        conn = libvirt.open(URI)
+        conn = libvirt.open(paths.libvirt_uri())
     except libvirt.libvirtError:
         return found
     try:

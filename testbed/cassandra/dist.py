@@ -8,7 +8,6 @@ import hashlib
 import json
 import logging
 import lzma
-import os
 import shutil
 import tarfile
 import zlib
@@ -18,6 +17,7 @@ from pathlib import Path
 from .. import maven
 from ..errors import ConfigError, StateError
 from ..keyed_cache import build_once
+from ..paths import cache_root as cache_root  # where it always was
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +32,6 @@ LOGBACK_TOOLS_XML = """<configuration scan="false">
   <root level="WARN"><appender-ref ref="STDERR" /></root>
 </configuration>
 """
-
-
-def cache_root() -> Path:
-    """Where distributions are cached: $EDGETB_CACHE, else ~/.cache/edgetb."""
-    env = os.environ.get("EDGETB_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "edgetb"
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import paths
 from ..errors import ConfigError, StateError
 
 ENV = "EDGETB_TLS"
@@ -258,7 +259,7 @@ def ssl_context(directory: str | os.PathLike | None = None) -> ssl.SSLContext | 
     ``$EDGETB_TLS``; None where neither is set: a cluster without TLS). The run's nodes'
     CA is the only one trusted; host names are not checked (the nodes are addressed by IP,
     and only the run's nodes hold a certificate of that CA)."""
-    directory = directory or os.environ.get(ENV) or None
+    directory = directory or paths.get(ENV)
     if directory is None:
         return None
     ca, cert, key = client_files(directory)
