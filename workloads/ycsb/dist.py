@@ -67,7 +67,7 @@ class YcsbDist:
             path = self.root / name
             if not path.is_file():
                 raise StateError(
-                    f"YCSB jar missing: {path} (run `python -m workloads.ycsb install`)"
+                    f"YCSB jar missing: {path} (run `edgetb ycsb install`)"
                 )
             if full and _sha256(path) != want:
                 raise StateError(f"checksum mismatch for {path} (reinstall with --force)")
@@ -84,7 +84,7 @@ def load(root: Path | None = None) -> YcsbDist:
     if not manifest.is_file():
         raise StateError(
             f"YCSB {YCSB_VERSION} with this binding is not installed in {directory}: "
-            "run `python -m workloads.ycsb install` (`make ycsb` does, with javac)"
+            "run `edgetb ycsb install` (`make ycsb` does, with javac)"
         )
     dist = YcsbDist(directory, json.loads(manifest.read_text())["jars"])
     dist.verify()
