@@ -470,7 +470,12 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
     alive = run_cli(
         "exec", "--run", hosts_run, "ep", "--", "pgrep", "-f", f"edgetb[.]run={hosts_run}:"
     )
-    assert alive.returncode == 0, "the client should outlive its killed owner until down"
+    if alive.returncode != 0:  # what the endpoint has instead, and what its kernel said
+        look = "ps -eo pid,etime,args | grep -v ' \\[' | tail -n 25; dmesg | tail -n 5"
+        seen = run_cli("exec", "--run", hosts_run, "ep", "--", "sh", "-c", look)
+        raise AssertionError(
+            "the client should outlive its killed owner until down; on ep:\n" + seen.stdout
+        )
 
 
 def _edited_known_hosts(source: Path, address: str, tmp_path: Path) -> str:
