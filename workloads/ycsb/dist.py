@@ -66,9 +66,7 @@ class YcsbDist:
         for name, want in self.jars.items():
             path = self.root / name
             if not path.is_file():
-                raise StateError(
-                    f"YCSB jar missing: {path} (run `edgetb ycsb install`)"
-                )
+                raise StateError(f"YCSB jar missing: {path} (run `edgetb ycsb install`)")
             if full and _sha256(path) != want:
                 raise StateError(f"checksum mismatch for {path} (reinstall with --force)")
 
