@@ -33,7 +33,7 @@ def preflight(config: SweepConfig) -> None:
     host shaper's tools when it does."""
     if os.geteuid() != 0:
         raise ConfigError("the sweep builds network namespaces: run it as root")
-    shapers.preflight(shapers.resolve(config.shaper, config.backend or "netns"))
+    shapers.preflight(shapers.resolve(config.shaper, config.backend))
     if config.ycsb_workloads():  # YCSB and the binding installed (`make ycsb` does it)
         ycsb_dist.load()
 
@@ -76,7 +76,7 @@ def costs_shaper(config: SweepConfig) -> str:
     """The shaper whose costs the model uses: the one the sweep will resolve to, judged
     without touching the machine (a dry run makes no namespace); a shaper this kernel
     lacks is reported by the preflight when the sweep starts."""
-    return shapers.resolve(config.shaper, config.backend or "netns", probe=False)
+    return shapers.resolve(config.shaper, config.backend, probe=False)
 
 
 def calibrate_from(

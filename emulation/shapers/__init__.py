@@ -110,8 +110,9 @@ def netem_listed() -> bool:
     return False
 
 
-def resolve(name: str, backend: str = "netns", *, probe: bool = True) -> str:
+def resolve(name: str, backend: str | None = None, *, probe: bool = True) -> str:
     """auto -> direct where the kernel has netem, else host; ConfigError for unknown names.
+    ``backend``: the testbed's (None: the default backend, as ``capabilities`` takes it).
     ``probe=False``: judged by ``netem_listed`` (nothing on the machine changes) and
     direct taken as asked.
 
