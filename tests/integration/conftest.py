@@ -222,6 +222,11 @@ def run_cli(
     return _run([sys.executable, "-m", module, *args, *extra], timeout, env=os.environ.copy())
 
 
+def ping_rtts_ms(output: str) -> list[float]:
+    """The round trips iputils ping printed, in ms (``time=… ms`` of each reply)."""
+    return [float(x) for x in re.findall(r"time=([\d.]+) ms", output)]
+
+
 def assert_no_residue(run_id: str) -> None:
     """Nothing of run ``run_id`` is left (namespaces, processes, VMs, directory, registry)."""
     assert run_id

@@ -13,7 +13,7 @@ from scipy import stats
 from emulation import api, links
 from emulation.verify import measure_pair
 
-from .conftest import rtt_tolerance_ms, run_cli
+from .conftest import ping_rtts_ms, rtt_tolerance_ms, run_cli
 
 
 def _edge_pids(tb):
@@ -31,7 +31,7 @@ def _ping(tb, src: str, dst: str, count: int, interval_s: float) -> tuple[list[f
     assert sent, proc.stdout[-500:] + proc.stderr
     transmitted, received = int(sent.group(1)), int(sent.group(2))
     assert transmitted == count, proc.stdout[-500:]
-    rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", proc.stdout)]
+    rtts = ping_rtts_ms(proc.stdout)
     return rtts, 1 - received / transmitted
 
 

@@ -21,7 +21,7 @@ from emulation import api, links, shapers
 from emulation.verify import binomial_interval, echo_rtts, measure_pair
 from testbed import Testbed
 
-from .conftest import assert_no_residue, rtt_tolerance_ms, run_cli, run_id_in
+from .conftest import assert_no_residue, ping_rtts_ms, rtt_tolerance_ms, run_cli, run_id_in
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_ping_and_a_capture_see_both_delays_of_a_round_trip(small):
         if capture.poll() is None:
             capture.kill()
             capture.wait()
-    ping_rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping.stdout)]
+    ping_rtts = ping_rtts_ms(ping.stdout)
     captured = _capture_rtts_ms(out)
     assert len(ping_rtts) == 30 and len(captured) == 30, (ping.stdout, out)
     for rtts in (ping_rtts, captured):
@@ -145,7 +145,7 @@ def test_no_control_client_stalls_the_packets_or_the_control(small):
         ping = small.exec(
             "e0", ["ping", "-n", "-c", "20", "-i", "0.05", small.topology.host("e1").address]
         )
-        rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping.stdout)]
+        rtts = ping_rtts_ms(ping.stdout)
         assert len(rtts) == 20 and abs(statistics.median(rtts) - 20) <= rtt_tolerance_ms(20)
         hog.setblocking(True)
         hog.settimeout(10)  # the delayer closed it: EOF (or a reset) before this
@@ -215,7 +215,7 @@ def test_a_stalled_delayer_is_named_from_its_own_lateness_record(small):
     os.kill(rec.pid, signal.SIGCONT)
     out, _ = ping.communicate(timeout=30)
     out = "".join(first) + out
-    rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+    rtts = ping_rtts_ms(out)
     assert max(rtts) > 200 + 400, out  # ping saw the stall too: held echoes came back late
     (problem,) = api.problems(small, thorough=True)
     assert problem.startswith("the host shaper stalled: a packet was released"), problem

@@ -36,6 +36,7 @@ from .conftest import (
     assert_no_residue,
     guest_rtt_ok,
     measure_guests,
+    ping_rtts_ms,
     refused_for_its_certificate,
     run_cli,
     vm_budget,
@@ -78,7 +79,7 @@ def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float
         timeout=vm_budget(120),
     )
     assert proc.returncode == 0, proc.stderr
-    return [float(m) for m in re.findall(r"time=([0-9.]+) ms", proc.stdout)]
+    return ping_rtts_ms(proc.stdout)
 
 
 @pytest.fixture(scope="module")
