@@ -10,9 +10,8 @@ import pytest
 from emulation import shapers
 from testbed.backends import CAPABILITIES, backend_options, capabilities, registry
 from testbed.errors import ConfigError
+from tests.support.source import MODULES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("testbed", "emulation", "experiments", "analysis", "workloads", "edgetb", "model")
 REGISTRY = ROOT / "testbed" / "backends" / "__init__.py"
 SHAPER_REGISTRY = ROOT / "emulation" / "shapers" / "__init__.py"
 # the one place a shaper's name is data, not a switch
@@ -63,7 +62,7 @@ def _name_comparisons(path: Path, names: set[str]) -> list[str]:
 
 
 def _modules():
-    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+    return list(MODULES.values())
 
 
 def test_no_module_outside_the_registry_compares_backend_names():

@@ -21,12 +21,11 @@ Every import counts, also those under ``if TYPE_CHECKING:`` and inside functions
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("testbed", "emulation", "model", "workloads", "experiments", "analysis", "edgetb")
+from tests.support.source import LAYERS, MODULES
+
 STILL_MIXED = {
     "analysis.phi",  # φ's functions and `python -m analysis.phi`
     "analysis.report",  # write_report and `python -m analysis.report`
@@ -34,20 +33,6 @@ STILL_MIXED = {
     "testbed.client",  # the endpoint client's helpers and the client process itself
 }
 MAX_INNER_IMPORTS = {"experiments": 5}
-
-
-def _modules() -> dict[str, Path]:
-    mods = {}
-    for pkg in LAYERS:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            mods[".".join(parts)] = path
-    return mods
-
-
-MODULES = _modules()
 
 
 def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 
 from testbed import paths
-
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("testbed", "emulation", "experiments", "analysis", "workloads", "edgetb", "model")
+from tests.support.source import MODULES, ROOT
 
 
 def _environ(node: ast.AST) -> bool:
@@ -45,8 +43,7 @@ def _reads(path: Path) -> list[str]:
 
 
 def test_only_paths_reads_the_tools_variables():
-    modules = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    found = [hit for p in modules if p != ROOT / "testbed" / "paths.py" for hit in _reads(p)]
+    found = [h for p in MODULES.values() if p != ROOT / "testbed" / "paths.py" for h in _reads(p)]
     assert found == []
 
 
@@ -69,7 +66,6 @@ def test_every_variable_the_code_names_is_in_the_table():
     import re
 
     named = set()
-    for pkg in PACKAGES:
-        for p in (ROOT / pkg).rglob("*.py"):
-            named |= set(re.findall(r"\bEDGETB_[A-Z][A-Z_]*[A-Z]\b", p.read_text()))
+    for p in MODULES.values():
+        named |= set(re.findall(r"\bEDGETB_[A-Z][A-Z_]*[A-Z]\b", p.read_text()))
     assert named - set(paths.VARIABLES) == set()
