@@ -461,10 +461,13 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
          "--out", str(tmp_path / "killed")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    pidfile = str(home() / "runs" / hosts_run / "ycsb" / "client.pid")
+    # killed once its client reads: YCSB's status line counts operations (a client
+    # killed before it connected could end on its own, proving nothing of `down`)
+    log = tmp_path / "killed" / "run.log"
     deadline = time.monotonic() + vm_budget(300)
-    while run_cli("exec", "--run", hosts_run, "ep", "--", "test", "-s", pidfile).returncode:
-        assert killed.poll() is None and time.monotonic() < deadline, "no YCSB client started"
+    while not re.search(r"\d+ sec: [1-9]\d* operations", _text(log)):
+        assert killed.poll() is None, f"the YCSB run ended by itself: {_text(log)[-1500:]}"
+        assert time.monotonic() < deadline, f"no YCSB client read: {_text(log)[-1500:]}"
         time.sleep(2)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
@@ -477,6 +480,10 @@ def _ycsb_on_the_endpoint(hosts_run: str, tmp_path: Path) -> None:
         raise AssertionError(
             "the client should outlive its killed owner until down; on ep:\n" + seen.stdout
         )
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
 
 
 def _edited_known_hosts(source: Path, address: str, tmp_path: Path) -> str:

@@ -135,7 +135,10 @@ class Spec:
         if self.duration_s is not None:
             props["maxexecutiontime"] = str(int(round(self.duration_s)))
             if self.operations is None:
-                props["operationcount"] = "0"  # 0: no limit but the time
+                # no limit but the time. Not 0: YCSB 0.17's Client lowers threadcount to
+                # operationcount when it is smaller (no 0 exception), so 0 starts no
+                # client thread and the run ends at once with 0 operations
+                props["operationcount"] = str(MAX_COUNT)
         return props
 
     def ops(self) -> set[str]:
