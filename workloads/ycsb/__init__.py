@@ -124,6 +124,11 @@ class Spec:
     extra: tuple[tuple[str, str], ...] = ()  # more -p KEY=VALUE, after the file's
     raw: bool = False  # also every operation's latency (YCSB's raw measurement)
 
+    @property
+    def by_time(self) -> bool:
+        """The run phase ends at its duration only (no operation count given)."""
+        return self.duration_s is not None and self.operations is None
+
     def properties(self) -> dict[str, str]:
         """The workload file's properties with this spec's on top (what YCSB gets)."""
         props = {"workload": CORE_WORKLOAD, **read_properties(workload_path(self.workload))}
@@ -134,7 +139,7 @@ class Spec:
             props["operationcount"] = str(self.operations)
         if self.duration_s is not None:
             props["maxexecutiontime"] = str(int(round(self.duration_s)))
-            if self.operations is None:
+            if self.by_time:
                 # no limit but the time. Not 0: YCSB 0.17's Client lowers threadcount to
                 # operationcount when it is smaller (no 0 exception), so 0 starts no
                 # client thread and the run ends at once with 0 operations

@@ -161,7 +161,7 @@ class Ycsb:
         self.ship()
         where, argv = self._prepare(phase, spec, keyspace, out)
         total = _number(spec.properties(), "recordcount" if phase == "load" else "operationcount")
-        if phase == "run" and spec.operations is None and spec.duration_s is not None:
+        if phase == "run" and spec.by_time:
             total = 0  # by time: no count to show progress against
         log_path = out / f"{phase}.log"
         with open(log_path, "wb") as log, open(out / f"{phase}.out", "wb") as stdout:
