@@ -4,13 +4,13 @@ an Ansible inventory by the hosts backend (with Cassandra: authentication, JMX o
 loopback, checked host keys, qdiscs restored at down), and nothing left behind — also
 after kill -9.
 
-One pair of small VMs (edge node e0 + endpoint ep) is shared by the module: under TCG a
-boot costs about a minute.
+The small VMs of the session (edge nodes e0 and e1 on two sites, endpoint ep: the
+``vms`` fixture of conftest.py) are shared with test_5, which takes them down: under TCG
+a boot costs about a minute.
 """
 
 import json
 import os
-import re
 import signal
 import socket
 import ssl
@@ -34,28 +34,24 @@ from workloads.ycsb import client as ycsb_client
 
 from .conftest import (
     GUESTS,
+    SMALL_VMS,
+    VM_MEMORY_MB,
+    VM_VCPUS,
     assert_no_residue,
     guest_rtt_ok,
-    measure_guests,
     ping_rtts_ms,
     refused_for_its_certificate,
     run_cli,
+    run_id_in,
     vm_budget,
 )
 
-SMALL = ["--vm-vcpus", "1", "--vm-memory", "768"]
 # Node log lines the module provokes on purpose (the journal fixture in conftest.py): a
 # TLS handshake to the internode port without a node's certificate, refused
 NODE_LOG_EXPECTED = (
     (r"InboundConnectionInitiator.* Failed to properly handshake with peer", "a stranger's "
      "handshake on port 7000, refused as _tls_refuses_strangers asserts"),
 )  # fmt: skip
-
-
-def _run_id(stdout: str) -> str:
-    match = re.search(r"run (\w+) is up", stdout)
-    assert match, stdout
-    return match.group(1)
 
 
 def address(run_id: str, host: str = "e0") -> str:
@@ -83,33 +79,19 @@ def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float
     return ping_rtts_ms(proc.stdout)
 
 
-@pytest.fixture(scope="module")
-def vms():
-    images.load()  # `make test` builds the image first
-    proc = run_cli(
-        "up", "--backend", "libvirt", "--nodes", "1", "--no-cassandra", *SMALL, timeout=900
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    run_id = _run_id(proc.stdout)
-    measure_guests(run_id)  # every later budget of the VM tests scales with it
-    yield run_id, proc.stdout
-    if (home() / "runs" / run_id).is_dir():  # a test failed before test_down_leaves_nothing
-        run_cli("down", "--run", run_id, timeout=vm_budget(300))
-
-
 def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     run_id, out = vms
     rec = RunState.load(home() / "runs" / run_id).get(lv.LibvirtRecord)
     assert rec is not None and rec.accel in ("kvm", "tcg") and f"VMs: {rec.accel.upper()}" in out
-    assert set(rec.boot_to_ssh_s) == {"e0", "ep"}
+    assert set(rec.boot_to_ssh_s) == {"e0", "e1", "ep"}
     found = lv.leftovers(run_id)
-    assert found["domains"] == [f"tb-{run_id}-e0", f"tb-{run_id}-ep"]
+    assert found["domains"] == [f"tb-{run_id}-{h}" for h in ("e0", "e1", "ep")]
     assert found["networks"] == [f"tb-{run_id}-net"] and found["pools"] == [f"tb-{run_id}-disks"]
     conn = lv.connect()
     try:
         dom = conn.lookupByName(f"tb-{run_id}-e0")
-        assert dom.info()[3] == 1  # vCPUs as asked
-        assert dom.maxMemory() == 768 * 1024
+        assert dom.info()[3] == VM_VCPUS  # as asked
+        assert dom.maxMemory() == VM_MEMORY_MB * 1024
         assert not dom.isPersistent()  # transient: nothing defined survives a destroy
     finally:
         conn.close()
@@ -160,38 +142,7 @@ def test_ansible_runner_reaches_every_vm(vms, tmp_path):
         for e in r.events
         if e["event"] == "runner_on_ok"
     }
-    assert answers == {"e0": "e0", "ep": "ep"}
-
-
-def test_tcconfig_inside_the_guests_delays_a_measured_ping(vms):
-    run_id, _ = vms
-    base = statistics.median(ping_ms(run_id, "ep", address(run_id)))
-    try:
-        proc = run_cli(
-            "set",
-            "--profile",
-            "uniform",
-            "--latency",
-            "25",
-            "--loss",
-            "0",
-            module="emulation",
-            run=run_id,
-            timeout=vm_budget(300),
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert "via direct" in proc.stdout  # netem inside the guests, set up by tcconfig
-        qdiscs = run_cli(
-            "exec", "--run", run_id, "e0", "--", "tc", "qdisc", "show", "dev", "eth0"
-        ).stdout
-        assert "netem" in qdiscs and "delay 25ms" in qdiscs, qdiscs
-        shaped = statistics.median(ping_ms(run_id, "ep", address(run_id)))
-        assert guest_rtt_ok(shaped - base, 50), (base, shaped, GUESTS)
-    finally:
-        # the VMs are shared with the next tests: never leave them shaped
-        proc = run_cli("clear", "--remove", module="emulation", run=run_id, timeout=vm_budget(300))
-    assert proc.returncode == 0, proc.stderr
-    assert statistics.median(ping_ms(run_id, "ep", address(run_id))) < base + 5
+    assert answers == {"e0": "e0", "e1": "e1", "ep": "ep"}
 
 
 def _qdiscs(run_id: str) -> dict[str, str]:
@@ -242,7 +193,7 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
         timeout=vm_budget(1800),
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    hosts_run = _run_id(proc.stdout)
+    hosts_run = run_id_in(proc.stdout)
     run_dir = home() / "runs" / hosts_run
     hosts_run_left = True  # until the test's own teardown (failed, then retried) removed it
     try:
@@ -321,6 +272,9 @@ def test_hosts_backend_drives_the_vms_from_an_inventory(vms, tmp_path):
             timeout=vm_budget(300),
         )
         assert proc.returncode == 0, proc.stderr
+        assert "via direct" in proc.stdout  # netem inside the guests, set up by tcconfig
+        shaping = run_cli("exec", "--run", run_id, "e0", "--", *qdisc.show_argv("eth0")).stdout
+        assert "netem" in shaping and "delay 15ms" in shaping, shaping
         qdisc_rec = RunState.load(run_dir).get(qdisc.QdiscRecord)
         assert qdisc_rec is not None
         recorded = qdisc_rec.before
@@ -547,13 +501,6 @@ def test_hosts_backend_refuses_a_changed_host_key(vms, tmp_path):
             store.write_text(saved)
 
 
-def test_down_leaves_nothing(vms):
-    run_id, _ = vms
-    proc = run_cli("down", "--run", run_id, timeout=vm_budget(300))
-    assert proc.returncode == 0, proc.stderr
-    assert_no_residue(run_id)
-
-
 def test_kill_9_during_boot_then_clean_leaves_nothing():
     others = set(lv.leftovers()["domains"])  # other testbeds' VMs on this machine
     proc = subprocess.Popen(
@@ -567,7 +514,7 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
             "--nodes",
             "1",
             "--no-cassandra",
-            *SMALL,
+            *SMALL_VMS,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
