@@ -24,6 +24,7 @@ _shared: dict[str, Testbed] = {}
 _log_marks: dict[str, int] = {}  # node -> bytes of its log scanned so far
 _unscanned: list[str] = []  # the modules run since the shared cluster's logs were scanned
 DOWN_MODULE = "test_shared_cluster_down"
+VMS_DOWN_TEST = "test_the_shared_vms_go_down_and_leave_nothing"  # in test_5_vm_sweep.py
 
 
 def uses_cluster(item: pytest.Item) -> bool:
@@ -37,13 +38,23 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.is_relative_to(here):
             item.add_marker(pytest.mark.root)
-    down = [i for i in items if i.path.stem == DOWN_MODULE]
-    rest = [i for i in items if i.path.stem != DOWN_MODULE]
-    users = [n for n, i in enumerate(rest) if uses_cluster(i)]
+    items[:] = _after_last_user(items, lambda i: i.path.stem == DOWN_MODULE, uses_cluster)
+    # the shared VMs' down after their last user, whatever order the files were given in
+    items[:] = _after_last_user(
+        items, lambda i: i.name == VMS_DOWN_TEST, lambda i: "vms" in getattr(i, "fixturenames", ())
+    )
+
+
+def _after_last_user(items: list, moved, uses) -> list:
+    """``items`` with those ``moved`` right after the module of the last item that
+    ``uses`` what they take down (and is not one of them)."""
+    down = [i for i in items if moved(i)]
+    rest = [i for i in items if not moved(i)]
+    users = [n for n, i in enumerate(rest) if uses(i)]
     at = users[-1] + 1 if users else len(rest)
     while at < len(rest) and rest[at].path == rest[at - 1].path:  # that module's end
         at += 1
-    items[:] = rest[:at] + down + rest[at:]
+    return rest[:at] + down + rest[at:]
 
 
 @pytest.fixture(scope="session")
@@ -175,8 +186,10 @@ def vms():
     run_id = run_id_in(proc.stdout)
     measure_guests(run_id)  # every later budget of the VM tests scales with it
     yield run_id, proc.stdout
-    if (home() / "runs" / run_id).is_dir():  # a test failed before the last one's down
-        run_cli("down", "--run", run_id, timeout=vm_budget(300))
+    if (home() / "runs" / run_id).is_dir():  # the down test failed or was not selected
+        down = run_cli("down", "--run", run_id, timeout=vm_budget(300))
+        assert down.returncode == 0, down.stderr[-2000:]
+        assert_no_residue(run_id)
 
 
 def measure_guests(run_id: str) -> float:

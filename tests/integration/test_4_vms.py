@@ -84,6 +84,9 @@ def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     rec = RunState.load(home() / "runs" / run_id).get(lv.LibvirtRecord)
     assert rec is not None and rec.accel in ("kvm", "tcg") and f"VMs: {rec.accel.upper()}" in out
     assert set(rec.boot_to_ssh_s) == {"e0", "e1", "ep"}
+    topology = Topology.from_dict(RunState.load(home() / "runs" / run_id).topology)
+    sites = {h.name: h.site for h in topology.hosts}
+    assert sites == {"e0": "dc1", "e1": "dc2", "ep": "dc1"}, sites  # --sites 1,1
     found = lv.leftovers(run_id)
     assert found["domains"] == [f"tb-{run_id}-{h}" for h in ("e0", "e1", "ep")]
     assert found["networks"] == [f"tb-{run_id}-net"] and found["pools"] == [f"tb-{run_id}-disks"]

@@ -5,10 +5,10 @@ backend on the session's shared VMs (conftest.py's ``vms``: e0 at dc1, e1 at dc2
 driven as the Ansible inventory a researcher would give for machines of their own. Then
 those VMs are taken down, and nothing of them is left.
 
-What booting VMs inside a sweep adds (the libvirt backend's cluster records, its
-accelerator in the run's manifest) is the same `up` that test_4 runs, and the sweep's
-use of it is covered by the unit tests of the engine; booting them again here cost a
-minute of both cores under TCG for nothing the test could show (issue 38).
+Booting VMs inside the sweep (the libvirt backend) would add its boot-scaled Cassandra
+deadlines and the manifest's ``vm_accel``, which no integration test checks any more; it
+cost three more VMs' boot, a minute of both cores under TCG (issue 38,
+docs/testing.md).
 
 Under TCG a node reaches CQL in about a minute of emulated CPU on two host cores, so the
 sweep is the smallest that is still the experiment: one node per site, 0 and 20 ms, 20
