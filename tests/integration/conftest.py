@@ -192,6 +192,16 @@ def vms():
         assert_no_residue(run_id)
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The guests' measured speed at the end of every session that booted VMs: what each
+    VM budget was scaled by, shown whether the tests passed or not (issue 38)."""
+    if GUESTS:
+        terminalreporter.write_line(
+            f"guests: last boot to SSH {GUESTS['boot_s']:.1f} s for {GUESTS['vms']:.0f} VMs, "
+            f"{GUESTS['factor']:.2f}x the reference; VM budgets scaled by as much"
+        )
+
+
 def measure_guests(run_id: str) -> float:
     """The slowness of run ``run_id``'s VMs against the reference (at least 1), kept as
     the session's measure of its guests; printed, so a slow run says why it is slow."""
