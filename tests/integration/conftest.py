@@ -187,9 +187,14 @@ def vms():
     measure_guests(run_id)  # every later budget of the VM tests scales with it
     yield run_id, proc.stdout
     if (home() / "runs" / run_id).is_dir():  # the down test failed or was not selected
-        down = run_cli("down", "--run", run_id, timeout=vm_budget(300))
-        assert down.returncode == 0, down.stderr[-2000:]
-        assert_no_residue(run_id)
+        down_leaves_nothing(run_id)
+
+
+def down_leaves_nothing(run_id: str) -> None:
+    """`down` of the VM run ``run_id`` succeeds and nothing of it is left."""
+    proc = run_cli("down", "--run", run_id, timeout=vm_budget(300))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_no_residue(run_id)
 
 
 def pytest_terminal_summary(terminalreporter):

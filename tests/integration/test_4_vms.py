@@ -81,11 +81,11 @@ def ping_ms(run_id: str, src: str, dst_addr: str, count: int = 20) -> list[float
 
 def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     run_id, out = vms
-    rec = RunState.load(home() / "runs" / run_id).get(lv.LibvirtRecord)
+    state = RunState.load(home() / "runs" / run_id)
+    rec = state.get(lv.LibvirtRecord)
     assert rec is not None and rec.accel in ("kvm", "tcg") and f"VMs: {rec.accel.upper()}" in out
     assert set(rec.boot_to_ssh_s) == {"e0", "e1", "ep"}
-    topology = Topology.from_dict(RunState.load(home() / "runs" / run_id).topology)
-    sites = {h.name: h.site for h in topology.hosts}
+    sites = {h.name: h.site for h in Topology.from_dict(state.topology).hosts}
     assert sites == {"e0": "dc1", "e1": "dc2", "ep": "dc1"}, sites  # --sites 1,1
     found = lv.leftovers(run_id)
     assert found["domains"] == [f"tb-{run_id}-{h}" for h in ("e0", "e1", "ep")]

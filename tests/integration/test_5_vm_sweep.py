@@ -28,6 +28,7 @@ from .conftest import (
     GUESTS,
     VM_SITES,
     assert_no_residue,
+    down_leaves_nothing,
     guest_rtt_ok,
     rtt_tolerance_ms,
     run_cli,
@@ -104,6 +105,4 @@ def test_a_cassandra_sweep_of_sites_on_vms(vms, tmp_path):
 def test_the_shared_vms_go_down_and_leave_nothing(vms):
     """The last user of the session's VMs takes them down: nothing of them is left."""
     run_id, _ = vms
-    proc = run_cli("down", "--run", run_id, timeout=vm_budget(300))
-    assert proc.returncode == 0, proc.stderr
-    assert_no_residue(run_id)
+    down_leaves_nothing(run_id)

@@ -160,9 +160,12 @@ class Ycsb:
     ) -> Result:
         self.ship()
         where, argv = self._prepare(phase, spec, keyspace, out)
-        total = _number(spec.properties(), "recordcount" if phase == "load" else "operationcount")
         if phase == "run" and spec.by_time:
             total = 0  # by time: no count to show progress against
+        else:
+            total = _number(
+                spec.properties(), "recordcount" if phase == "load" else "operationcount"
+            )
         log_path = out / f"{phase}.log"
         with open(log_path, "wb") as log, open(out / f"{phase}.out", "wb") as stdout:
             proc = self.tb.popen(self.endpoint, argv, stdout=stdout, stderr=subprocess.PIPE)
