@@ -73,13 +73,13 @@ lint: python
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The whole suite: unit tests, then integration tests on real namespaces and Cassandra;
-# the 25 slowest tests are listed at the end, to keep the suite under its time budget.
-# (`python -m tests.support.suite` runs the VM tests in a session beside the rest:
-# ~50 min instead of ~60, not yet the default until a fresh run of it passes whole,
-# see docs/testing.md.)
+# The whole suite: unit tests and integration tests on real namespaces and Cassandra in
+# one pytest session, the VM tests (test_4, test_5: TCG guests, mostly emulated CPU) in a
+# second session beside it (tests/support/suite.py, docs/testing.md); each lists its
+# slowest tests at the end, to keep the suite under its time budget. PYTEST_ARGS that
+# name tests run those in one session, as pytest would.
 test: install system-tests
-	$(PY) -m pytest -ra --durations=25 $(PYTEST_ARGS) tests/unit tests/integration
+	$(PY) -m tests.support.suite $(PYTEST_ARGS)
 
 unit: python system-tests
 	$(PY) -m pytest -ra tests/unit
