@@ -450,8 +450,7 @@ class HostsBackend(remote.RemoteBackend):
         from .libvirt import provision_extravars
 
         archive = provision.project_archive(self.ansible_dir / "project.tar.gz")
-        # 64 MB of jars packed (seconds of the controller's CPU) only for a host without them
-        cassandra = self._cassandra_archive() if self._lacking_cassandra() else ""
+        cassandra = provision.cassandra_archive(self.ansible_dir, list(self.hosts), self.exec_argv)
         rec.touched = True  # from here on `down` has something to undo on the hosts
         self.state.save()
         secs = provision.playbook(
@@ -463,36 +462,6 @@ class HostsBackend(remote.RemoteBackend):
         )
         rec.provision_s = round(secs, 1)
         self.state.save()
-
-    def _lacking_cassandra(self) -> list[str]:
-        """The hosts without the testbed's Cassandra (its last-made part, as the provision
-        playbook checks), asked over the run's SSH connections."""
-        from ..cassandra import dist as dist_mod
-        from ..cassandra import quiet
-
-        marker = str(dist_mod.load().root / quiet.DIR / quiet.JAR)
-        return [
-            name
-            for name in self.hosts
-            if run(self.exec_argv(name, ["test", "-e", marker]), check=False, timeout=60).returncode
-        ]
-
-    def _cassandra_archive(self) -> Path:
-        """The testbed's Cassandra as a tarball, for hosts that do not have it yet."""
-        import tarfile
-
-        from ..cassandra import dist as dist_mod
-        from ..cassandra import quiet
-
-        dist = dist_mod.load()
-        _ = dist.tools_logback  # written on first use; the hosts' nodetool needs it
-        path = self.state.run_dir / "ansible" / "cassandra.tar.gz"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(path, "w:gz", compresslevel=1) as tar:
-            for sub in ("lib", "conf", quiet.DIR):
-                if (dist.root / sub).is_dir():
-                    tar.add(dist.root / sub, arcname=sub)
-        return path
 
     def restore_qdiscs(self) -> list[str]:
         """Put back the qdiscs recorded before the run shaped its hosts (when shaping is

@@ -240,7 +240,7 @@ OVER_THE_LIMITS = {
     "model.rtt": 819,
     "model.rtt.simulate": 130,
     "testbed.backends.hostkeys.trust": 69,
-    "testbed.backends.hosts": 533,
+    "testbed.backends.hosts": 516,
     "testbed.backends.libvirt": 637,
     "testbed.backends.libvirt.create": 63,
     "testbed.backends.remote.start_cassandra": 61,
