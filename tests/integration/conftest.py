@@ -230,11 +230,17 @@ def vm_budget(seconds: float) -> float:
 
 def guest_rtt_ok(rtt_ms: float, expected_rtt_ms: float, slack_ms: float = 0.0) -> bool:
     """Whether a round trip shaped by netem inside the guests is the one asked for: not
-    early by more than ``rtt_tolerance_ms`` (+ ``slack_ms``), late by at most that scaled
-    with the guests' measured slowness (netem's timers in a TCG guest fire late as the
-    guest runs slower: +10.9 ms on a 40 ms round trip beside the other test session)."""
+    early by more than ``rtt_tolerance_ms`` (+ ``slack_ms``): both one-way delays were
+    applied; and late by less than one more one-way delay (half the round trip): no
+    delay was applied twice. Not a tighter upper bound: netem's timers in a TCG guest
+    fire later the slower the guest runs, and how slow that is changes with the load
+    beside it while the test runs (+12.5 ms on a 30 ms round trip with the other test
+    session beside it, 2026-11-29, where a bound scaled by the guests' speed at boot
+    failed); an unshaped round trip (``expected_rtt_ms`` 0) may be late by the tolerance
+    scaled with that speed."""
     tolerance = rtt_tolerance_ms(expected_rtt_ms) + slack_ms
-    return -tolerance <= rtt_ms - expected_rtt_ms <= vm_budget(tolerance)
+    late = expected_rtt_ms / 2 if expected_rtt_ms else vm_budget(tolerance)
+    return -tolerance <= rtt_ms - expected_rtt_ms < late
 
 
 def over_budget(argv: list[str], timeout: float) -> str:
