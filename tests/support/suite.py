@@ -1,10 +1,13 @@
-"""`make test`: the suite with the VM tests in a pytest session of their own, beside the
-rest (docs/testing.md).
+"""`make test`: the suite in two pytest sessions side by side (docs/testing.md): the VM
+tests, then the parallel and Dask sweeps, in one; everything else in the other.
 
 Under TCG the VM tests are a third of the suite's time, most of it emulated CPU in
 guests that wait on one vCPU each, while the rest of the suite waits on shaped links
-as often as it computes; one after the other the two halves leave cores idle. Side by
-side each session keeps its own ``$EDGETB_HOME``, session tag and leak check (which
+as often as it computes; one after the other the two halves leave cores idle. The VM
+tests alone ended after 15 min of a 33-minute main session (2026-11-29, with a CPU hog
+beside them), so the second session also takes the two slowest modules that need
+neither the shared cluster nor the VMs (test_7, test_8: 7.5 min), after the VMs are
+down. Side by side each session keeps its own ``$EDGETB_HOME``, session tag and leak check (which
 tells the other session's runs from its own through the run registry,
 tests/support/leaks.py), so neither's leak check fails on the other's runs; each is
 also the "other work on the machine" the suite must stand (the VM tests' budgets scale
@@ -16,7 +19,7 @@ Arguments that name tests (``tests/unit``, ``tests/integration/test_2_emulation.
 run those in one session, as pytest would; any other arguments (``-k``, ``-x``) go to
 both sessions.
 
-The VM session's lines are printed as they come, prefixed ``vm| ``; the exit code is
+The second session's lines are printed as they come, prefixed ``vm| ``; the exit code is
 the first failure's (pytest's 5, "no tests collected", counts as success for a session
 the arguments left empty). Ctrl-C and SIGTERM reach both sessions, by PID.
 """
@@ -32,7 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VM_TESTS = ["tests/integration/test_4_vms.py", "tests/integration/test_5_vm_sweep.py"]
-REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in VM_TESTS)]
+# the second session: the VM tests first (their guests are the longest part), then these
+BESIDE = [*VM_TESTS, "tests/integration/test_7_parallel.py", "tests/integration/test_8_workers.py"]
+REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in BESIDE)]
 NO_TESTS = 5  # pytest's exit code when the selection is empty
 # pytest options whose value is the next argument (``-k tests`` names no path)
 _VALUED = set(
@@ -78,7 +83,7 @@ def main(argv: list[str]) -> int:
     # given by the caller goes to the main session only
     env.pop("EDGETB_TEST_SESSION", None)
     vm_env = {k: v for k, v in env.items() if k != "EDGETB_HOME"}
-    vm = _pytest([*common, "--durations=10", *VM_TESTS], vm_env)
+    vm = _pytest([*common, "--durations=15", *BESIDE], vm_env)
     rest = _pytest([*common, "--durations=25", *REST], env)
     relays = [
         threading.Thread(target=_relay, args=(rest, ""), daemon=True),
