@@ -1,4 +1,4 @@
-"""Cells with a fault (experiments.faults): what the writes saw around it. Pure functions
+"""Cells with a fault (experiments.settings.faults): what the writes saw around it. Pure functions
 over ``Results.faults`` (cells with their requests and ``fault_log``), plus figures.
 
 - ``availability``: per cell, errors before, during and after the fault, and the error
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.faults import parse
-from experiments.faults import window_ns as window_of_events
+from experiments.settings.faults import parse
+from experiments.settings.faults import window_ns as window_of_events
 from workloads.readback import lost
 
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from emulation import links
-from experiments.fields import parse_list
-from experiments.store import check_writable_dir
+from experiments.settings.fields import parse_list
+from experiments.store.db import check_writable_dir
 from model import rtt
 from testbed import argtypes
 from testbed.command import Parser, command, prog

@@ -33,7 +33,7 @@ import sys
 from fractions import Fraction
 from typing import overload
 
-from experiments.fields import parse_list
+from experiments.settings.fields import parse_list
 from model.consistency import ack_rules, check_level, required_acks
 from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError

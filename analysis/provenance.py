@@ -1,5 +1,5 @@
 """Which code, packages and machine measured a run, in one line a reader can quote: from
-the run's manifest (``experiments.manifest``), as the report shows it beside each run."""
+the run's manifest (``experiments.run.manifest``), as the report shows it beside each run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Load a results directory for analysis: the runs chosen, their cells with RTT arrays.
 
-Reads the store written by the sweep (experiments/store.py) read-only; needs no testbed.
+Reads the store written by the sweep (experiments/store/db.py) read-only; needs no testbed.
 Runs are chosen deliberately (``select_runs``), never pooled by accident: by default the
 newest complete run and every other complete run of the same configuration (the same
 fingerprint, e.g. a ``--new-run`` repetition); otherwise exactly the runs named, which may
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.store import RunInfo, Store, check_writable_dir
+from experiments.store.db import RunInfo, Store, check_writable_dir
 from testbed.command import Parser, prog
 from testbed.errors import ConfigError
 from testbed.files import write_file
@@ -40,10 +40,10 @@ class Results:
     runs: list[dict[str, Any]]  # the runs used: run_id, fingerprint, status, config, ...
     selection: str = "named"  # how the runs were chosen
     others: tuple[str, ...] = ()  # "RUN (status)" of each run in the store not used
-    # YCSB's rows (experiments.store.Store.ycsb_ops: per cell and operation, with the
+    # YCSB's rows (experiments.store.db.Store.ycsb_ops: per cell and operation, with the
     # cell's columns); its cells are not in ``cells``, which are the paper's writes
     ycsb: list[dict[str, Any]] = field(default_factory=list)
-    # the writes cells with a fault (experiments.faults) or a link trace (emulation.trace),
+    # the writes cells with a fault (experiments.settings.faults) or a link trace (emulation.trace),
     # each with its requests (t_start, coordinator, replicas, error); kept out of
     # ``cells``: a cell whose node was killed or whose links changed is not a point of
     # the paper's RTT curves

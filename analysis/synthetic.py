@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from experiments.store import Store
+from experiments.store.db import Store
 
 
 def paper_like(nodes: int, rf: int, latency: float, loss: float) -> float:

@@ -1,5 +1,5 @@
 """What a Dask worker costs a measuring machine while it waits: CPU seconds per minute of
-an idle `distributed.Worker` (TLS, as `experiments.worker serve` runs it) connected to a
+an idle `distributed.Worker` (TLS, as `experiments.remote.worker serve` runs it) connected to a
 scheduler in this process, and its resident memory.
 
     python benchmarks/dask_idle.py [--runs 3] [--seconds 60]

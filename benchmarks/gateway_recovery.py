@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from emulation.shapers import GatewayRecord
-from experiments.store import Store
+from experiments.store.db import Store
 from testbed.state import RunState, home
 
 SWEEP = [

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.store import Store
+from experiments.store.db import Store
 from testbed import Testbed, Topology
 from testbed.cassandra.config import CassandraSettings
 

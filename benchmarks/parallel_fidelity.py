@@ -11,7 +11,7 @@ p >= 0.01.
 A run is accepted (issue 39) when both hold:
 
 - equivalence: the median over cells of the signed Δ median has a 95 % CI (bootstrap
-  over cells, ``experiments.fidelity.shift``) inside ±0.25 ms. A sign test finds any
+  over cells, ``experiments.plan.fidelity.shift``) inside ±0.25 ms. A sign test finds any
   shift at all given enough cells; what matters is whether the shift is too small to
   change a conclusion, and the smallest difference between RFs the paper's figures
   resolve is several ms. The sign test's p stays in the table as information;
@@ -52,9 +52,9 @@ import numpy as np
 from scipy import stats
 
 from emulation import shapers
-from experiments import estimate, fidelity
-from experiments.launch import CORES
-from experiments.store import Store
+from experiments.plan import estimate, fidelity
+from experiments.run.launch import CORES
+from experiments.store.db import Store
 from testbed.cassandra.quiet import BUILDS
 
 ABS_MS, REL = 0.5, 0.01  # mean and median: within max(0.5 ms, 1 %)
@@ -65,7 +65,7 @@ NOISE_MEDIAN, NOISE_MEDIAN_MS = 1.5, 0.1
 SHARE = 0.95  # of cells
 SLOPE_REL = 0.02
 SIGN_ALPHA = 0.01  # shown for information: with enough cells it finds any shift at all
-EQUIV_MS = fidelity.EQUIV_MS  # the shift's 95 % CI inside ±this (experiments.fidelity)
+EQUIV_MS = fidelity.EQUIV_MS  # the shift's 95 % CI inside ±this (experiments.plan.fidelity)
 
 
 def run_name(parallel: int, max_busy: float) -> str:

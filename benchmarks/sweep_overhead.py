@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.store import Store
+from experiments.store.db import Store
 
 GOAL = 1.10
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from analysis.stats import t95
 from emulation import api, links
-from experiments.launch import cpu_busy, cpu_times
+from experiments.run.launch import cpu_busy, cpu_times
 from testbed import Testbed, Topology
 from workloads import ycsb
 from workloads.ycsb import client as ycsb_client

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "image": ("testbed.cli", ("image",), "the VM base image (libvirt backend)"),
     "net": ("emulation.cli", (), "emulated links: set, show, clear, verify, shaper, gateway"),
     "sweep": ("experiments.sweep", (), "measure a grid of cells into a results directory"),
-    "export": ("experiments.export", (), "a results directory as CSV or Parquet"),
+    "export": ("experiments.store.export", (), "a results directory as CSV or Parquet"),
     "ycsb": ("workloads.ycsb.__main__", (), "YCSB on a running testbed"),
     "plots": ("analysis.plots", (), "the figures of stored results"),
     "report": ("analysis.report", (), "the HTML report of stored results"),

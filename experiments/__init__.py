@@ -4,7 +4,7 @@
 
 is the Python entry point (docs/api.md); ``python -m experiments.sweep`` is the same
 call behind its command line. The names are imported on first use, so importing one
-module of the package (``experiments.store``, say) does not load the whole engine.
+module of the package (``experiments.store.db``, say) does not load the whole engine.
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .api import RunOptions, SweepResult, run_sweep
-    from .config import SweepConfig
+    from .settings.config import SweepConfig
 
 __all__ = ["RunOptions", "SweepConfig", "SweepResult", "run_sweep"]
-_HOME = {"RunOptions": "api", "SweepResult": "api", "run_sweep": "api", "SweepConfig": "config"}
+_HOME = {
+    "RunOptions": "api",
+    "SweepResult": "api",
+    "run_sweep": "api",
+    "SweepConfig": "settings.config",
+}
 
 
 def __getattr__(name: str) -> Any:

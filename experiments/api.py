@@ -36,12 +36,12 @@ from testbed.backends import capabilities
 from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
-from . import estimate
-from .cluster import DaskRun, probe_scheduler, scheduler_security
-from .config import SweepConfig
-from .figures import Figures
-from .fleet import load_workers
-from .launch import (
+from .plan import estimate
+from .plan.shards import Gate, Stopped
+from .remote.dask_cluster import DaskRun, probe_scheduler, scheduler_security
+from .remote.fleet import load_workers
+from .run.figures import Figures
+from .run.launch import (
     CORES,
     calibrate_from,
     choose_parallel,
@@ -55,12 +55,12 @@ from .launch import (
     preflight,
     sharing_warning,
 )
-from .manifest import static_manifest
-from .plan import Gate, Stopped
-from .progress import Progress
-from .scheduler import Sweep, remove_stale_testbeds
-from .store import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
-from .summary import summary_table
+from .run.manifest import static_manifest
+from .run.progress import Progress
+from .run.scheduler import Sweep, remove_stale_testbeds
+from .run.summary import summary_table
+from .settings.config import SweepConfig
+from .store.db import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError
 
 from .api import Prepared, RunOptions, prepare, run_sweep
-from .config import (
+from .run.launch import CORES, choose_parallel, stored_cells
+from .run.summary import dry_run, dry_run_plan
+from .settings.config import (
     CONFIG_DIR,
     DEFAULTS,
     KNOBS,
@@ -37,10 +39,8 @@ from .config import (
     preset,
     shown_default,
 )
-from .faults import split_list
-from .fields import parse_list, parse_rf
-from .launch import CORES, choose_parallel, stored_cells
-from .summary import dry_run, dry_run_plan
+from .settings.faults import split_list
+from .settings.fields import parse_list, parse_rf
 
 # -- configuration from flags --------------------------------------------------------------
 

@@ -6,7 +6,7 @@ and for being finite; structured text (TOML, JSON) is parsed with its nesting bo
 (thousands of nested arrays exhausted the interpreter's recursion); a value shown in an
 error is cut to a readable length.
 
-``testbed.argtypes`` (argparse types), the sweep's settings (``experiments.fields``),
+``testbed.argtypes`` (argparse types), the sweep's settings (``experiments.settings.fields``),
 topologies, link files, traces and configuration files read through this module.
 """
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 
 from emulation.links import LAN_DELAY_MS
-from experiments.store import Store
+from experiments.store.db import Store
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 

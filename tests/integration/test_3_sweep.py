@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 import pytest
 from scipy.stats import binom, binomtest
 
-from experiments.store import Store
+from experiments.store.db import Store
 from testbed.errors import ConfigError
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
@@ -219,7 +219,7 @@ def test_the_model_predicts_the_measured_cells(small_grid):
 def test_export_to_csv(small_grid):
     out, store, run, _ = small_grid
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.export", str(out), "--format", "csv"],
+        [sys.executable, "-m", "experiments.store.export", str(out), "--format", "csv"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -134,7 +134,7 @@ def test_a_sweep_with_ycsb_cells_stores_analyses_and_exports_them(tmp_path):
     assert "ycsb-a 2t ONE/ONE" in proc.stdout + proc.stderr
     assert run_cli(str(out), module="analysis.plots").returncode == 0
     assert "YCSB: the cost of consistency" in (out / "report.html").read_text()
-    assert run_cli(str(out), module="experiments.export").returncode == 0
+    assert run_cli(str(out), module="experiments.store.export").returncode == 0
     with open(out / "export" / "ycsb.csv") as f:
         rows = list(csv.DictReader(f))
     overall = {r["read_cl"]: r for r in rows if r["op"] == "OVERALL"}

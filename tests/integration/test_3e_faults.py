@@ -14,8 +14,10 @@ import pytest
 
 from emulation import api as emulation_api
 from emulation import links, shapers
-from experiments import RunOptions, SweepConfig, faults, nemesis, run_sweep
-from experiments.store import Store
+from experiments import RunOptions, SweepConfig, run_sweep
+from experiments.run import nemesis
+from experiments.settings import faults
+from experiments.store.db import Store
 from testbed import Testbed, Topology
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure

@@ -19,7 +19,7 @@ short cluster warm-up does.
 import statistics
 
 from emulation.links import LAN_DELAY_MS
-from experiments.store import Store
+from experiments.store.db import Store
 from testbed.backends.libvirt import LibvirtRecord
 from testbed.state import RunState, home
 from testbed.topology import Topology, format_sites, parse_sites

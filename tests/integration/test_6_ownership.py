@@ -17,7 +17,7 @@ import sys
 import time
 
 from emulation.shapers import EmulationRecord, HostShaperRecord
-from experiments.store import Store
+from experiments.store.db import Store
 from testbed.state import RunState, home
 
 from .conftest import assert_no_residue, run_cli, sweep_failure

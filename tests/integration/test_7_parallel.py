@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from experiments.store import Store
+from experiments.store.db import Store
 from testbed.state import RunState, home
 
 from .conftest import assert_no_residue, run_cli, run_id_in

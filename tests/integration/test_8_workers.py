@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.store import Store
+from experiments.store.db import Store
 from experiments.sweep import config_from_args, parser
 from testbed.clean import residue
 

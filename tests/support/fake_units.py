@@ -1,4 +1,4 @@
-"""A stand-in for ``experiments.worker.measure_unit`` in the unit tests of the Dask
+"""A stand-in for ``experiments.remote.tasks.measure_unit`` in the unit tests of the Dask
 controller (``tests/unit/test_workers.py``): it measures nothing (a cell is two made-up
 requests) and behaves as ``$FAKE_MODE`` of its worker process says: ``good``; ``die``
 (the process exits in its second unit); ``hang`` (the process stops itself in its

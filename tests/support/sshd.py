@@ -1,8 +1,8 @@
 """A loopback SSH server for the worker tests (``test_8_workers``): the machine reached
 over SSH as if it were another, without touching the system's sshd, ``~/.ssh`` or any
 user account. It speaks the real SSH protocol (asyncssh) to the real OpenSSH client that
-``experiments.fleet`` uses (Ansible, the workers' sessions); each session's command runs as a real
-process of this server (``/bin/sh -c``), with its stdin closed when the session ends,
+``experiments.remote.fleet`` uses (Ansible, the workers' sessions); each session's command
+runs as a real process of this server (``/bin/sh -c``), with its stdin closed when the session ends,
 as sshd does. SFTP is served for Ansible's file transfers.
 
     python -m tests.support.sshd --host-key K --authorized-keys A --port-file F

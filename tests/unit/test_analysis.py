@@ -250,7 +250,7 @@ def test_plots_from_a_synthetic_store(synthetic):
     )
     assert claims_html.count("<td class='v'") == 3 * (claims_html.count("<tr>") - 1)
     # one summary row per grid point, its numbers those of the stored requests
-    from experiments.store import Store
+    from experiments.store.db import Store
 
     with open(results.output_dir / plots.SUMMARY) as f:
         rows = list(csv.DictReader(f))
@@ -339,7 +339,7 @@ def test_analysis_of_a_missing_directory_is_a_clear_error(tmp_path):
 
 
 def test_analysis_of_an_empty_or_foreign_store_is_a_clear_error(tmp_path):
-    from experiments.store import Store
+    from experiments.store.db import Store
     from testbed.errors import StateFileError
 
     Store(tmp_path / "empty").close()

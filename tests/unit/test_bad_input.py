@@ -261,14 +261,16 @@ CASES = [
     case("out-corrupt-store", "experiments.sweep", "--out {files}/corrupt", "corrupt"),
     case("out-foreign-sqlite", "experiments.sweep", "--out {files}/foreign", "foreign"),
     case("sweep-dry-run-bad", "experiments.sweep", "--dry-run --rf 3..1", "'3..1'"),
-    # -- python -m experiments.export --------------------------------------------------------
-    case("export-empty-dir", "experiments.export", "{files}/emptydir", "emptydir"),
-    case("export-corrupt", "experiments.export", "{files}/corrupt", "corrupt"),
-    case("export-foreign", "experiments.export", "{files}/foreign", "foreign"),
-    case("export-no-cells", "experiments.export", "{files}/nocells", "nocells"),
-    case("export-format", "experiments.export", "{files}/store --format xml", "'xml'"),
-    case("export-out-file", "experiments.export", "{files}/store --out {files}/afile", "afile"),
-    case("export-run", "experiments.export", "{files}/store --run nope", "'nope'"),
+    # -- python -m experiments.store.export --------------------------------------------------------
+    case("export-empty-dir", "experiments.store.export", "{files}/emptydir", "emptydir"),
+    case("export-corrupt", "experiments.store.export", "{files}/corrupt", "corrupt"),
+    case("export-foreign", "experiments.store.export", "{files}/foreign", "foreign"),
+    case("export-no-cells", "experiments.store.export", "{files}/nocells", "nocells"),
+    case("export-format", "experiments.store.export", "{files}/store --format xml", "'xml'"),
+    case(
+        "export-out-file", "experiments.store.export", "{files}/store --out {files}/afile", "afile"
+    ),
+    case("export-run", "experiments.store.export", "{files}/store --run nope", "'nope'"),
     # -- python -m analysis.* ----------------------------------------------------------------
     case("plots-empty-dir", "analysis.plots", "{files}/emptydir", "emptydir"),
     case("plots-run", "analysis.plots", "{files}/store --run nope", "'nope'"),
@@ -285,10 +287,10 @@ CASES = [
     case("workers-binary", "experiments.sweep", "--workers {files}/binary.ini", "binary.ini"),
     case("inventory-binary", "testbed", f"{HOSTS} {{files}}/binary.ini", "binary.ini"),
     # damaged stores
-    case("export-bad-manifest", "experiments.export", "{files}/badmanifest", "not JSON"),
+    case("export-bad-manifest", "experiments.store.export", "{files}/badmanifest", "not JSON"),
     case("plots-bad-manifest", "analysis.plots", "{files}/badmanifest", "not JSON"),
     case("model-bad-manifest", "analysis.model", "{files}/badmanifest --no-report", "not JSON"),
-    case("export-no-column", "experiments.export", "{files}/nocolumn", "t_start_ns"),
+    case("export-no-column", "experiments.store.export", "{files}/nocolumn", "t_start_ns"),
     case("report-no-column", "analysis.report", "{files}/nocolumn", "t_start_ns"),
     # huge ranges and sizes, checked before anything is made of them
     case("cpuset-huge", "experiments.sweep", "--node-cpuset 0-99999999999", "99999999999"),
@@ -319,7 +321,7 @@ CASES = [
     # special filesystems
     case("out-proc", "experiments.sweep", "--out /proc/edgetb-results", "/proc"),
     case("out-sys", "experiments.sweep", "--out /sys/edgetb-results", "/sys"),
-    case("export-out-proc", "experiments.export", "{files}/store --out /proc/x", "/proc/x"),
+    case("export-out-proc", "experiments.store.export", "{files}/store --out /proc/x", "/proc/x"),
     # a link to itself
     case("links-self", "emulation", f"{LINKS} {{files}}/self.toml", "'e0'"),
     case("sweep-links-self", "experiments.sweep", f"{SWEEP_FILE} {{files}}/self.toml", "'e0'"),
@@ -336,7 +338,7 @@ INVENTORY = "[edge]\ne0 ansible_host={e0}\n[ep]\nep ansible_host=10.77.0.10\n"
 def make_files(files: Path) -> None:
     """The bad (and a few good) inputs the cases read; none of them may change."""
     from analysis.synthetic import make_store
-    from experiments.store import Store
+    from experiments.store.db import Store
 
     files.mkdir()
     for name, text in {

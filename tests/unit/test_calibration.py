@@ -1,12 +1,13 @@
-"""This machine's calibration (experiments.calibration): what a run measured here is kept
+"""This machine's calibration (experiments.plan.calibration): what a run measured here is kept
 in $EDGETB_HOME and used by the next dry run of any results directory."""
 
 import json
 
 import pytest
 
-from experiments import calibration, estimate, launch
-from experiments.config import SweepConfig
+from experiments.plan import calibration, estimate
+from experiments.run import launch
+from experiments.settings.config import SweepConfig
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ def test_a_new_results_directory_is_estimated_with_this_machines_calibration(hom
 
 
 def test_the_dry_run_leaves_stored_cells_out_and_names_each_figures_origin(home):
-    from experiments.summary import dry_run, dry_run_plan
+    from experiments.run.summary import dry_run, dry_run_plan
 
     config = SweepConfig(nodes=(3,), latency_ms=(0.0, 20.0), loss_pct=(0.5,))
     estimate.use(estimate.defaults("host"))

@@ -5,8 +5,9 @@ partition or a slow link, and when a step is due."""
 import pytest
 
 from emulation import links
-from experiments import faults, nemesis
-from experiments.config import SweepConfig
+from experiments.run import nemesis
+from experiments.settings import faults
+from experiments.settings.config import SweepConfig
 from testbed import Topology
 from testbed.errors import ConfigError
 
@@ -236,8 +237,8 @@ def test_schema_versions_of_describecluster():
 
 
 def test_the_nodes_away_and_a_fault_cells_own_keys():
-    from experiments.cells import Cell
-    from experiments.measure import key_seed
+    from experiments.run.measure import key_seed
+    from experiments.settings.cells import Cell
 
     restart = [
         {"step": "make", "what": "restart", "at_ns": 100},

@@ -1,4 +1,4 @@
-"""The sweep's figures while it runs (``experiments.figures``): nothing before the first
+"""The sweep's figures while it runs (``experiments.run.figures``): nothing before the first
 pass is stored, then real figures and report from the stored cells (analysis.plots in a
 process of its own, under the sweep's gate), refreshed only when new cells arrived."""
 
@@ -7,8 +7,8 @@ import threading
 from contextlib import contextmanager
 
 from analysis.synthetic import make_store
-from experiments.config import SweepConfig
-from experiments.figures import Figures
+from experiments.run.figures import Figures
+from experiments.settings.config import SweepConfig
 from experiments.sweep import FIGURES_COMMAND
 
 

@@ -380,7 +380,7 @@ def test_plain_text_on_real_hosts_must_be_meant(tmp_path, key, monkeypatch):
         up(CassandraSettings(tls=False, plain_text=True))
     assert any("TLS is off on real hosts" in s for s in said)
     assert not home.exists()
-    from experiments.config import SweepConfig
+    from experiments.settings.config import SweepConfig
 
     with pytest.raises(ConfigError, match="--tls plain-text if that is meant"):
         SweepConfig(backend="hosts", inventory=str(inv), tls="off", shaper="direct")

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emulation import trace
-from experiments.config import KNOBS, SweepConfig
-from experiments.fields import check_knob, parse_list, parse_rf
+from experiments.settings.config import KNOBS, SweepConfig
+from experiments.settings.fields import check_knob, parse_list, parse_rf
 from testbed import argtypes, inputs
 from testbed.errors import ConfigError
 from testbed.topology import parse_sites
@@ -144,7 +144,7 @@ def test_a_stores_manifest_of_the_wrong_types_is_named_when_read(tmp_path_factor
     import json
     import sqlite3
 
-    from experiments.store import StateFileError, Store
+    from experiments.store.db import StateFileError, Store
 
     where = tmp_path_factory.mktemp("store")
     with Store(where) as s:
@@ -160,6 +160,6 @@ def test_a_stores_manifest_of_the_wrong_types_is_named_when_read(tmp_path_factor
             assert f"the manifest of run run1: {key}" in one_line(exc) or "entry of" in str(exc)
             return
     manifest = run.manifest
-    from experiments import estimate
+    from experiments.plan import estimate
 
     estimate.calibrate([], [{**manifest, "run_id": "run1"}], 2, "host")  # never raises

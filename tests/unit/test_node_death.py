@@ -30,10 +30,11 @@ from typing import Any
 
 import pytest
 
-from experiments import nemesis, plan, units, watch
-from experiments.cells import Cell
-from experiments.config import SweepConfig
-from experiments.watch import ComponentLost, NodeLost
+from experiments.plan import shards as plan
+from experiments.run import nemesis, units, watch
+from experiments.run.watch import ComponentLost, NodeLost
+from experiments.settings.cells import Cell
+from experiments.settings.config import SweepConfig
 from testbed.cassandra import readiness
 from testbed.cassandra.node import CassandraNode, pid_alive
 from testbed.testbed import Testbed

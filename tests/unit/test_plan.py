@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from experiments import estimate, fidelity, plan
-from experiments.cells import Cell
-from experiments.config import SweepConfig
+from experiments.plan import estimate, fidelity
+from experiments.plan import shards as plan
+from experiments.settings.cells import Cell
+from experiments.settings.config import SweepConfig
 from testbed.errors import ConfigError
 
 

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from analysis.figsave import plt, save_figure
-from experiments.export import _write
+from experiments.store.export import _write
 from testbed.backends.remote import RemoteBackend
 from testbed.files import UnsafeFileError, append_to, replacing, write_file
 from testbed.state import OwnerLock
@@ -134,7 +134,7 @@ def test_archives_of_secrets_are_owner_only_from_creation(tmp_path):
 
 @pytest.mark.parametrize("name", ["results.sqlite", "results.sqlite-wal", "results.sqlite-shm"])
 def test_the_store_refuses_its_files_planted_as_links(tmp_path, victim, name):
-    from experiments.store import DB_NAME, StateFileError, Store
+    from experiments.store.db import DB_NAME, StateFileError, Store
 
     assert name.startswith(DB_NAME)
     if name != DB_NAME:
@@ -150,8 +150,8 @@ def test_a_full_disk_while_exporting_is_one_line_and_leaves_nothing(tmp_path, ca
     machine's refusal: one line, exit 1, no half-written file or temporary name left."""
     import subprocess
 
-    from experiments.export import main as export_main
-    from experiments.store import Store
+    from experiments.store.db import Store
+    from experiments.store.export import main as export_main
 
     store_dir, full = tmp_path / "results", tmp_path / "full"
     from tests.unit.test_store import cell, requests

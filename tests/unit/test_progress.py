@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from experiments import progress as progress_mod
-from experiments.cells import Cell
-from experiments.progress import Progress, describe
+from experiments.run import progress as progress_mod
+from experiments.run.progress import Progress, describe
+from experiments.settings.cells import Cell
 
 CELL = Cell(nodes=3, rf=2, latency_ms=50, loss_pct=7.5, repetition=0)
 

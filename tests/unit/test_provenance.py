@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from analysis import provenance
-from experiments.config import SweepConfig
-from experiments.manifest import ROOT, cpu_model, project_commit, static_manifest
+from experiments.run.manifest import ROOT, cpu_model, project_commit, static_manifest
+from experiments.settings.config import SweepConfig
 
 
 def test_a_manifest_names_the_commit_and_the_machine_as_their_own_tools_do():

@@ -81,8 +81,8 @@ def test_summary_csv_has_the_acknowledged_and_lost_columns(tmp_path):
 
 
 def test_a_cells_read_back_is_stored_and_exported_as_json(tmp_path):
-    from experiments.export import export
-    from experiments.store import Store
+    from experiments.store.db import Store
+    from experiments.store.export import export
 
     from .test_store import cell, requests
 
@@ -128,7 +128,7 @@ def test_a_fault_cells_losses_are_in_its_table_row_and_marked_on_its_figure(tmp_
 
 
 def test_the_sweeps_table_says_losses_loudly_and_expected_ones_quietly():
-    from experiments.summary import losses, lost_said
+    from experiments.run.summary import losses, lost_said
 
     ok = {"cell_id": "a", "readback": {"acknowledged": 5, "lost": 0}}
     gone = {"cell_id": "b", "readback": {"acknowledged": 5, "lost": 2}}

@@ -9,7 +9,7 @@ import pytest
 from analysis import compare, plots, report
 from analysis.results import load, run_ids, select_runs
 from analysis.synthetic import make_store
-from experiments.store import RunInfo
+from experiments.store.db import RunInfo
 from testbed.errors import ConfigError
 
 

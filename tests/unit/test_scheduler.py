@@ -7,9 +7,10 @@ from typing import Any, cast
 
 import pytest
 
-from experiments import plan, scheduler
-from experiments.config import SweepConfig
-from experiments.scheduler import Shard, Sweep
+from experiments.plan import shards as plan
+from experiments.run import scheduler
+from experiments.run.scheduler import Shard, Sweep
+from experiments.settings.config import SweepConfig
 
 
 class FakeProgress:

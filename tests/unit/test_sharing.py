@@ -9,13 +9,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from experiments import launch
+from experiments.run import launch
 from testbed.state import OwnerLock, remove_dead_sweep_entries
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from experiments import launch
+    from experiments.run import launch
     entry, others = launch.enter_sweep()
     print(len(others), flush=True)
     time.sleep(60)

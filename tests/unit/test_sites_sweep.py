@@ -10,7 +10,7 @@ import pytest
 
 from analysis import levels as levels_mod
 from emulation import links
-from experiments.config import SweepConfig
+from experiments.settings.config import SweepConfig
 from model import rtt
 from testbed.errors import ConfigError
 from testbed.topology import Topology

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from experiments.export import export
-from experiments.store import DB_NAME, SCHEMA_VERSION, Store, StoreError, StoreFullError
+from experiments.store.db import DB_NAME, SCHEMA_VERSION, Store, StoreError, StoreFullError
+from experiments.store.export import export
 
 
 def cell(cell_id="n3-rf1-l0-p0.5-r1", run_id="run1", **extra):
@@ -332,7 +332,7 @@ def test_a_reader_polling_a_store_being_made_sees_no_store_or_a_whole_one(tmp_pa
 
 
 def test_a_store_made_meanwhile_by_another_process_is_kept(tmp_path):
-    from experiments.store import _create
+    from experiments.store.db import _create
 
     with Store(tmp_path) as s:
         s.begin_run("run1", "fp", "name", {}, {})
@@ -343,7 +343,7 @@ def test_a_store_made_meanwhile_by_another_process_is_kept(tmp_path):
 
 
 def test_results_directory_must_be_a_writable_directory(tmp_path):
-    from experiments.store import check_writable_dir
+    from experiments.store.db import check_writable_dir
     from testbed.errors import ConfigError
 
     (tmp_path / "file").write_text("x")

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments import estimate
-from experiments.config import SweepConfig, load_toml, preset
-from experiments.fields import parse_list
+from experiments.plan import estimate
+from experiments.settings.config import SweepConfig, load_toml, preset
+from experiments.settings.fields import parse_list
 from experiments.sweep import config_from_args, parser
 from model.consistency import remote_round_trip_probability, required_acks
 from testbed.errors import ConfigError
@@ -258,7 +258,7 @@ def test_estimate_grows_with_latency_and_loss():
 
 
 def test_the_preview_is_the_first_pass_in_miniature():
-    from experiments.config import load_toml
+    from experiments.settings.config import load_toml
 
     paper = SweepConfig.from_dict(load_toml("experiments/configs/paper.toml"))
     assert paper.first_pass == (0.0, 50.0, 100.0)
@@ -333,11 +333,11 @@ def test_the_settings_reference_is_current():
     # given another default without it fails here
     from pathlib import Path
 
-    from experiments.config import settings_reference
+    from experiments.settings.config import settings_reference
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "sweep-settings.md"
     assert doc.read_text() == settings_reference(), (
-        "regenerate it: python -c 'from experiments.config import settings_reference; "
+        "regenerate it: python -c 'from experiments.settings.config import settings_reference; "
         'print(settings_reference(), end="")\' > docs/sweep-settings.md'
     )
 
@@ -383,7 +383,7 @@ def test_a_workload_file_under_two_spellings_is_one_workload(tmp_path, monkeypat
 
 @pytest.mark.parametrize("given", ["paper", "paper.toml", "experiments/configs/paper.toml"])
 def test_a_shipped_preset_is_found_by_name_from_any_directory(given, tmp_path, monkeypatch):
-    from experiments.config import CONFIG_DIR
+    from experiments.settings.config import CONFIG_DIR
     from experiments.sweep import config_file
 
     monkeypatch.chdir(tmp_path)  # not the project's directory
@@ -403,7 +403,7 @@ def test_a_file_of_ones_own_comes_before_a_preset_of_the_same_name(tmp_path, mon
 def test_the_vm_size_shown_is_the_backends_default():
     """`sweep --help` and `up --help` show the same VM size: libvirt's EDGE_SIZE (the
     sweep once said "default none" for --vm-memory)."""
-    from experiments.config import shown_default
+    from experiments.settings.config import shown_default
     from testbed.backends.libvirt import EDGE_SIZE
 
     assert shown_default("vm_vcpus") == str(EDGE_SIZE.vcpus)

@@ -1,4 +1,4 @@
-"""The Dask controller (``experiments.remote.Remote``) on a real Dask scheduler with real
+"""The Dask controller (``experiments.remote.controller.Remote``) on a real Dask scheduler with real
 worker processes that run a fake unit task (``tests.support.fake_units``: it measures
 nothing). Death by exit, by silence, a failing unit, every worker gone, and inventory
 errors. The real thing over SSH, measuring, is test_8_workers."""
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config import SweepConfig
-from experiments.fleet import WorkerLost, load_workers
-from experiments.progress import Progress
-from experiments.remote import Remote
-from experiments.store import Store
+from experiments.remote.controller import Remote
+from experiments.remote.fleet import WorkerLost, load_workers
+from experiments.run.progress import Progress
+from experiments.settings.config import SweepConfig
+from experiments.store.db import Store
 from testbed.errors import ConfigError
 from tests.support import fake_units
 
@@ -327,7 +327,7 @@ def test_a_scheduler_address_that_accepts_and_says_nothing_is_an_error_within_it
 def test_a_worker_listens_on_the_address_the_controller_reaches_it_at(capsys):
     """Not on every interface (anyone reaching the worker could speak to it); where that
     address is not the machine's own (NAT, a forwarded port), every interface, said."""
-    from experiments.worker import listen_host
+    from experiments.remote.worker import listen_host
 
     assert listen_host("127.0.0.1", "w1") == "127.0.0.1"
     assert listen_host(None, "w1") is None

@@ -9,10 +9,10 @@ import pytest
 
 from analysis import plots, ycsb
 from analysis.results import load
-from experiments.cells import Cell
-from experiments.export import YCSB_EXPORT_COLUMNS, export
-from experiments.measure import ycsb_rows
-from experiments.store import Store
+from experiments.run.measure import ycsb_rows
+from experiments.settings.cells import Cell
+from experiments.store.db import Store
+from experiments.store.export import YCSB_EXPORT_COLUMNS, export
 from workloads.ycsb import Result
 
 # (read level, throughput, READ p99, UPDATE p99) per repetition

@@ -11,10 +11,10 @@ import numpy as np
 
 from workloads.readback import lost
 
-from . import estimate
-from .config import SweepConfig
+from ..plan import estimate
+from ..settings.config import SweepConfig
+from ..store.db import Store
 from .figures import REFRESH_EVERY_S
-from .store import Store
 
 # -- summaries -------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ from emulation import api as emulation
 from emulation import links
 from emulation.verify import measure_pair
 
-from . import nemesis, plan
-from .cells import Cell
+from ..plan import shards as plan
+from ..settings.cells import Cell
+from . import nemesis
 from .measure import Shard, measure
 from .watch import ComponentLost, NodeLost
 

@@ -1,4 +1,4 @@
-"""`python -m experiments.export DIR --format csv|parquet`: one row per request.
+"""`python -m experiments.store.export DIR --format csv|parquet`: one row per request.
 
 Writes DIR/export/requests.{csv,parquet} (every request joined with its cell: see
 ``Store.EXPORT_COLUMNS``), plus cells.csv|parquet (one row per cell, shaping as JSON),
@@ -23,7 +23,7 @@ from testbed.command import Parser, command, prog
 from testbed.errors import ConfigError, TestbedError
 from testbed.files import replacing, write_file
 
-from .store import CELL_COLUMNS, COLUMN_TYPES, JSON_CELL, Store, check_writable_dir
+from .db import CELL_COLUMNS, COLUMN_TYPES, JSON_CELL, Store, check_writable_dir
 
 FORMATS = ("csv", "parquet")
 YCSB_EXPORT_COLUMNS = (
@@ -253,10 +253,10 @@ def _write(path: Path, fmt: str, columns: Sequence[str], rows, chunk_rows: int) 
     return path
 
 
-@command("python -m experiments.export")
+@command("python -m experiments.store.export")
 def main(argv: list[str] | None = None) -> int:
     p = Parser(
-        prog=prog("python -m experiments.export"),
+        prog=prog("python -m experiments.store.export"),
         description="Export a results directory, one row per request.",
     )
     p.add_argument("directory", help="results directory (holds results.sqlite)")

@@ -37,7 +37,7 @@ class Cell:
     read_cl: str | None = None
     write_cl: str | None = None
     records: int | None = None
-    fault: str = "none"  # experiments.faults: what happens to the testbed during the cell
+    fault: str = "none"  # experiments.settings.faults: what happens to the testbed during the cell
     trace: str = "none"  # emulation.trace: a link trace replayed during the cell
     cl: str | None = None  # the writes' level where the sweep has several (else its one)
     sites: str | None = None  # nodes per site (3x3, 2,3); rf is then the replicas per site

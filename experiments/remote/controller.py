@@ -2,7 +2,7 @@
 ADDRESS``), committed by the controller into its one store (docs/design/workers.md).
 
 - **Dask carries the work**: one task per unit (the cells of one network setting),
-  ``experiments.tasks.measure_unit``, needing one ``testbed`` resource of its worker.
+  ``experiments.remote.tasks.measure_unit``, needing one ``testbed`` resource of its worker.
   With ``--workers``, the controller runs the scheduler itself (TLS with certificates made
   for the run) and starts a worker on each machine over SSH (``fleet.Fleet``); with
   ``--scheduler`` it joins a Dask cluster whose workers have ``testbed`` resources
@@ -29,12 +29,14 @@ from typing import Any
 
 from testbed.command import stop_signals
 
-from . import estimate, plan, tasks
-from .cells import Cell
-from .config import SweepConfig
+from ..plan import estimate
+from ..plan import shards as plan
+from ..run.progress import Progress
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from ..store.db import Store
+from . import tasks
 from .fleet import Fleet, WorkerLost
-from .progress import Progress
-from .store import Store
 from .workers import ABORT_WAIT_S, Reports, Workers
 
 

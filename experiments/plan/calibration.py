@@ -5,7 +5,7 @@ starting figures are the development machine's; a results directory's own cells 
 them (``estimate.calibrate``). A new results directory has none, so its dry run would use
 the development machine's bring-up times and cell times. After every sweep run measured on
 this machine, ``learn`` stores what that run measured, per shaper and Cassandra build (the
-key of ``experiments.fidelity``: quiet nodes cost the machine differently):
+key of ``experiments.plan.fidelity``: quiet nodes cost the machine differently):
 
 - ``bringup_s`` / ``teardown_s``: the last few bring-ups and teardowns per node count
   (the run's manifest records each cluster's);
@@ -32,9 +32,9 @@ from typing import Any
 from testbed import state
 from testbed.files import read_json_object, write_file
 
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
 from . import estimate, fidelity
-from .cells import Cell
-from .config import SweepConfig
 
 VERSION = 1
 SAMPLES = 10  # bring-ups and teardowns kept per node count

@@ -30,7 +30,7 @@ from . import checks
 from .cells import WRITES
 from .fields import Knob, as_tuple, grid_knob, knob, node_knob
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 POLICIES = ("round-robin", "token-aware")
 SHAPERS = ("auto", "direct", "host", "gateway")
@@ -230,7 +230,7 @@ class SweepConfig:
         bool,
         group="ycsb",
     )
-    # faults during a cell (experiments.faults) and link traces replayed during it
+    # faults during a cell (experiments.settings.faults) and link traces replayed during it
     # (emulation.trace): grid dimensions
     fault: tuple[str, ...] = grid_knob(
         ("none",),
@@ -282,7 +282,7 @@ class SweepConfig:
             node_resources=spec or None,
         )
 
-    # -- the grid: experiments.cells ------------------------------------------------------
+    # -- the grid: experiments.settings.cells ------------------------------------------------------
 
     rfs = grid.rfs
     skipped = grid.skipped
@@ -379,9 +379,9 @@ def settings_reference() -> str:
     lines = [
         "# Sweep settings",
         "",
-        "Made from `experiments/config.py` (`SweepConfig`); do not edit by hand. Each setting",
-        "is a key of a `--config` file's `[sweep]` table and, where it has one, a flag of",
-        "`edgetb sweep`; flags override the file, the file the defaults.",
+        "Made from `experiments/settings/config.py` (`SweepConfig`); do not edit by hand.",
+        "Each setting is a key of a `--config` file's `[sweep]` table and, where it has one,",
+        "a flag of `edgetb sweep`; flags override the file, the file the defaults.",
         "Lists take `0,20,40` or ascending ranges `a..b` / `a..b..step`; a grid dimension",
         "makes cells of each of its values.",
     ]

@@ -18,9 +18,9 @@ from testbed import Testbed
 from testbed.backends.libvirt import LibvirtRecord
 from testbed.cassandra import quiet
 
-from .config import SweepConfig
+from ..settings.config import SweepConfig
 
-ROOT = Path(__file__).resolve().parents[1]  # the project's checkout
+ROOT = Path(__file__).resolve().parents[2]  # the project's checkout
 # the packages whose versions a run records: the project's and what measures with it
 PACKAGES = (
     "edge-testbed",

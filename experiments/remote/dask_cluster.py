@@ -16,10 +16,10 @@ from typing import Any
 from testbed.errors import ConfigError, TestbedError
 from testbed.files import read_text
 
-from . import estimate
-from .cells import Cell
+from ..plan import estimate
+from ..settings.cells import Cell
+from .controller import Remote
 from .fleet import Fleet, WorkerLost
-from .remote import Remote
 
 WORKER_TIMEOUT_S = 60.0  # a worker silent this long is removed (a scheduler: it leaves)
 JOIN_WAIT_S = 120.0  # for the started workers to reach the scheduler

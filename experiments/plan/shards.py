@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .cells import Cell
+from ..settings.cells import Cell
 
 EXCLUSIVE = float("inf")  # a demand that runs alone
 

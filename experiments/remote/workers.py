@@ -10,11 +10,11 @@ import threading
 import time
 from typing import Any
 
+from ..run.progress import Progress
+from ..settings.cells import Cell
+from ..store.db import Store
 from . import tasks
-from .cells import Cell
 from .fleet import Fleet, WorkerLost
-from .progress import Progress
-from .store import Store
 
 ABORT_WAIT_S = 120.0  # after Ctrl-C: how long the workers get to tear their testbeds down
 
@@ -138,7 +138,7 @@ class Workers:
             if proc is not None and proc.poll() is None:
                 proc.kill()  # our ssh client: the worker sees the end of its input
             spec = fleet.specs[name]
-            argv = [spec.py, "-m", "experiments.worker", "clean", "--root", spec.dir]
+            argv = [spec.py, "-m", "experiments.remote.worker", "clean", "--root", spec.dir]
             ok, text = fleet.command(name, argv)
             self.reports.events.put({"kind": "cleaned", "name": name, "ok": ok, "out": text[-500:]})
 

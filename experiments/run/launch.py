@@ -19,9 +19,9 @@ from testbed.errors import ConfigError, RunInUseError, StateError
 from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 from workloads.ycsb import dist as ycsb_dist
 
-from . import calibration, estimate, fidelity
-from .config import SweepConfig
-from .store import DB_NAME, Store
+from ..plan import calibration, estimate, fidelity
+from ..settings.config import SweepConfig
+from ..store.db import DB_NAME, Store
 
 LOCK_NAME = "sweep.lock"  # in the results directory, held by the sweep measuring into it
 MAX_PARALLEL = 32
@@ -83,7 +83,7 @@ def calibrate_from(
     config: SweepConfig, out: Path | None = None, store: Store | None = None
 ) -> estimate.Costs | None:
     """The cost model of the sweep's shaper: the development machine's costs, this
-    machine's calibration over them (netns testbeds; ``experiments.calibration``), the
+    machine's calibration over them (netns testbeds; ``experiments.plan.calibration``), the
     cells its results directory (``out``, default the config's; or an open ``store``)
     already holds over both. Returns that last fit (None: too few cells)."""
     shaper = costs_shaper(config)

@@ -1,5 +1,5 @@
 """Faults during a measurement, as a sweep names them: what happens to which hosts and
-when (``parse``; applied and healed by ``experiments.nemesis``).
+when (``parse``; applied and healed by ``experiments.run.nemesis``).
 
 A fault is one of (offsets in % of the cell's writes, or in seconds since its measured
 writes began; ``@A-B``: made at A, healed at B; without B it lasts to the cell's end):

@@ -22,10 +22,12 @@ from workloads import WorkloadRefused, ycsb
 from workloads.writes import TABLE as WRITES_TABLE
 from workloads.ycsb import client as ycsb_client
 
-from . import estimate, faults, nemesis
-from .cells import Cell
+from ..plan import estimate
+from ..settings import faults
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from . import nemesis
 from .conditions import Conditions, Shard
-from .config import SweepConfig
 from .launch import cpu_busy, cpu_times
 from .summary import stats_ms
 from .watch import check_components

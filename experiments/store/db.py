@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS cells (
     read_cl TEXT,                  -- YCSB: read level
     write_cl TEXT,                 -- YCSB: write level
     records INTEGER,               -- YCSB: records the keyspace was loaded with
-    fault TEXT,                    -- NULL or none: no fault; else experiments.faults' text
+    fault TEXT,                    -- NULL or none: no fault; else experiments.settings.faults' text
     fault_log TEXT,                -- JSON: when each step was applied, the recovery's times
     trace TEXT,                    -- NULL or none: links fixed; else the link trace replayed
     trace_log TEXT,                -- JSON: the trace's achieved schedule (emulation.trace)

@@ -19,9 +19,11 @@ from emulation.trace import Replay
 from emulation.trace import load as load_trace
 from testbed import Testbed
 
-from . import faults, nemesis, plan
-from .cells import Cell
-from .config import SweepConfig
+from ..plan import shards as plan
+from ..settings import faults
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from . import nemesis
 from .launch import cpu_busy, cpu_times
 from .watch import ComponentLost
 

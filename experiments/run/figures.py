@@ -22,8 +22,8 @@ from pathlib import Path
 
 from testbed.files import append_to
 
-from .cells import Cell
-from .config import SweepConfig
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
 
 REFRESH_EVERY_S = 900.0
 

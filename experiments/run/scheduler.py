@@ -30,13 +30,15 @@ from testbed.command import stop_signals
 from testbed.errors import TestbedError
 from workloads import WriteWorker
 
-from . import estimate, plan, units
-from .cells import Cell
-from .config import SweepConfig
+from ..plan import estimate
+from ..plan import shards as plan
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from ..store.db import Store, StoreFullError
+from . import units
 from .manifest import cluster_entry
 from .measure import keyspace
 from .progress import Progress
-from .store import Store, StoreFullError
 from .summary import stats_ms
 from .watch import component_watch
 
@@ -184,7 +186,7 @@ class Shard:
         self.testbed_run: str | None = None  # the testbed's run id, once in the store
         self.idle = 0.0  # the gate's share for this testbed's idle load, while it is up
         self.worker: WriteWorker | None = None
-        self.fault: Any = None  # the running cell's experiments.nemesis.Runner
+        self.fault: Any = None  # the running cell's experiments.run.nemesis.Runner
         self.nodes: int | None = None
         self.shaper: str | None = None  # the running cluster's, once it came up
         self.rfs: list[int] = []
@@ -285,7 +287,7 @@ class Shard:
         entry = cluster_entry(cfg, tb, worker.hello, shard=self.name, nodes=self.nodes)
         entry.update(shaper=shaper, bringup_s=bringup_s)
         self.sweep.store.update_manifest(self.sweep.run_id, clusters={tb.run_id: entry})
-        self.shaper = shaper  # its teardown is timed too (experiments.calibration)
+        self.shaper = shaper  # its teardown is timed too (experiments.plan.calibration)
 
     def down(self) -> None:
         """Tear the shard's testbed down (also one whose bring-up failed and was undone);

@@ -2,9 +2,9 @@
 inventory read and checked (``load_workers``), and the ``Fleet`` that provisions them
 (ansible-runner, ``testbed/playbooks/worker.yml``: the project's code in the worker's
 directory, its Python environment and Cassandra where missing, then ``python -m
-experiments.worker probe``; a machine that fails is left out, named), starts one Dask
+experiments.remote.worker probe``; a machine that fails is left out, named), starts one Dask
 worker on each over SSH (``start``), and removes what a dead one left (``command``).
-The sweep's cells go to those workers through Dask: ``experiments.remote``.
+The sweep's cells go to those workers through Dask: ``experiments.remote.controller``.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class Fleet:
             if name in failed:
                 continue
             ok, text = self.command(
-                name, [self.specs[name].py, "-m", "experiments.worker", "probe"]
+                name, [self.specs[name].py, "-m", "experiments.remote.worker", "probe"]
             )
             try:
                 probe = json.loads(text) if ok else None
@@ -289,7 +289,7 @@ class Fleet:
             *s.env(),
             s.py,
             "-m",
-            "experiments.worker",
+            "experiments.remote.worker",
             "serve",
             "--root",
             s.dir,

@@ -1,15 +1,15 @@
 """A machine's Dask worker for ``python -m experiments.sweep --workers INVENTORY`` (the
-controller, ``experiments.remote``, starts it over SSH), and the commands the controller
+controller, ``experiments.remote.controller``, starts it over SSH), and the commands the controller
 runs there through Ansible.
 
-    python -m experiments.worker serve --root DIR --name NAME [--parallel P|auto]
-    python -m experiments.worker probe
-    python -m experiments.worker clean --root DIR
+    python -m experiments.remote.worker serve --root DIR --name NAME [--parallel P|auto]
+    python -m experiments.remote.worker probe
+    python -m experiments.remote.worker clean --root DIR
 
 ``serve`` reads one JSON line on stdin (the scheduler's address, the run's TLS
 certificates, the sweep's settings; nothing of it is written to disk), computes its
 testbed count, and runs a Dask worker with that many ``testbed`` resources for the tasks
-of ``experiments.tasks``, staging under ``DIR``. The end of stdin (the controller or its
+of ``experiments.remote.tasks``, staging under ``DIR``. The end of stdin (the controller or its
 link is gone), SIGTERM and SIGHUP stop it as Ctrl-C stops a sweep: every testbed goes
 down, then it exits. So does silence: a scheduler that has not answered for the run's
 ``--worker-timeout`` (a partition, a hung controller; its SSH session may well live on)
@@ -38,11 +38,11 @@ from testbed.errors import TestbedError
 from testbed.setup_check import check_cassandra
 from testbed.state import OwnerLock
 
+from ..run.launch import LOCK_NAME, choose_parallel, parse_parallel
+from ..run.scheduler import remove_stale_testbeds
+from ..settings.config import SweepConfig
+from ..store.db import Store
 from . import tasks
-from .config import SweepConfig
-from .launch import LOCK_NAME, choose_parallel, parse_parallel
-from .scheduler import remove_stale_testbeds
-from .store import Store
 
 
 def stop_event() -> threading.Event:
@@ -198,8 +198,8 @@ def clean_root(root: Path) -> int:
         holder = lock.holder() or {}
         pid = holder.get("pid")
         command = str(holder.get("command"))
-        # under -m, sys.argv[0] is the module's file: .../experiments/worker.py serve ...
-        if isinstance(pid, int) and "experiments/worker.py serve" in command:
+        # under -m, sys.argv[0] is the module's file: .../experiments/remote/worker.py serve ...
+        if isinstance(pid, int) and "experiments/remote/worker.py serve" in command:
             print(f"ending the worker that still holds {out} (pid {pid})")
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -216,9 +216,9 @@ def clean_root(root: Path) -> int:
     return 0
 
 
-@command("python -m experiments.worker")
+@command("python -m experiments.remote.worker")
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog=prog("python -m experiments.worker"), description=__doc__)
+    p = Parser(prog=prog("python -m experiments.remote.worker"), description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run a Dask worker for the controller (reads stdin)")
     s.add_argument("--root", required=True, type=Path)

@@ -33,8 +33,8 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from .cells import Cell
-from .estimate import fmt_duration
+from ..plan.estimate import fmt_duration
+from ..settings.cells import Cell
 
 REFRESH_PER_S = 4
 BAR_WIDTH = 24

@@ -9,7 +9,7 @@ The running sweep rescales the model by what it has measured so far.
 
 The machine's costs (``Costs``: the write at 0 ms, CPU per write, an idle testbed's CPU,
 bring-ups, how cells compare with the model) start from figures measured on the
-development machine; this machine's calibration (``experiments.calibration``: what earlier
+development machine; this machine's calibration (``experiments.plan.calibration``: what earlier
 runs measured here, in $EDGETB_HOME) comes over them, and the cells a results directory
 already holds over both (``calibrate``: a robust line fit of each cell's measured CPU use
 against its write rate; baselines for the write at 0 ms), so --dry-run and auto-P use
@@ -32,9 +32,9 @@ from testbed import paths
 from testbed.backends import capabilities
 from testbed.errors import ConfigError
 
-from . import plan
-from .cells import Cell
-from .config import SweepConfig
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from . import shards as plan
 
 CELL_OVERHEAD_S = 0.2
 PROBE_INTERVAL_S = 0.005
@@ -57,7 +57,7 @@ class Costs:
     max_busy: float
     max_parallel: int
     source: str
-    # This machine's measurements (experiments.calibration): a cell's measured over its
+    # This machine's measurements (experiments.plan.calibration): a cell's measured over its
     # modelled time, bring-up seconds per node count, a teardown's seconds.
     cell_scale: float = 1.0
     bringup: tuple[tuple[int, float], ...] = ()

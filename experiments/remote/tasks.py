@@ -1,5 +1,5 @@
-"""The Dask tasks of a sweep's workers (``experiments.remote`` submits them; ``python -m
-experiments.worker serve`` is one way to run a worker for them).
+"""The Dask tasks of a sweep's workers (``experiments.remote.controller`` submits them; ``python -m
+experiments.remote.worker serve`` is one way to run a worker for them).
 
 ``measure_unit`` measures one unit (the cells of one network setting) on one testbed slot
 of this process (``Slots``): the slot's cluster stays up between units of its node count,
@@ -27,12 +27,14 @@ from testbed.errors import RunInUseError
 from testbed.files import write_file
 from testbed.state import OwnerLock, describe_holder, home
 
-from . import estimate, plan, units
-from .config import SweepConfig
-from .launch import CORES, LOCK_NAME, calibrate_from, meminfo_mb
-from .manifest import static_manifest
-from .scheduler import Shard, Sweep, remove_stale_testbeds
-from .store import Store
+from ..plan import estimate
+from ..plan import shards as plan
+from ..run import units
+from ..run.launch import CORES, LOCK_NAME, calibrate_from, meminfo_mb
+from ..run.manifest import static_manifest
+from ..run.scheduler import Shard, Sweep, remove_stale_testbeds
+from ..settings.config import SweepConfig
+from ..store.db import Store
 
 TOPIC = "edgetb"  # the Dask event topic of progress and manifest entries
 LOCK_WAIT_S = 120.0  # for the staging directory a previous serve may still hold

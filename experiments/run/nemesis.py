@@ -2,7 +2,7 @@
 cell's writes run (``Runner``: each step when due, recorded with when it was applied and
 how long it took), then the testbed made whole again and timed (``whole_again``:
 partitions healed, paused nodes continued, killed nodes started again, every node UN
-seen from every node, no hints left). The faults themselves: ``experiments.faults``."""
+seen from every node, no hints left). The faults themselves: ``experiments.settings.faults``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from emulation import api as emulation_api
 from emulation.links import LinkMatrix
 from testbed.errors import TestbedError
 
-from .faults import Fault, FaultError, Offset, faulted_matrix, window_ns
+from ..settings.faults import Fault, FaultError, Offset, faulted_matrix, window_ns
 
 RECOVERY_TIMEOUT_S = 300.0
 T = TypeVar("T")
