@@ -11,7 +11,7 @@ import shlex
 import sys
 import tarfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -237,7 +237,9 @@ def project_archive(path: Path, extra: Sequence[str] = ()) -> Path:
     return path
 
 
-def cassandra_archive(private_dir: Path, hosts: Sequence[str], exec_argv) -> str:
+def cassandra_archive(
+    private_dir: Path, hosts: Sequence[str], exec_argv: Callable[..., list[str]]
+) -> str:
     """The testbed's Cassandra as a tarball in ``private_dir`` for the hosts that lack it
     (its last-made part, as the provision playbook checks, asked over each host's
     ``exec_argv``), or "" when every host has it: 64 MB of jars packed for nothing took

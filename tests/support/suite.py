@@ -83,7 +83,10 @@ def main(argv: list[str]) -> int:
     # given by the caller goes to the main session only
     env.pop("EDGETB_TEST_SESSION", None)
     vm_env = {k: v for k, v in env.items() if k != "EDGETB_HOME"}
-    vm = _pytest([*common, "--durations=15", *BESIDE], vm_env)
+    # its own cache: the session that ended last would overwrite the other's lastfailed
+    vm = _pytest(
+        [*common, "-o", "cache_dir=.pytest_cache/beside", "--durations=15", *BESIDE], vm_env
+    )
     rest = _pytest([*common, "--durations=25", *REST], env)
     relays = [
         threading.Thread(target=_relay, args=(rest, ""), daemon=True),

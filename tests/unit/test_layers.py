@@ -186,6 +186,32 @@ def test_no_import_runs_up_the_parts_of_experiments():
     assert up == [], f"imports up the parts of experiments/ ({' < '.join(EXPERIMENT_PARTS)})"
 
 
+def test_what_is_imported_from_experiments_exists():
+    """``from experiments import X``: X is a part or a front door, or a name the package
+    exports (``_HOME``); its lazy ``__getattr__`` hides any other from mypy, and a module
+    that moved into a part would fail only when imported (test_3e's ``faults`` did)."""
+    import experiments
+
+    wrong = []
+    for module, path in [*MODULES.items(), *_test_modules()]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "experiments":
+                for alias in node.names:
+                    known = (
+                        f"experiments.{alias.name}" in MODULES or alias.name in experiments.__all__
+                    )
+                    wrong += [] if known else [f"{module}:{node.lineno}: {alias.name}"]
+    assert wrong == []
+
+
+def _test_modules():
+    root = MODULES["experiments"].parents[1]
+    for path in sorted((root / "tests").rglob("*.py")):
+        yield str(path.relative_to(root)), path
+    for path in sorted((root / "benchmarks").rglob("*.py")):
+        yield str(path.relative_to(root)), path
+
+
 def test_no_command_line_module_is_imported():
     bad = [
         f"{m} -> {t}"
