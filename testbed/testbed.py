@@ -386,6 +386,7 @@ class Testbed:
                 argv = backend.exec_argv(name, logscan.remote_tail_argv(path), limited=False)
                 read = run(argv, check=False, timeout=120)
                 texts[name] = read.stdout if read.returncode == 0 else ""
+        self._remote_logs = texts  # what a failed start keeps (_save_logs): none is here
         return logscan.scan_texts(texts, faults=faulted)
 
     def _save_logs(self) -> Path | None:
@@ -397,6 +398,7 @@ class Testbed:
         for node_dir in nodes_dir.iterdir():
             if (node_dir / "logs").is_dir():
                 shutil.copytree(node_dir / "logs", target / node_dir.name, dirs_exist_ok=True)
+        logscan.save_texts(getattr(self, "_remote_logs", {}), target)
         return target
 
     # -- Cassandra -------------------------------------------------------------------------

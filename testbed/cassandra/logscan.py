@@ -126,6 +126,16 @@ def remote_tail_argv(path: Path) -> list[str]:
     return ["tail", "-c", str(MAX_BYTES), str(path)]
 
 
+def save_texts(texts: Mapping[str, str], target: Path) -> None:
+    """Logs read from the nodes' hosts (``remote_tail_argv``), kept as
+    ``target/NODE/system.log``: a failed start on VMs or inventory hosts left only empty
+    log directories on this machine (test_5's failure of 2026-11-29 kept nothing)."""
+    for node, text in texts.items():
+        if text:
+            (target / node).mkdir(parents=True, exist_ok=True)
+            (target / node / "system.log").write_text(text)
+
+
 def scan(
     logs: Mapping[str, Path], marks: Mapping[str, int] | None = None, *, faults: bool = False
 ) -> list[Finding]:

@@ -133,3 +133,11 @@ def test_a_remote_testbed_reads_each_nodes_log_on_its_host(tmp_path):
     tb.nodes = nodes
     found = tb._scan_logs(Backend(), faulted=False)  # type: ignore[arg-type]
     assert [(f.node, f.allowed) for f in found] == [("e0", None), ("e0", None)]
+
+
+def test_logs_read_on_the_nodes_hosts_are_kept_as_files(tmp_path):
+    """A failed start on remote hosts keeps what was read there (the local node
+    directories of a remote run hold no log); a log that could not be read is none."""
+    logscan.save_texts({"e0": "INFO boot\nERROR x\n", "e1": ""}, tmp_path / "kept")
+    assert (tmp_path / "kept" / "e0" / "system.log").read_text() == "INFO boot\nERROR x\n"
+    assert not (tmp_path / "kept" / "e1").exists()
