@@ -1,27 +1,26 @@
-"""`make test`: the suite in two pytest sessions side by side (docs/testing.md): the VM
-tests, then the parallel and Dask sweeps, in one; everything else in the other.
+"""`make test`: the suite in pytest sessions side by side (docs/testing.md): the unit and
+integration tests in one, the parallel and Dask sweeps (test_7, test_8: 7.5 min, needing
+neither the shared cluster nor the VMs) in a second beside it; then the VM tests alone.
 
-Under TCG the VM tests are a third of the suite's time, most of it emulated CPU in
-guests that wait on one vCPU each, while the rest of the suite waits on shaped links
-as often as it computes; one after the other the two halves leave cores idle. The VM
-tests alone ended after 15 min of a 33-minute main session (2026-11-29, with a CPU hog
-beside them), so the second session also takes the two slowest modules that need
-neither the shared cluster nor the VMs (test_7, test_8: 7.5 min), after the VMs are
-down. Side by side each session keeps its own ``$EDGETB_HOME``, session tag and leak check (which
-tells the other session's runs from its own through the run registry,
-tests/support/leaks.py), so neither's leak check fails on the other's runs; each is
-also the "other work on the machine" the suite must stand (the VM tests' budgets scale
-with their guests' measured speed, ~3x slower beside the rest).
+One after the other the sessions leave cores idle: the integration tests wait on shaped
+links as often as they compute. Side by side each session keeps its own
+``$EDGETB_HOME``, session tag, pytest cache and leak check (which tells the other
+session's runs from its own through the run registry, tests/support/leaks.py), so none
+fails on another's runs; each is also the "other work on the machine" the suite must
+stand. The VM tests ran beside the rest too (``VMS_BESIDE``): 34-38 min in all, but a
+two-node Cassandra in TCG guests slowed by the rest could not log in at QUORUM in one
+fresh run of two (2026-11-29).
 
     python -m tests.support.suite [PYTEST ARGS...]
 
 Arguments that name tests (``tests/unit``, ``tests/integration/test_2_emulation.py::x``)
 run those in one session, as pytest would; any other arguments (``-k``, ``-x``) go to
-both sessions.
+every session.
 
-The second session's lines are printed as they come, prefixed ``vm| ``; the exit code is
-the first failure's (pytest's 5, "no tests collected", counts as success for a session
-the arguments left empty). Ctrl-C and SIGTERM reach both sessions, by PID.
+Each session's lines are printed as they come, prefixed ``p| `` and ``vm| `` but the
+main one's; the exit code is the first failure's (pytest's 5, "no tests collected",
+counts as success for a session the arguments left empty). Ctrl-C and SIGTERM reach
+every session, by PID.
 """
 
 from __future__ import annotations
@@ -35,9 +34,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VM_TESTS = ["tests/integration/test_4_vms.py", "tests/integration/test_5_vm_sweep.py"]
-# the second session: the VM tests first (their guests are the longest part), then these
-BESIDE = [*VM_TESTS, "tests/integration/test_7_parallel.py", "tests/integration/test_8_workers.py"]
-REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in BESIDE)]
+# beside the main session: the two slowest modules that need neither its shared cluster
+# nor the VMs
+BESIDE = ["tests/integration/test_7_parallel.py", "tests/integration/test_8_workers.py"]
+REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in [*VM_TESTS, *BESIDE])]
+# the VM tests beside the rest too (True), or alone once it has ended (False): beside it,
+# a two-node Cassandra in the TCG guests could not log in at QUORUM for 521 s (test_5,
+# 2026-11-29, in one fresh run of two), alone it never failed that way
+VMS_BESIDE = False
 NO_TESTS = 5  # pytest's exit code when the selection is empty
 # pytest options whose value is the next argument (``-k tests`` names no path)
 _VALUED = set(
@@ -82,21 +86,33 @@ def main(argv: list[str]) -> int:
     # each session a home and a tag of its own (tests/conftest.py makes them): a home
     # given by the caller goes to the main session only
     env.pop("EDGETB_TEST_SESSION", None)
-    vm_env = {k: v for k, v in env.items() if k != "EDGETB_HOME"}
-    # its own cache: the session that ended last would overwrite the other's lastfailed
-    vm = _pytest(
-        [*common, "-o", "cache_dir=.pytest_cache/beside", "--durations=15", *BESIDE], vm_env
-    )
-    rest = _pytest([*common, "--durations=25", *REST], env)
-    relays = [
-        threading.Thread(target=_relay, args=(rest, ""), daemon=True),
-        threading.Thread(target=_relay, args=(vm, "vm| "), daemon=True),
-    ]
+    other_env = {k: v for k, v in env.items() if k != "EDGETB_HOME"}
+    main_session = ("", [*common, "--durations=25", *REST], env)
+    # each other session its own cache: the one that ended last would overwrite the
+    # others' lastfailed
+    beside = ("p| ", [*common, "-o", "cache_dir=.pytest_cache/beside", "--durations=10",
+                      *BESIDE], other_env)  # fmt: skip
+    vms = ("vm| ", [*common, "-o", "cache_dir=.pytest_cache/vm", "--durations=10", *VM_TESTS],
+           other_env)  # fmt: skip
+    phases = [[main_session, beside, vms]] if VMS_BESIDE else [[main_session, beside], [vms]]
+    codes: dict[str, int] = {}
+    for phase in phases:
+        codes.update(_run_side_by_side(phase))
+    print("suite: " + ", ".join(f"{n or 'main'} session exit {c}" for n, c in codes.items()))
+    return combined(*codes.values())
+
+
+def _run_side_by_side(sessions: list[tuple[str, list[str], dict[str, str]]]) -> dict[str, int]:
+    """Each (prefix, pytest arguments, environment) a pytest session, all at once, their
+    lines relayed as they come; Ctrl-C and SIGTERM reach every one, by PID. Returns
+    each session's exit code by its prefix."""
+    procs = [(prefix.rstrip("| "), _pytest(args, env), prefix) for prefix, args, env in sessions]
+    relays = [threading.Thread(target=_relay, args=(p, pre), daemon=True) for _, p, pre in procs]
     for t in relays:
         t.start()
 
     def forward(signum, _frame):
-        for proc in (vm, rest):
+        for _, proc, _ in procs:
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signum)
@@ -105,11 +121,10 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
-    codes = {"vm": vm.wait(), "rest": rest.wait()}
+    codes = {name: proc.wait() for name, proc, _ in procs}
     for t in relays:
         t.join()
-    print(f"suite: VM session exit {codes['vm']}, main session exit {codes['rest']}")
-    return combined(codes["rest"], codes["vm"])
+    return codes
 
 
 def combined(*codes: int) -> int:
