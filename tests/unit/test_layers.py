@@ -12,6 +12,9 @@
   inside a function hides a dependency from the reader and from this test's circles);
 - the engine in small parts: in ``experiments/`` no module over 450 lines (the store
   excepted), no class over 300, no function over 60;
+- ``experiments/`` in named parts, each importing only itself and the parts before it
+  (settings < store < plan < run < remote < the front doors api and sweep), and every
+  ``from experiments import X`` naming something that exists;
 - the edges no import shows, a module starting another as a process (``"-m", "module"``):
   each listed in ``PROCESS_EDGES`` with why; one up the layers only from a command line.
 
