@@ -458,7 +458,7 @@ class HostsBackend(remote.RemoteBackend):
             private_dir=self.ansible_dir,
             inv=self.inventory(),
             ssh=self.ssh,
-            extravars=provision_extravars(self.state.run_id, archive, str(cassandra)),
+            extravars=provision_extravars(self.state.run_id, archive, cassandra),
         )
         rec.provision_s = round(secs, 1)
         self.state.save()

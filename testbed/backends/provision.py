@@ -250,12 +250,9 @@ def cassandra_archive(
 
     dist = dist_mod.load()
     marker = str(dist.root / quiet.DIR / quiet.JAR)
-    lacking = [
-        h
-        for h in hosts
-        if run(exec_argv(h, ["test", "-e", marker]), check=False, timeout=60).returncode
-    ]
-    if not lacking:
+    if not any(  # the first host without it is enough to need the archive
+        run(exec_argv(h, ["test", "-e", marker]), check=False, timeout=60).returncode for h in hosts
+    ):
         return ""
     _ = dist.tools_logback  # written on first use; the hosts' nodetool needs it
     path = private_dir / "cassandra.tar.gz"
