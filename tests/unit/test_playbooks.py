@@ -1,6 +1,9 @@
 """Playbook runs read per host (a fake ansible-runner result: unreachable, failed, never
 reached), and the shipped playbooks never swallow a failure."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,6 +107,20 @@ def test_playbooks_never_swallow_a_failure(path):
             assert not task.get("ignore_unreachable"), name
             assert task.get("failed_when", True) is not False, name
             assert str(task.get("failed_when", "")).lower() not in ("false", "no"), name
+
+
+@pytest.mark.parametrize("path", PLAYBOOKS, ids=lambda p: p.name)
+def test_ansible_loads_every_playbook(path, tmp_path):
+    """Ansible's own loader, as a run would (a `raw` script with an odd apostrophe in a
+    comment passed a test that rendered and ran it under dash, then failed every teardown
+    of the second fresh CI run of 2026-11-29: Ansible splits a free-form module's text)."""
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    env = {**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path), "ANSIBLE_HOME": str(tmp_path)}
+    check = subprocess.run(
+        [str(playbook), "--syntax-check", "-i", "localhost,", str(path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
 
 
 def test_the_project_archive_carries_what_the_hosts_import(tmp_path):
