@@ -361,7 +361,7 @@ def format_text(rows: list[dict[str, Any]]) -> str:
 if __name__ == "__main__":
     import sys
 
-    from testbed.command import not_a_command
+    from common.command import not_a_command
 
     sys.exit(
         not_a_command(

@@ -21,8 +21,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from testbed.command import command
-from testbed.errors import ConfigError
+from common.command import command
+from common.errors import ConfigError
 
 from . import phi as phi_mod
 from .results import Results, command_parser, open_results, save_text_and_json

@@ -247,7 +247,7 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
 if __name__ == "__main__":
     import sys
 
-    from testbed.command import not_a_command
+    from common.command import not_a_command
 
     sys.exit(
         not_a_command(

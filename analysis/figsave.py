@@ -11,8 +11,8 @@ from typing import Any
 import matplotlib
 import numpy as np
 
-from testbed.errors import ConfigError
-from testbed.files import replacing
+from common.errors import ConfigError
+from common.files import replacing
 
 matplotlib.use("Agg")
 # Text stays text: selectable and searchable in the SVG, TrueType in the PDF (what

@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
+from common.command import Parser, command, prog
+from common.errors import ConfigError
 from emulation import links
 from experiments.settings.fields import parse_list
 from experiments.store.db import check_writable_dir
 from model import rtt
 from testbed import argtypes
-from testbed.command import Parser, command, prog
-from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES, format_sites
 
 from .prediction import (

@@ -33,10 +33,10 @@ import sys
 from fractions import Fraction
 from typing import overload
 
+from common.command import Parser, command, prog
+from common.errors import ConfigError
 from experiments.settings.fields import parse_list
 from model.consistency import ack_rules, check_level, required_acks
-from testbed.command import Parser, command, prog
-from testbed.errors import ConfigError
 
 PAPER_DECIMALS = 2
 

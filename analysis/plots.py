@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from testbed.command import command
-from testbed.errors import ConfigError
-from testbed.files import replacing, write_file
+from common.command import command
+from common.errors import ConfigError
+from common.files import replacing, write_file
 
 from . import paper as paper_mod
 from . import phi as phi_mod

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from common.errors import ConfigError
 from emulation import links
 from model import rtt as m
 from model.consistency import check_level, required_acks
-from testbed.errors import ConfigError
 from testbed.topology import Topology, parse_sites, sites_topology
 
 from . import claims

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.command import command
-from testbed.files import write_file
+from common.command import command
+from common.files import write_file
 
 from . import claims, provenance
 from . import paper as paper_mod

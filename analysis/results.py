@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from common.command import Parser, prog
+from common.errors import ConfigError
+from common.files import write_file
 from experiments.store.db import RunInfo, Store, check_writable_dir
-from testbed.command import Parser, prog
-from testbed.errors import ConfigError
-from testbed.files import write_file
 
 from .stats import per_cell
 

@@ -263,7 +263,7 @@ def percentiles_table(ycsb_cells: Sequence[Mapping[str, Any]]) -> str:
 if __name__ == "__main__":
     import sys
 
-    from testbed.command import not_a_command
+    from common.command import not_a_command
 
     sys.exit(
         not_a_command(

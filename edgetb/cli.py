@@ -5,7 +5,7 @@
 
 Each command is the same program as its ``python -m`` alias (listed by ``edgetb --help``),
 with the same flags, the same one-line errors and exit codes (2 bad input, 1 failure,
-130 stopped: ``testbed.command``).
+130 stopped: ``common.command``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from testbed.command import EXIT_BAD_INPUT, run_as
+from common.command import EXIT_BAD_INPUT, run_as
 
 # command -> (module whose main runs it, arguments put before the user's, what it does)
 COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {

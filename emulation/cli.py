@@ -7,9 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 
+from common.command import Parser, command, prog
+from common.errors import ConfigError, RunInUseError, TestbedError
 from testbed import argtypes
-from testbed.command import Parser, command, prog
-from testbed.errors import ConfigError, RunInUseError, TestbedError
 from testbed.testbed import Testbed
 
 from . import api, links, shapers

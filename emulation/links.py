@@ -20,9 +20,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import inputs
-from testbed.errors import ConfigError
-from testbed.files import read_text
+from common import inputs
+from common.errors import ConfigError
+from common.files import read_text
 from testbed.topology import MAX_EDGE_NODES, Topology
 
 MAX_DELAY_MS = 10_000.0

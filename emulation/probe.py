@@ -17,7 +17,7 @@ import struct
 import sys
 import time
 
-from testbed.command import Parser
+from common.command import Parser
 
 
 def checksum(data: bytes) -> int:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.errors import CommandError, ConfigError
+from common.errors import CommandError, ConfigError
 
 from .links import Link
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ConfigError
-from testbed.files import read_text
+from common.errors import ConfigError
+from common.files import read_text
 
 from .links import Link, LinkMatrix
 

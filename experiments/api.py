@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from testbed import TestbedError
 from testbed.backends import capabilities
-from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 
 from .plan import estimate

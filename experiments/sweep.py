@@ -22,9 +22,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from common.command import Parser, command, prog
+from common.errors import ConfigError
 from testbed import TestbedError, argtypes
-from testbed.command import Parser, command, prog
-from testbed.errors import ConfigError
 
 from .api import Prepared, RunOptions, prepare, run_sweep
 from .run.launch import CORES, choose_parallel, stored_cells

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from testbed.errors import ConfigError
+from common.errors import ConfigError
 
 # Levels a plain (non-LWT) INSERT accepts. SERIAL and LOCAL_SERIAL only order the Paxos
 # phase of lightweight transactions; Cassandra rejects them for a plain write.

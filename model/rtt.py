@@ -59,9 +59,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from common.errors import ConfigError
 from emulation import links
 from emulation.links import Link, LinkMatrix
-from testbed.errors import ConfigError
 from testbed.topology import Topology, parse_sites
 
 from .consistency import ack_rules, check_level, required_acks

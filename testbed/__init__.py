@@ -1,7 +1,15 @@
 """Edge testbed core: topologies built into hosts, with Cassandra running on the edge nodes."""
 
+from common.errors import (
+    CommandError,
+    ConfigError,
+    NodeError,
+    PortInUseError,
+    StateError,
+    TestbedError,
+)
+
 from .cassandra.config import CassandraSettings
-from .errors import CommandError, ConfigError, NodeError, PortInUseError, StateError, TestbedError
 from .testbed import Testbed
 from .topology import Host, Topology
 

@@ -14,9 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from . import paths
-from .cassandra.dist import cache_root
-from .runner import run
+from common import paths
+from common.paths import cache_root
+from common.runner import run
 
 
 def verdict_path() -> Path:

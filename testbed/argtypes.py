@@ -9,8 +9,10 @@ import math
 import re
 from collections.abc import Callable
 
-from . import cgroups, inputs
-from .errors import ConfigError
+from common import inputs
+from common.errors import ConfigError
+
+from . import cgroups
 from .state import check_name
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, StateError
+from common.errors import ConfigError, StateError
+
 from .state import Record
 
 # Shared by every run of the machine (or of the v1 cgroup the run's process is in): made by

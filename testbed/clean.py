@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import StateVersionError, TeardownError, TestbedError
+from common.paths import cache_root
+from common.procs import pid_alive
+from common.tags import tagged_processes
+
 from . import state as st
 from .backends import capabilities, registry
-from .cassandra.dist import cache_root
-from .cassandra.node import pid_alive
-from .errors import StateVersionError, TeardownError, TestbedError
-from .tags import tagged_processes
 
 
 @dataclass

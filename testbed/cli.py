@@ -9,6 +9,9 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from common.command import Parser, command, prog
+from common.errors import CommandError, ConfigError, TestbedError
+
 from . import argtypes
 from . import state as st
 from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB, LibvirtRecord
@@ -23,8 +26,6 @@ from .cassandra.config import (
 )
 from .cassandra.quiet import BUILDS, CassandraBuild
 from .cassandra.readiness import Deadlines
-from .command import Parser, command, prog
-from .errors import CommandError, ConfigError, TestbedError
 from .setup_check import CHECKS, component, run_checks
 from .subnets import DEFAULT_POOL
 from .testbed import Testbed

@@ -17,8 +17,10 @@ import os
 import sys
 import time
 
-from . import argtypes, paths
-from .command import Parser
+from common import paths
+from common.command import Parser
+
+from . import argtypes
 from .topology import MAX_EDGE_NODES
 
 PROTOCOL_VERSION = 5

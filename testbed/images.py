@@ -42,12 +42,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import CommandError, ConfigError, StateError
+from common.keyed_cache import input_key, publish
+from common.paths import cache_root
+from common.runner import run
+
 from .cassandra import dist as dist_mod
 from .cassandra import quiet
-from .cassandra.dist import cache_root
-from .errors import CommandError, ConfigError, StateError
-from .keyed_cache import input_key, publish
-from .runner import run
 
 IMAGE_FORMAT = 1
 SUITE = "bookworm"

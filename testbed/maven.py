@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from .errors import ConfigError
-from .runner import run
+from common.errors import ConfigError
+from common.runner import run
 
 Artifact = tuple[str, str, str]  # group, artifact, version
 

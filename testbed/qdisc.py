@@ -26,7 +26,8 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import ConfigError, TestbedError
+from common.errors import ConfigError, TestbedError
+
 from .state import Record
 
 # Qdiscs without classes: their `tc qdisc show` parameters are also valid `tc qdisc add`

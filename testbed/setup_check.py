@@ -18,7 +18,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 
-from .errors import TestbedError
+from common.errors import TestbedError
 
 Check = Callable[[], str]
 

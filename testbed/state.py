@@ -24,10 +24,16 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from . import paths
-from .errors import ConfigError, RunSelectionError, StateError, StateFileError, StateVersionError
-from .files import open_own
-from .paths import home as home  # where it always was
+from common import paths
+from common.errors import (
+    ConfigError,
+    RunSelectionError,
+    StateError,
+    StateFileError,
+    StateVersionError,
+)
+from common.files import open_own
+from common.paths import home as home  # where it always was
 
 _SAVING = threading.RLock()  # RunState.save, across threads
 

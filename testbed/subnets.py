@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network
 from pathlib import Path
 
-from . import paths
-from .errors import CommandError, ConfigError
-from .runner import run
+from common import paths
+from common.errors import CommandError, ConfigError
+from common.runner import run
+
 from .state import OwnerLock, RunState, registered_runs, registry_dir, run_of
 from .topology import Topology
 

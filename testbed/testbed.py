@@ -22,6 +22,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.errors import (
+    CommandError,
+    ConfigError,
+    NodeError,
+    RunInUseError,
+    StateError,
+    StateFileError,
+    TeardownError,
+    TestbedError,
+)
+from common.runner import run
+
 from . import cgroups, subnets
 from . import state as st
 from .backends import Backend, backend_class, capabilities, make_backend
@@ -35,17 +47,6 @@ from .cassandra.launch import CassandraLaunch
 from .cassandra.node import CassandraNode
 from .cassandra.readiness import Deadlines
 from .client import LOCAL_DC_ENV
-from .errors import (
-    CommandError,
-    ConfigError,
-    NodeError,
-    RunInUseError,
-    StateError,
-    StateFileError,
-    TeardownError,
-    TestbedError,
-)
-from .runner import run
 from .topology import Topology
 
 TEARDOWN_FAILED = st.TEARDOWN_FAILED
@@ -722,7 +723,7 @@ class Testbed:
 def state_problems(state: st.RunState) -> list[str]:
     """What is broken in the run ``state`` describes: recorded processes that died,
     hosts its backend cannot find. Empty when it looks healthy (cheap: no SSH)."""
-    from .cassandra.node import pid_alive
+    from common.procs import pid_alive
 
     found = [
         f"{name}: process {proc['pid']} is not running"

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from .errors import ConfigError
-from .inputs import shown
+from common.errors import ConfigError
+from common.inputs import shown
 
 MAX_EDGE_NODES = 9
 DEFAULT_RACK = "rack1"

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from testbed.errors import TestbedError
-from testbed.files import append_to
+from common.errors import TestbedError
+from common.files import append_to
 from testbed.testbed import Testbed
 
 from .writes import ROW_FIELDS

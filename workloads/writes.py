@@ -42,9 +42,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from testbed import paths
+from common import paths
+from common.command import Parser
 from testbed.client import LOCAL_DC_ENV, replication
-from testbed.command import Parser
 
 DATA = Path(__file__).resolve().parent / "data" / "nobel_laureates.json"
 ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")

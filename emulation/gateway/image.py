@@ -25,10 +25,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.cassandra.dist import cache_root
-from testbed.errors import ConfigError, StateError
-from testbed.keyed_cache import input_key, publish
-from testbed.runner import run
+from common.errors import ConfigError, StateError
+from common.keyed_cache import input_key, publish
+from common.paths import cache_root
+from common.runner import run
 
 MODULES = (
     "virtio_pci",

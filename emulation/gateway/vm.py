@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import CommandError, TestbedError
+from common.files import tail
+from common.procs import pid_alive, terminate
+from common.runner import run
 from testbed.accel import known_accel, record_accel
 from testbed.backends.netns import bridge_add_argv
-from testbed.cassandra.node import pid_alive, tail, terminate
-from testbed.errors import CommandError, TestbedError
-from testbed.runner import run
 
 from .image import GatewayImage
 

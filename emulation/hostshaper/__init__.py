@@ -11,7 +11,7 @@ hosts, a packet is stamped by the receiver's kernel when it arrives after the ho
 and captures see both delays of a round trip, as on a wire.
 
 Builders here are pure (argument lists, iptables-restore text, control lines) and
-unit-tested; the one-off commands run through ``testbed.runner``.
+unit-tested; the one-off commands run through ``common.runner``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.cassandra.dist import cache_root
-from testbed.errors import ConfigError, TestbedError
+from common.errors import ConfigError, TestbedError
+from common.paths import cache_root
 
 from ..links import Link
 

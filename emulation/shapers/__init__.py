@@ -16,9 +16,9 @@ import os
 import secrets
 from pathlib import Path
 
+from common.errors import ConfigError, StateError
+from common.runner import run
 from testbed.backends import capabilities
-from testbed.errors import ConfigError, StateError
-from testbed.runner import run
 from testbed.testbed import Testbed
 
 from .base import (

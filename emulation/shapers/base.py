@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from testbed.cassandra.dist import cache_root
-from testbed.errors import StateError
+from common.errors import StateError
+from common.paths import cache_root
 from testbed.state import Record
 from testbed.testbed import Testbed
 

@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.errors import CommandError
 from testbed import qdisc
-from testbed.errors import CommandError
 from testbed.testbed import Testbed
 
 from .. import tcgen

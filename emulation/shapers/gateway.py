@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from importlib.metadata import version
 
+from common.runner import run
 from testbed.backends.netns import BRIDGE, switch_namespace
-from testbed.runner import run
 from testbed.state import namespace_name
 from testbed.testbed import Testbed
 

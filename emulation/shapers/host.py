@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common.errors import CommandError, ConfigError
+from common.files import append_to
+from common.procs import pid_alive, terminate
+from common.runner import run
 from testbed.backends import capabilities
 from testbed.backends.netns import list_prefixed_namespaces, switch_namespace
-from testbed.cassandra.node import pid_alive, terminate
-from testbed.errors import CommandError, ConfigError
-from testbed.files import append_to
-from testbed.runner import run
 from testbed.state import namespace_name
 from testbed.testbed import Testbed
 

@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.files import read_json_object, write_file
 from testbed import state
-from testbed.files import read_json_object, write_file
 
 from ..settings.cells import Cell
 from ..settings.config import SweepConfig

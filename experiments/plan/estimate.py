@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from common import paths
+from common.errors import ConfigError
 from emulation import links
 from model import rtt
-from testbed import paths
 from testbed.backends import capabilities
-from testbed.errors import ConfigError
 
 from ..settings.cells import Cell
 from ..settings.config import SweepConfig

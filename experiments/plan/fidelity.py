@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from common.files import read_json_object, write_file
 from testbed import state
-from testbed.files import read_json_object, write_file
 
 # Equivalence (issue 39): a faster way of measuring (P testbeds at once, quiet nodes) is
 # accepted when the median over cells of the signed Δ median against the sequential

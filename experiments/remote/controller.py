@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.command import stop_signals
+from common.command import stop_signals
 
 from ..plan import estimate
 from ..plan import shards as plan

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ConfigError, TestbedError
-from testbed.files import read_text
+from common.errors import ConfigError, TestbedError
+from common.files import read_text
 
 from ..plan import estimate
 from ..settings.cells import Cell

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError, TestbedError
+from common.files import append_to
 from testbed.backends import hostkeys, provision
 from testbed.backends.hosts import (
     STORE_NAME,
@@ -30,8 +32,6 @@ from testbed.backends.hosts import (
     validate_inventory,
 )
 from testbed.backends.ssh import SSH, RemoteHost
-from testbed.errors import ConfigError, TestbedError
-from testbed.files import append_to
 from testbed.state import home
 
 

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed import paths
-from testbed.errors import RunInUseError
-from testbed.files import write_file
+from common import paths
+from common.errors import RunInUseError
+from common.files import write_file
 from testbed.state import OwnerLock, describe_holder, home
 
 from ..plan import estimate

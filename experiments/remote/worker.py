@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.command import Parser, command, leave_terminal, prog
-from testbed.errors import TestbedError
+from common.command import Parser, command, leave_terminal, prog
+from common.errors import TestbedError
 from testbed.setup_check import check_cassandra
 from testbed.state import OwnerLock
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from testbed.files import append_to
+from common.files import append_to
 
 from ..settings.cells import Cell
 from ..settings.config import SweepConfig

@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 
+from common.errors import ConfigError, RunInUseError, StateError
 from emulation import shapers
 from testbed import TestbedError
 from testbed.backends import capabilities
-from testbed.errors import ConfigError, RunInUseError, StateError
 from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 from workloads.ycsb import dist as ycsb_dist
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from common.errors import TestbedError
 from emulation import api as emulation_api
 from emulation.links import LinkMatrix
-from testbed.errors import TestbedError
 
 from ..settings.faults import Fault, FaultError, Offset, faulted_matrix, window_ns
 

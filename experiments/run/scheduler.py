@@ -20,14 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common.command import stop_signals
+from common.errors import TestbedError
 from emulation import api as emulation
 from emulation import links
 from testbed import CassandraSettings, Testbed
 from testbed.cassandra import logscan
 from testbed.cassandra.readiness import Deadlines
 from testbed.clean import clean
-from testbed.command import stop_signals
-from testbed.errors import TestbedError
 from workloads import WriteWorker
 
 from ..plan import estimate

@@ -11,12 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from emulation import links, shapers
 from emulation.trace import load as load_trace
 from model.consistency import check_level, required_acks, site_acks
 from testbed import cgroups
 from testbed.backends import capabilities
-from testbed.errors import ConfigError
 from testbed.subnets import pool_from
 from testbed.topology import format_sites, parse_sites
 from workloads.ycsb import Spec

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from common.errors import ConfigError
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from emulation.trace import load as load_trace
 from testbed import cgroups
@@ -21,7 +22,6 @@ from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JVM_PROFILES, JvmProfile
 from testbed.cassandra.quiet import BUILDS, CassandraBuild
 from testbed.cassandra.readiness import Deadlines
-from testbed.errors import ConfigError
 from testbed.topology import MAX_EDGE_NODES
 from workloads.ycsb import workload_path
 

@@ -26,8 +26,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from common.errors import ConfigError, TestbedError
 from emulation.links import Link, LinkMatrix
-from testbed.errors import ConfigError, TestbedError
 
 KINDS = ("kill", "pause", "restart", "partition", "links")
 NONE = "none"

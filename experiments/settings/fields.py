@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from common.errors import ConfigError
+from common.inputs import MAX_INT, MAX_NUMBER_CHARS, shown
 from testbed import cgroups
-from testbed.errors import ConfigError
-from testbed.inputs import MAX_INT, MAX_NUMBER_CHARS, shown
 from testbed.topology import MAX_EDGE_NODES
 
 MAX_LIST_VALUES = 1000  # values one list flag may expand to (a grid larger is a typo)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ConfigError, StateError, StateFileError, TestbedError
-from testbed.files import check_not_kernel_fs
-from testbed.inputs import json_text, shown
+from common.errors import ConfigError, StateError, StateFileError, TestbedError
+from common.files import check_not_kernel_fs
+from common.inputs import json_text, shown
 
 DB_NAME = "results.sqlite"
 SCHEMA_VERSION = 7

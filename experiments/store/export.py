@@ -19,9 +19,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed.command import Parser, command, prog
-from testbed.errors import ConfigError, TestbedError
-from testbed.files import replacing, write_file
+from common.command import Parser, command, prog
+from common.errors import ConfigError, TestbedError
+from common.files import replacing, write_file
 
 from .db import CELL_COLUMNS, COLUMN_TYPES, JSON_CELL, Store, check_writable_dir
 

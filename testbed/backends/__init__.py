@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import ConfigError
+from common.errors import ConfigError
+
 from ..state import RunState
 from ..topology import Host, Topology
 

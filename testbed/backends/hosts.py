@@ -28,10 +28,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.errors import CommandError, ConfigError, TeardownError, TestbedError
+from common.files import read_text
+from common.runner import run
+
 from .. import qdisc, subnets
-from ..errors import CommandError, ConfigError, TeardownError, TestbedError
-from ..files import read_text
-from ..runner import run
 from ..state import Record, RunState, home
 from ..topology import Topology
 from . import hostkeys, provision, remote

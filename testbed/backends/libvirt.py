@@ -21,10 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import images, paths, subnets
+from common import paths
+from common.errors import ConfigError, TestbedError
+from common.runner import run
+
+from .. import images, subnets
 from ..accel import known_accel, record_accel
-from ..errors import ConfigError, TestbedError
-from ..runner import run
 from ..state import PREFIX, Record, RunState, run_of
 from ..topology import Topology
 from . import provision, remote

@@ -13,12 +13,13 @@ import signal
 import time
 from collections.abc import Sequence
 
+from common.errors import CommandError, StateError
+from common.runner import run
+
 from .. import cgroups, subnets
 from ..cassandra.launch import CassandraLaunch
 from ..cassandra.node import CassandraNode, stop_nodes
 from ..cassandra.readiness import wait_for_nodes
-from ..errors import CommandError, StateError
-from ..runner import run
 from ..state import RunState, namespace_name, run_of
 from ..topology import Host, Topology
 

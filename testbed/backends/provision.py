@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import TestbedError
+from common.errors import TestbedError
+
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 PLAYBOOKS = Path(__file__).resolve().parent.parent / "playbooks"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PROJECT_PACKAGES = ("testbed", "emulation", "model", "workloads", "experiments")
+PROJECT_PACKAGES = ("common", "testbed", "emulation", "model", "workloads", "experiments")
 
 
 class ProvisionError(TestbedError):
@@ -244,9 +245,10 @@ def cassandra_archive(
     (its last-made part, as the provision playbook checks, asked over each host's
     ``exec_argv``), or "" when every host has it: 64 MB of jars packed for nothing took
     seconds of the controller's CPU."""
+    from common.runner import run
+
     from ..cassandra import dist as dist_mod
     from ..cassandra import quiet
-    from ..runner import run
 
     dist = dist_mod.load()
     marker = str(dist.root / quiet.DIR / quiet.JAR)

@@ -11,8 +11,9 @@ import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.files import replacing
+
 from ..cassandra.launch import CassandraLaunch
-from ..files import replacing
 from ..images import GUEST_JAVA, GUEST_PYTHON, GUEST_SRC
 from ..state import RunState
 from ..topology import Host, Topology

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, TestbedError
-from ..runner import run
-from ..tags import tagged_processes
+from common.errors import ConfigError, TestbedError
+from common.runner import run
+from common.tags import tagged_processes
 
 
 class HostKeyError(TestbedError):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, StateError
+from common.errors import ConfigError, StateError
 
 FILE_NAME = "credentials.json"
 ENV = "EDGETB_CREDENTIALS"

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from ..errors import ConfigError
+from common.errors import ConfigError
+
 from ..topology import DEFAULT_RACK, Host, Topology
 from . import tls
 from .auth import AUTH_SETTINGS, system_auth_properties

@@ -14,10 +14,11 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import ConfigError, StateError
+from common.keyed_cache import build_once
+from common.paths import cache_root
+
 from .. import maven
-from ..errors import ConfigError, StateError
-from ..keyed_cache import build_once
-from ..paths import cache_root as cache_root  # where it always was
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CommandError, ConfigError
-from ..runner import run
+from common.errors import CommandError, ConfigError
+from common.runner import run
 
 SUPPORTED_MAJOR = 17
 

@@ -179,7 +179,7 @@ JOURNAL = "node-logs.jsonl"
 def journal(home: Path, run_id: str, findings: Sequence[Finding], faulted: bool) -> None:
     """One line for a cluster torn down (its run, when, whether nodes were taken down on
     purpose, ``summary``) appended to ``home``/node-logs.jsonl (never through a link)."""
-    from testbed.files import append_to
+    from common.files import append_to
 
     line = {"run_id": run_id, "at": time.time(), "faulted": faulted, **summary(findings)}
     with append_to(home / JOURNAL, perm=0o600) as f:

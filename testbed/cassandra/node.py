@@ -10,7 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import ConfigError, NodeError, PortInUseError
+from common.errors import ConfigError, NodeError, PortInUseError
+from common.files import tail
+from common.procs import pid_alive
+
 from ..topology import Host, Topology
 from . import config, quiet
 from .config import CassandraSettings
@@ -51,34 +54,6 @@ class LogWatcher:
         return lines
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    """The last ``lines`` lines of ``path`` ('' if missing)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 16384))
-            text = f.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def pid_alive(pid: int, marker: str | None = None) -> bool:
-    """Whether ``pid`` runs (not a zombie) and, if ``marker`` is given, carries it."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X"):
-            return False
-        if marker is None:
-            return True
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return marker.encode() in f.read()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
 def _threads_left(pid: int, process: subprocess.Popen | None, marker: str | None) -> bool:
     """Whether any thread of ``pid`` still runs (a zombie leader alone does not count)."""
     if process is not None:
@@ -94,27 +69,12 @@ def _threads_left(pid: int, process: subprocess.Popen | None, marker: str | None
     return len(tasks) > 1 or pid_alive(pid)
 
 
-def terminate(pid: int, marker: str | None = None, timeout_s: float = 5.0) -> None:
-    """SIGTERM ``pid`` if it runs (and carries ``marker``), SIGKILL it after ``timeout_s``;
-    returns once it is gone."""
-    if not pid_alive(pid, marker):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid, marker) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if pid_alive(pid, marker):
-        os.kill(pid, signal.SIGKILL)
-        while pid_alive(pid, marker):
-            time.sleep(0.02)
-
-
 def listening_ports(
     exec_argv: ExecArgv, host: str, *, without_ss_ok: bool = False
 ) -> set[tuple[str, int]]:
     """(address, port) pairs listening on TCP inside ``host``; ``without_ss_ok``: none
     found when the host has no ``ss`` yet (a bare host, before provisioning installs it)."""
-    from ..runner import run
+    from common.runner import run
 
     argv = ["ss", "-Htln"]
     if without_ss_ok:

@@ -31,10 +31,11 @@ import zipfile
 from pathlib import Path
 from typing import Literal
 
+from common.errors import CommandError, StateError
+from common.keyed_cache import build_once
+from common.runner import run
+
 from .. import maven
-from ..errors import CommandError, StateError
-from ..keyed_cache import build_once
-from ..runner import run
 from .dist import CassandraDist
 from .java import find_javac
 

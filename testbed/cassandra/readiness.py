@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from ..errors import NodeError
+from common.errors import NodeError
+
 from .node import CassandraNode
 
 CQL_READY = "Starting listening for CQL clients"

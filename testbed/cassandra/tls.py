@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import paths
-from ..errors import ConfigError, StateError
+from common import paths
+from common.errors import ConfigError, StateError
 
 ENV = "EDGETB_TLS"
 DIR = "tls"  # in the run directory

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from common.tags import tagged_processes
 from testbed import PortInUseError, Testbed, Topology
 from testbed.clean import residue
 from testbed.state import home
-from testbed.tags import tagged_processes
 
 from .conftest import assert_no_residue, run_cli, run_id_in
 
@@ -91,7 +91,7 @@ def test_two_ups_of_one_name_at_the_same_moment_register_one_testbed():
     before anything of it exists."""
     import threading
 
-    from testbed.errors import ConfigError
+    from common.errors import ConfigError
 
     name = f"race-{os.getpid()}"
     start = threading.Barrier(2)

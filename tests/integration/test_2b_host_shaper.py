@@ -274,7 +274,7 @@ def test_the_gateway_still_shapes_with_tcconfig_on_netem(small):
 
 
 def _tagged_cmdlines(run_id):
-    from testbed.tags import tagged_processes
+    from common.tags import tagged_processes
 
     found = []
     for pid, rid in tagged_processes().items():

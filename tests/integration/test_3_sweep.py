@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 import pytest
 from scipy.stats import binom, binomtest
 
+from common.errors import ConfigError
 from experiments.store.db import Store
-from testbed.errors import ConfigError
 
 from .conftest import assert_no_residue, rtt_tolerance_ms, sweep_failure
 

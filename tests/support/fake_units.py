@@ -11,7 +11,7 @@ import time
 
 from distributed import get_worker
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 _units = [0]
 

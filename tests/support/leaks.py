@@ -179,7 +179,7 @@ def in_another_test_home(cmdline: str) -> bool:
 def _project_dirs() -> list[str]:
     """The directories the project's processes run from: its caches, this session's
     home and this checkout (a nodetool JVM carries no tag, only its dist's path)."""
-    from testbed.cassandra.dist import cache_root
+    from common.paths import cache_root
     from testbed.state import home
 
     checkout = Path(__file__).resolve().parents[2]

@@ -6,8 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# testbed < emulation < model < workloads < experiments < analysis < edgetb
-LAYERS = ("testbed", "emulation", "model", "workloads", "experiments", "analysis", "edgetb")
+# common < testbed < emulation < model < workloads < experiments < analysis < edgetb
+LAYERS = (
+    "common",
+    "testbed",
+    "emulation",
+    "model",
+    "workloads",
+    "experiments",
+    "analysis",
+    "edgetb",
+)
 
 
 def _modules() -> dict[str, Path]:

@@ -26,8 +26,8 @@ from analysis.stats import (
     t95,
 )
 from analysis.synthetic import make_store
+from common.errors import ConfigError
 from model.consistency import WRITE_LEVELS
-from testbed.errors import ConfigError
 
 # Table 1 of the paper, exactly as printed.
 TABLE_1 = {
@@ -339,8 +339,8 @@ def test_analysis_of_a_missing_directory_is_a_clear_error(tmp_path):
 
 
 def test_analysis_of_an_empty_or_foreign_store_is_a_clear_error(tmp_path):
+    from common.errors import StateFileError
     from experiments.store.db import Store
-    from testbed.errors import StateFileError
 
     Store(tmp_path / "empty").close()
     with pytest.raises(ConfigError, match="no runs in .*empty yet"):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import experiments
+from common.errors import ConfigError
 from experiments import RunOptions, SweepConfig, SweepResult, run_sweep
 from experiments import sweep as cli
-from testbed.errors import ConfigError
 
 
 def _config(tmp_path, **extra):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from emulation import shapers
 from testbed.backends import CAPABILITIES, backend_options, capabilities, registry
-from testbed.errors import ConfigError
 from tests.support.source import MODULES, ROOT
 
 REGISTRY = ROOT / "testbed" / "backends" / "__init__.py"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from testbed import Topology, cgroups
 from testbed.backends import backend_options
 from testbed.cgroups import Resources
-from testbed.errors import ConfigError
 
 
 def test_one_value_for_every_edge_node_or_per_host():

@@ -6,8 +6,8 @@ import tarfile
 
 import pytest
 
+from common.errors import ConfigError
 from testbed.cassandra import dist
-from testbed.errors import ConfigError
 
 
 def _tarball(path, *names):

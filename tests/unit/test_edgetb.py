@@ -1,4 +1,4 @@
-"""`edgetb`, the one command, and what every command shares (testbed.command): the same
+"""`edgetb`, the one command, and what every command shares (common.command): the same
 programs as the python -m aliases, one-line errors with the same exit codes, and stop
 signals (INT, TERM, HUP) that all end in the command's own teardown."""
 
@@ -77,7 +77,7 @@ def test_bad_input_is_one_line_and_exit_2(args, line):
 STOPPABLE = textwrap.dedent(
     """
     import sys, time
-    from testbed.command import command
+    from common.command import command
 
     @command("stoppable")
     def main(argv=None):
@@ -156,7 +156,7 @@ def test_a_library_module_run_as_a_command_says_which_command_to_run(module):
 
 
 def test_stop_signals_counts_each_signal_and_puts_the_handlers_back():
-    from testbed.command import stop_signals
+    from common.command import stop_signals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     stopped = []

@@ -4,12 +4,12 @@ partition or a slow link, and when a step is due."""
 
 import pytest
 
+from common.errors import ConfigError
 from emulation import links
 from experiments.run import nemesis
 from experiments.settings import faults
 from experiments.settings.config import SweepConfig
 from testbed import Topology
-from testbed.errors import ConfigError
 
 
 def test_the_grammar():

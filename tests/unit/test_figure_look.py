@@ -11,7 +11,7 @@ import pytest
 
 from analysis import figsave, plots
 from analysis.synthetic import make_store
-from testbed.errors import ConfigError
+from common.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

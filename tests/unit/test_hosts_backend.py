@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from testbed import Topology, qdisc
 from testbed.backends import hosts, provision, remote
 from testbed.backends.ssh import SSH
-from testbed.errors import ConfigError
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def backend(tmp_path, key, monkeypatch):
     def fake_run(argv, check=True, timeout=None):
         import subprocess
 
-        from testbed.errors import CommandError
+        from common.errors import CommandError
 
         address = next(a.split("@")[1] for a in argv if "@" in a)
         if address in b.unreachable:
@@ -290,8 +290,8 @@ def test_ports_another_run_holds_are_refused_before_anything_is_copied(backend, 
     first run's hosts use; the run never touched the hosts, so its down undoes nothing."""
     import subprocess
 
-    from testbed import runner
-    from testbed.errors import PortInUseError
+    from common import runner
+    from common.errors import PortInUseError
 
     backend.state.cassandra = {"heap_mb": 256}  # this run starts Cassandra
     monkeypatch.setattr(type(backend), "trust_host_keys", lambda self: {})

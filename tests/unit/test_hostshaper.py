@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from common.tags import tag_of
 from emulation import hostshaper as hs
 from emulation import links, shapers
 from testbed import ConfigError, Topology
-from testbed.tags import tag_of
 
 
 def test_chain_rules_queue_exactly_the_shaped_links_to_their_destinations_queue():

@@ -215,7 +215,7 @@ def test_publishing_at_once_never_fails(tmp_path):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from testbed.keyed_cache import publish
+    from common.keyed_cache import publish
 
     key = "a" * 16
     (tmp_path / key).mkdir()

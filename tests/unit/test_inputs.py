@@ -1,4 +1,4 @@
-"""Whatever a user types or hands in is read one way (testbed.inputs): a value is either
+"""Whatever a user types or hands in is read one way (common.inputs): a value is either
 accepted within its bounds or refused with one ConfigError line (argparse: one usage
 line) that shows a readable part of it. Hypothesis generates the inputs; the classes
 shown red before: numbers of hundreds of digits (OverflowError in a flag, a topology),
@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common import inputs
+from common.errors import ConfigError
 from emulation import trace
 from experiments.settings.config import KNOBS, SweepConfig
 from experiments.settings.fields import check_knob, parse_list, parse_rf
-from testbed import argtypes, inputs
-from testbed.errors import ConfigError
+from testbed import argtypes
 from testbed.topology import parse_sites
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

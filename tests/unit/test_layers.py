@@ -302,22 +302,22 @@ OVER_THE_LIMITS = {
     "model.rtt": 819,
     "model.rtt.simulate": 130,
     "testbed.backends.hostkeys.trust": 69,
-    "testbed.backends.hosts": 516,
-    "testbed.backends.libvirt": 637,
+    "testbed.backends.hosts": 517,  # +1: imports of common/ are a block of their own
+    "testbed.backends.libvirt": 638,  # +1: imports of common/ are a block of their own
     "testbed.backends.libvirt.create": 63,
     "testbed.backends.remote.start_cassandra": 61,
-    "testbed.cassandra.config": 539,
+    "testbed.cassandra.config": 540,  # +1: imports of common/ are a block of their own
     "testbed.cassandra.readiness.wait_for_nodes": 69,
     "testbed.cassandra.tls.make": 100,
     "testbed.cgroups": 667,
     "testbed.clean.clean": 66,
-    "testbed.cli": 526,
+    "testbed.cli": 527,  # +1: imports of common/ are a block of their own
     "testbed.cli.build_parser": 195,
     "testbed.client.auth_setup": 91,
-    "testbed.images": 519,
+    "testbed.images": 520,  # +1: imports of common/ are a block of their own
     "testbed.images._build": 131,
-    "testbed.state": 571,
-    "testbed.testbed": 764,
+    "testbed.state": 574,  # +3: imports of common/ are a block of their own
+    "testbed.testbed": 765,  # +1: imports of common/ are a block of their own
     "testbed.testbed.Testbed": 658,
     "testbed.testbed.__init__": 87,
     "testbed.topology.__post_init__": 69,

@@ -70,7 +70,7 @@ def test_a_tap_on_our_bridge_and_its_qdisc_and_rules_are_ours():
 def test_a_process_is_the_projects_by_its_whole_command_line():
     """A Cassandra JVM's tag comes after ~1 kB of flags, past what the line keeps; a
     nodetool JVM has no tag, only its distribution's path in the project's cache."""
-    from testbed.cassandra.dist import cache_root
+    from common.paths import cache_root
 
     jvm = "/usr/bin/java " + "-XX:+Flag " * 150 + "-Dedgetb.run=abc123:e0 Main"
     nodetool = f"/usr/bin/java -cp {cache_root()}/cassandra/lib/x.jar NodeTool status"

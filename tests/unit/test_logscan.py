@@ -57,7 +57,7 @@ def test_every_bring_up_here_logs_a_refused_internode_connection_allowed_as_such
 def test_the_journal_keeps_one_line_per_cluster_and_is_read_from_an_offset(tmp_path):
     import pytest
 
-    from testbed.files import UnsafeFileError
+    from common.files import UnsafeFileError
 
     path = tmp_path / "system.log"
     path.write_text(LOG)

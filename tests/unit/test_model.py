@@ -16,9 +16,9 @@ from analysis import model as model_cli
 from analysis import prediction
 from analysis.results import load
 from analysis.synthetic import make_store
+from common.errors import ConfigError
 from emulation import links
 from model import rtt as m
-from testbed.errors import ConfigError
 from testbed.topology import Topology
 
 S = 5.0  # a constant service time, ms

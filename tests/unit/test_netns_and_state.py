@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError, RunSelectionError, StateFileError
+from common.tags import tag_of
 from testbed import StateError, Topology
 from testbed.backends import make_backend
 from testbed.backends.netns import build_commands, planned_namespaces
-from testbed.errors import ConfigError, RunSelectionError, StateFileError
 from testbed.state import (
     RunLock,
     RunState,
@@ -22,7 +23,6 @@ from testbed.state import (
     select_run,
     unregister,
 )
-from testbed.tags import tag_of
 from testbed.testbed import parse_nodetool_status
 
 
@@ -380,8 +380,8 @@ def test_a_failed_remote_teardown_is_kept_and_clean_retries_it(tmp_path, monkeyp
     # `down` on machines that outlive the run (hosts backend) failed: the run's state is
     # kept, and `clean --run` tries the teardown again until it succeeds
     import testbed.backends as backends
+    from common.errors import TeardownError
     from testbed import clean as clean_mod
-    from testbed.errors import TeardownError
     from testbed.state import TEARDOWN_FAILED
 
     tries = []

@@ -30,13 +30,14 @@ from typing import Any
 
 import pytest
 
+from common.procs import pid_alive
 from experiments.plan import shards as plan
 from experiments.run import nemesis, units, watch
 from experiments.run.watch import ComponentLost, NodeLost
 from experiments.settings.cells import Cell
 from experiments.settings.config import SweepConfig
 from testbed.cassandra import readiness
-from testbed.cassandra.node import CassandraNode, pid_alive
+from testbed.cassandra.node import CassandraNode
 from testbed.testbed import Testbed
 from testbed.topology import Host
 from workloads import readback

@@ -1,4 +1,4 @@
-"""Every environment variable the tool reads is read in testbed/paths.py (issue 40 item
+"""Every environment variable the tool reads is read in common/paths.py (issue 40 item
 3): a reader finds them in one table, none is read at import time elsewhere."""
 
 import ast
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import paths
+from common import paths
 from tests.support.source import MODULES, ROOT
 
 
@@ -43,7 +43,7 @@ def _reads(path: Path) -> list[str]:
 
 
 def test_only_paths_reads_the_tools_variables():
-    found = [h for p in MODULES.values() if p != ROOT / "testbed" / "paths.py" for h in _reads(p)]
+    found = [h for p in MODULES.values() if p != ROOT / "common" / "paths.py" for h in _reads(p)]
     assert found == []
 
 

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from common.errors import ConfigError
 from experiments.plan import estimate, fidelity
 from experiments.plan import shards as plan
 from experiments.settings.cells import Cell
 from experiments.settings.config import SweepConfig
-from testbed.errors import ConfigError
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Root writes results, logs, figures and secrets into directories others may write to: a
 name planted there (a symlink to a file of the system, a FIFO) is never written through
-and never blocks; secrets are owner-only from creation (testbed.files and its users)."""
+and never blocks; secrets are owner-only from creation (common.files and its users)."""
 
 import os
 import stat
@@ -10,9 +10,9 @@ import types
 import pytest
 
 from analysis.figsave import plt, save_figure
+from common.files import UnsafeFileError, append_to, replacing, write_file
 from experiments.store.export import _write
 from testbed.backends.remote import RemoteBackend
-from testbed.files import UnsafeFileError, append_to, replacing, write_file
 from testbed.state import OwnerLock
 
 
@@ -182,7 +182,7 @@ def test_a_full_disk_while_exporting_is_one_line_and_leaves_nothing(tmp_path, ca
 
 
 def test_the_full_disk_line(capsys):
-    from testbed.command import command
+    from common.command import command
 
     @command("python -m x")
     def main(argv=None) -> int:

@@ -6,8 +6,8 @@ from typing import cast
 
 import pytest
 
+from common.errors import CommandError, ConfigError
 from testbed import Testbed, qdisc
-from testbed.errors import CommandError, ConfigError
 
 FQ_CODEL = (
     "qdisc fq_codel 0: root refcnt 2 limit 10240p flows 1024 quantum 1514 target 5ms "

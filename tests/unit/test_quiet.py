@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError, StateError
 from testbed.cassandra import config, quiet
 from testbed.cassandra.config import CassandraSettings
 from testbed.cassandra.dist import CassandraDist
-from testbed.errors import ConfigError, StateError
 from testbed.topology import Topology
 
 SOURCE = "\n".join(

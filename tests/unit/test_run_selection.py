@@ -9,8 +9,8 @@ import pytest
 from analysis import compare, plots, report
 from analysis.results import load, run_ids, select_runs
 from analysis.synthetic import make_store
+from common.errors import ConfigError
 from experiments.store.db import RunInfo
-from testbed.errors import ConfigError
 
 
 def info(run_id, fingerprint="fpA", status="complete", started=0.0, finished=None):

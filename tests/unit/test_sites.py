@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from testbed.cassandra import config
-from testbed.errors import ConfigError
 from testbed.topology import Topology, format_sites, parse_sites
 
 RING = 2**64

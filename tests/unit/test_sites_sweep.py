@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from analysis import levels as levels_mod
+from common.errors import ConfigError
 from emulation import links
 from experiments.settings.config import SweepConfig
 from model import rtt
-from testbed.errors import ConfigError
 from testbed.topology import Topology
 
 

@@ -260,7 +260,7 @@ def test_parquet_holds_lists_and_structs_not_json_text(store, tmp_path):
 
 
 def test_export_of_a_store_without_cells_is_a_clear_error(store, tmp_path):
-    from testbed.errors import ConfigError
+    from common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="holds no measured cells yet: nothing to export"):
         export(tmp_path / "res", "parquet")
@@ -268,14 +268,14 @@ def test_export_of_a_store_without_cells_is_a_clear_error(store, tmp_path):
 
 
 def test_export_of_a_missing_store_is_a_clear_error(tmp_path):
-    from testbed.errors import ConfigError
+    from common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no results in"):
         export(tmp_path / "nothing")
 
 
 def test_a_file_that_is_not_a_store_is_refused_and_left_unchanged(tmp_path):
-    from testbed.errors import StateFileError
+    from common.errors import StateFileError
 
     other = tmp_path / "other"
     other.mkdir()
@@ -303,7 +303,7 @@ def test_an_empty_store_file_left_by_a_kill_is_reused(tmp_path):
 def test_a_reader_polling_a_store_being_made_sees_no_store_or_a_whole_one(tmp_path):
     """A test or an analysis polling a sweep that is just starting: the store appears
     whole (schema in it) or not at all, never as an empty or schema-less file."""
-    from testbed.errors import ConfigError
+    from common.errors import ConfigError
 
     dirs = [tmp_path / f"out{i}" for i in range(30)]
     seen: list[str] = []
@@ -343,8 +343,8 @@ def test_a_store_made_meanwhile_by_another_process_is_kept(tmp_path):
 
 
 def test_results_directory_must_be_a_writable_directory(tmp_path):
+    from common.errors import ConfigError
     from experiments.store.db import check_writable_dir
-    from testbed.errors import ConfigError
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="file is not a directory"):
@@ -356,7 +356,7 @@ def test_results_directory_must_be_a_writable_directory(tmp_path):
 
 
 def test_export_of_a_store_without_cells_writes_nothing(store, tmp_path):
-    from testbed.errors import ConfigError
+    from common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="holds no measured cells yet: nothing to export"):
         export(tmp_path / "res")

@@ -4,8 +4,8 @@ from ipaddress import IPv4Network
 
 import pytest
 
+from common.errors import ConfigError
 from testbed import subnets
-from testbed.errors import ConfigError
 from testbed.topology import Topology
 
 

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from experiments.plan import estimate
 from experiments.settings.config import SweepConfig, load_toml, preset
 from experiments.settings.fields import parse_list
 from experiments.sweep import config_from_args, parser
 from model.consistency import remote_round_trip_probability, required_acks
-from testbed.errors import ConfigError
 
 
 def from_flags(*argv):

@@ -15,9 +15,9 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from common.errors import ConfigError, StateError
 from testbed.cassandra import config, tls
 from testbed.cassandra.config import CassandraSettings
-from testbed.errors import ConfigError, StateError
 from testbed.topology import Topology
 
 NODES = {"e0": "10.77.0.11", "e1": "10.77.0.12"}

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from common.errors import ConfigError
+from common.keyed_cache import input_key
 from testbed import Topology, images
 from testbed.backends import hosts, provision
 from testbed.backends import libvirt as lv
 from testbed.backends.ssh import SSH, RemoteHost
 from testbed.cassandra import dist as dist_mod
-from testbed.errors import ConfigError
-from testbed.keyed_cache import input_key
 
 
 def domain(**kw):

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
 from experiments.remote.controller import Remote
 from experiments.remote.fleet import WorkerLost, load_workers
 from experiments.run.progress import Progress
 from experiments.settings.config import SweepConfig
 from experiments.store.db import Store
-from testbed.errors import ConfigError
 from tests.support import fake_units
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from common import tags
+from common.errors import ConfigError
 from model.consistency import check_read_level
-from testbed import tags
-from testbed.errors import ConfigError
 from testbed.topology import Topology
 from workloads import ycsb
 from workloads.ycsb import client as ycsb_client

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError, TestbedError
+from common.files import read_text
 from model.consistency import check_level, check_read_level, required_acks
-from testbed.errors import ConfigError, TestbedError
-from testbed.files import read_text
 from testbed.testbed import Testbed
 
 from . import dist as dist_mod

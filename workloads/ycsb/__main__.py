@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.command import Parser, command, prog
+from common.errors import TestbedError
 from testbed import argtypes
-from testbed.command import Parser, command, prog
-from testbed.errors import TestbedError
 from testbed.testbed import Testbed
 from testbed.topology import MAX_EDGE_NODES
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.errors import ConfigError
 from testbed.cassandra import config as cfg
 from testbed.cassandra.config import SIMPLE_SNITCH_DC
-from testbed.errors import ConfigError
 from testbed.testbed import Testbed
 
 from . import PERCENTILES, Result, Spec, YcsbError, _number, parse_export
@@ -86,7 +86,7 @@ class Ycsb:
 
     @property
     def tag(self) -> str:
-        """The run's process tag (``testbed.tags``): ``clean`` and ``down`` find the client
+        """The run's process tag (``common.tags``): ``clean`` and ``down`` find the client
         JVM by it when its owner died."""
         return f"-Dedgetb.run={self.tb.run_id}:{self.endpoint}"
 

@@ -15,12 +15,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import CommandError, StateError
+from common.keyed_cache import build_once
+from common.paths import cache_root
+from common.runner import run
 from testbed import maven
-from testbed.cassandra.dist import cache_root
 from testbed.cassandra.java import find_javac
-from testbed.errors import CommandError, StateError
-from testbed.keyed_cache import build_once
-from testbed.runner import run
 
 YCSB_VERSION = "0.17.0"
 DRIVER_VERSION = "4.19.0"

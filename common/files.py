@@ -169,3 +169,16 @@ def append_to(path: Path | str, binary: bool = False, perm: int = 0o644) -> IO:
     """``path`` opened to append (created when missing), through ``open_own``."""
     fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, perm)
     return os.fdopen(fd, "ab" if binary else "a")
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last ``lines`` lines of ``path`` ('' if missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

@@ -40,7 +40,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
 def get(name: str) -> str | None:
     """The value of ``name`` (one of ``VARIABLES``), None when unset or empty."""
     if name not in VARIABLES:
-        raise KeyError(f"{name} is not one of the tool's variables (testbed.paths)")
+        raise KeyError(f"{name} is not one of the tool's variables (common.paths)")
     return os.environ.get(name) or None
 
 

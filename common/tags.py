@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from .cassandra.node import pid_alive
+from .procs import pid_alive
 
 # The tag as a whole argument: JVMs carry -Dedgetb.run=<run>:<host>, the gateway VM
 # `-name guest=edgetb.run=<run>:gateway`, the host shaper `--tag=edgetb.run=<run>:shaper`,
