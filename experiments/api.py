@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,19 +35,16 @@ from testbed import TestbedError
 from testbed.backends import capabilities
 from testbed.subnets import pool_from
 
-from .plan import estimate
-from .plan.shards import Gate, Stopped
+from .plan.shards import Stopped
 from .remote.dask_cluster import DaskRun, probe_scheduler, scheduler_security
 from .remote.fleet import load_workers
+from .run.engine import Engine, LocalEngine
 from .run.figures import Figures
 from .run.launch import (
-    CORES,
     calibrate_from,
-    choose_parallel,
     cpu_busy,
     cpu_times,
     enter_sweep,
-    learn_from,
     leave_sweep,
     lock_results,
     parse_parallel,
@@ -57,7 +53,6 @@ from .run.launch import (
 )
 from .run.manifest import static_manifest
 from .run.progress import Progress
-from .run.scheduler import Sweep, remove_stale_testbeds
 from .run.summary import summary_table
 from .settings.config import SweepConfig
 from .store.db import DB_NAME, Store, StoreFullError, check_store_file, check_writable_dir
@@ -273,89 +268,64 @@ def _measure(
     done = store.done_cells(run_id)
     todo = [c for c in cells if c.cell_id not in done]
     progress = Progress(len(cells), len(done), lambda scale: engine.remaining_s(scale))
-    opts, remote = prepared.options, prepared.specs is not None
-    if remote:
-        engine: Any = DaskRun(
-            config, store, run_id, progress, prepared.specs, opts.scheduler, opts.worker_timeout
-        )
-        engine.security = prepared.security
-        hold, intro, p = nullcontext, engine.intro, 0
-    else:
-        engine, hold, intro, p = _local_engine(config, store, run_id, progress, prepared, todo)
+    engine = _engine(prepared, config, store, run_id, progress, todo)
     _say(
         f"run {run_id} ({config.name}): {len(cells)} cells, {len(done)} stored, "
-        f"{len(todo)} to measure {intro}; results in {Path(config.out).resolve()}"
+        f"{len(todo)} to measure {engine.intro}; results in {Path(config.out).resolve()}"
         + (" (resumed)" if resumed else "")
     )
-    figures = Figures(config, run_id, done, progress.note, prepared.figures, hold=hold)
+    figures = Figures(config, run_id, done, progress.note, prepared.figures, hold=engine.hold)
     engine.on_cell = figures.cell_stored
     t0, cpu0 = time.monotonic(), cpu_times()
     # "failed" unless the loop finishes: an unexpected exception must not leave the run
     # marked complete, or rerunning would not resume it.
     status, code, problem = "failed", 0, ""
     try:
-        if not remote:
-            remove_stale_testbeds(store, _say)
-        if todo:
-            engine.run(todo)
+        engine.run(todo)
         figures.finish()
         status = "complete"
     except (KeyboardInterrupt, Stopped):
         status, code = "interrupted", 130
-        problem = f"interrupted: every {'worker' if remote else 'testbed'}'s testbeds are down. "
+        problem = f"interrupted: every {engine.machines}'s testbeds are down. "
     except TestbedError as exc:
         status, code, problem = "failed", 1, f"error: {exc}\n"
     finally:
         figures.close()
         progress.close()
-        if remote:
-            engine.close()
         try:
             store.set_status(run_id, status)
         except StoreFullError as full:
             status, code, problem = "failed", 1, f"error: {full}\n"
-        if not remote:  # what this machine's testbeds took, for the next dry run
-            learn_from(config, store, run_id)
+        finally:
+            engine.close()  # what it started ends; this machine's costs are learned
     if problem:
         _say(
             f"\n{problem}{len(store.done_cells(run_id))} of {len(cells)} cells stored; "
             f"rerun the same command to resume."
         )
     if code == 0:
-        _report(config, store, run_id, todo, time.monotonic() - t0, cpu0, p, engine, remote)
+        _report(config, store, run_id, todo, time.monotonic() - t0, cpu0, engine)
     return status, code
 
 
-def _report(config, store, run_id, todo, wall: float, cpu0, p: int, engine, remote: bool) -> None:
+def _engine(prepared: Prepared, config, store, run_id, progress, todo) -> Engine:  # noqa: ANN001
+    """Dask workers when the options name them (``--workers``, ``--scheduler``), else this
+    machine's testbeds."""
+    opts = prepared.options
+    if prepared.specs is None:
+        return LocalEngine(config, store, run_id, progress, todo, prepared.parallel, _say)
+    dask = DaskRun(
+        config, store, run_id, progress, prepared.specs, opts.scheduler, opts.worker_timeout
+    )
+    dask.security = prepared.security
+    return dask
+
+
+def _report(config, store, run_id, todo, wall: float, cpu0, engine: Engine) -> None:
     """What a finished run measured, how long it took, where its results are."""
     busy = cpu_busy(cpu0, cpu_times())
     store.update_manifest(run_id, wall_s=round(wall, 1), cpu_util=busy)
     print(summary_table(store, run_id))
-    print(
-        engine.report(todo, wall) if remote else _local_report(store, run_id, todo, wall, p, busy)
-    )
+    print(engine.report(todo, wall, busy))
     print(f"results: {store.path.resolve()} (run {run_id})")
     print(f"export:  edgetb export {config.out} --format csv")
-
-
-def _local_engine(config: SweepConfig, store: Store, run_id: str, progress, prepared, todo):
-    """The engine of this machine's testbeds, how figures wait their turn, its intro, P."""
-    p, why = choose_parallel(config, todo, prepared.parallel)
-    sweep = Sweep(config, store, run_id, progress, parallel=p, cores=CORES)
-    hold = lambda: (sweep.gate or Gate(1.0)).hold("setup", stop=sweep.stop, owner="figures")  # noqa: E731
-    eta = estimate.fmt_duration(estimate.wall_s(config, todo, p, CORES))
-    shards = "; each testbed's lines marked [s0], [s1], ..." if p > 1 else ""
-    intro = f"on {p} testbed{'s' if p > 1 else ''} at once ({why}{shards}); estimated {eta}"
-    store.update_manifest(run_id, parallel={"p": p, "why": why, "cores": CORES})
-    return sweep, hold, intro, p
-
-
-def _local_report(store: Store, run_id: str, todo, wall: float, p: int, busy) -> str:
-    total_rtt = store.total_rtt_ns(run_id) / 1e9
-    return (
-        f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on {p} "
-        f"testbed{'s' if p > 1 else ''} at once; recorded RTTs sum to {total_rtt:.1f} s "
-        f"(efficiency {total_rtt / (wall * p):.2f}: the testbeds' share of time in timed "
-        f"writes); the machine was "
-        f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
-    )

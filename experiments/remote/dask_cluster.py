@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -112,9 +113,11 @@ async def _identity(address: str, security: Any, timeout_s: float) -> str:
 
 
 class DaskRun:
-    """The sweep's engine for ``--workers`` (``specs``: the machines) or ``--scheduler``
-    (the address of a running Dask cluster), as ``scheduler.Sweep`` is for this machine:
-    ``run(todo)``, ``remaining_s``, ``on_cell``; ``close`` ends what it started."""
+    """The sweep's engine (``run.engine.Engine``) for ``--workers`` (``specs``: the
+    machines) or ``--scheduler`` (the address of a running Dask cluster), as
+    ``run.engine.LocalEngine`` is for this machine; ``close`` ends what it started."""
+
+    machines = "worker"
 
     def __init__(self, config, store, run_id, progress, specs, scheduler, worker_timeout):  # noqa: ANN001
         self.config, self.store, self.run_id, self.progress = config, store, run_id, progress
@@ -131,7 +134,12 @@ class DaskRun:
         where = f"{len(specs)} workers" if specs else f"the Dask cluster {scheduler}"
         self.intro = f"on {where}"
 
+    def hold(self) -> AbstractContextManager[Any]:
+        return nullcontext()  # the figures are drawn here, the cells measured elsewhere
+
     def run(self, todo: list[Cell]) -> None:
+        if not todo:
+            return
         import dask
         from distributed import Client
 
@@ -223,7 +231,7 @@ class DaskRun:
             if part is not None:
                 part.close()
 
-    def report(self, todo: list[Cell], wall: float) -> str:
+    def report(self, todo: list[Cell], wall: float, busy: float | None = None) -> str:
         per = self.store.cells_per_worker(self.run_id)
         return f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} on " + ", ".join(
             f"{w}: {n} cells" for w, n in per.items()

@@ -1,0 +1,105 @@
+"""What measures a run's cells: one interface, two engines. ``LocalEngine`` measures on
+this machine's testbeds (``scheduler.Sweep``, P at once); ``remote.dask_cluster.DaskRun``
+on Dask workers. ``experiments.api`` drives either the same way, as Hydra's launchers
+are driven: it never asks which one it has."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from ..plan import estimate
+from ..plan.shards import Gate
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from ..store.db import Store
+from .launch import CORES, choose_parallel, learn_from
+from .progress import Progress
+from .scheduler import Sweep, remove_stale_testbeds
+
+
+class Engine(Protocol):
+    """Measures cells and stores them; ``run`` is called once, ``close`` after it however
+    it ended (also when it raised)."""
+
+    intro: str  # where the cells are measured, for the run's first line ("on 2 testbeds ...")
+    machines: str  # whose testbeds an interruption takes down: "testbed" or "worker"
+    on_cell: Callable[[str], None] | None  # called with each cell id once it is stored
+
+    def remaining_s(self, scale: float) -> float:
+        """Seconds left by this engine's own estimate, ``scale`` the measured pace."""
+        ...
+
+    def hold(self) -> AbstractContextManager[Any]:
+        """Held while the figures are drawn (a testbed's set-up must not share the CPU)."""
+        ...
+
+    def run(self, todo: list[Cell]) -> None:
+        """Measure ``todo`` (nothing when it is empty); raises on what ends the run."""
+        ...
+
+    def close(self) -> None: ...
+
+    def report(self, todo: list[Cell], wall: float, busy: float | None) -> str:
+        """The lines a finished run prints on how it was measured."""
+        ...
+
+
+class LocalEngine:
+    """This machine's testbeds: P of them at once (``choose_parallel``: the fidelity
+    benchmark's verdict, or the user's), their costs learned for the next dry run."""
+
+    machines = "testbed"
+
+    def __init__(
+        self,
+        config: SweepConfig,
+        store: Store,
+        run_id: str,
+        progress: Progress,
+        todo: list[Cell],
+        parallel: int | None,
+        say: Callable[[str], None],
+    ):
+        self.config, self.store, self.run_id, self.say = config, store, run_id, say
+        self.p, why = choose_parallel(config, todo, parallel)
+        self.sweep = Sweep(config, store, run_id, progress, parallel=self.p, cores=CORES)
+        eta = estimate.fmt_duration(estimate.wall_s(config, todo, self.p, CORES))
+        shards = "; each testbed's lines marked [s0], [s1], ..." if self.p > 1 else ""
+        many = "s" if self.p > 1 else ""
+        self.intro = f"on {self.p} testbed{many} at once ({why}{shards}); estimated {eta}"
+        store.update_manifest(run_id, parallel={"p": self.p, "why": why, "cores": CORES})
+
+    @property
+    def on_cell(self) -> Callable[[str], None] | None:
+        return self.sweep.on_cell
+
+    @on_cell.setter
+    def on_cell(self, call: Callable[[str], None] | None) -> None:
+        self.sweep.on_cell = call
+
+    def remaining_s(self, scale: float) -> float:
+        return self.sweep.remaining_s(scale)
+
+    def hold(self) -> AbstractContextManager[Any]:
+        gate = self.sweep.gate or Gate(1.0)
+        return gate.hold("setup", stop=self.sweep.stop, owner="figures")
+
+    def run(self, todo: list[Cell]) -> None:
+        remove_stale_testbeds(self.store, self.say)  # of a killed sweep of these results
+        if todo:
+            self.sweep.run(todo)
+
+    def close(self) -> None:
+        learn_from(self.config, self.store, self.run_id)  # for the next dry run's estimate
+
+    def report(self, todo: list[Cell], wall: float, busy: float | None) -> str:
+        total_rtt = self.store.total_rtt_ns(self.run_id) / 1e9
+        many = "s" if self.p > 1 else ""
+        return (
+            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on "
+            f"{self.p} testbed{many} at once; recorded RTTs sum to {total_rtt:.1f} s "
+            f"(efficiency {total_rtt / (wall * self.p):.2f}: the testbeds' share of time "
+            f"in timed writes); the machine was {100 * (busy or 0):.0f} % busy ({CORES} cores)"
+        )
