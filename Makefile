@@ -74,8 +74,8 @@ lint: python
 	$(VENV)/bin/mypy
 
 # The whole suite: unit tests and integration tests on real namespaces and Cassandra in
-# one pytest session, the parallel and worker sweeps (test_7, test_8) in a second beside
-# it, then the VM tests (test_4, test_5: TCG guests) alone (tests/support/suite.py, docs/testing.md); each lists its
+# one pytest session, the parallel and worker sweeps, the faults and the ownership test
+# (test_7, test_8, test_3e, test_6) in a second beside it, then the VM tests (test_4, test_5: TCG guests) alone (tests/support/suite.py, docs/testing.md); each lists its
 # slowest tests at the end, to keep the suite under its time budget. PYTEST_ARGS that
 # name tests run those in one session, as pytest would.
 test: install system-tests

@@ -1,6 +1,7 @@
 """`make test`: the suite in pytest sessions side by side (docs/testing.md): the unit and
-integration tests in one, the parallel and Dask sweeps (test_7, test_8: 7.5 min, needing
-neither the shared cluster nor the VMs) in a second beside it; then the VM tests alone.
+integration tests in one; in a second beside it the parallel and Dask sweeps, the
+faults and a sweep's ownership (test_7, test_8, test_3e, test_6: needing neither the
+shared cluster nor the VMs); then the VM tests alone.
 
 One after the other the sessions leave cores idle: the integration tests wait on shaped
 links as often as they compute. Side by side each session keeps its own
@@ -34,9 +35,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VM_TESTS = ["tests/integration/test_4_vms.py", "tests/integration/test_5_vm_sweep.py"]
-# beside the main session: the two slowest modules that need neither its shared cluster
-# nor the VMs
-BESIDE = ["tests/integration/test_7_parallel.py", "tests/integration/test_8_workers.py"]
+# beside the main session: modules that need neither its shared cluster nor the VMs, as
+# many as balance the two (2026-11-29, with a CPU hog: main 23 min 44 s against 8 min 30 s
+# for test_7 and test_8 alone; the faults' sweeps and test_6 are ~7 min of the main's)
+BESIDE = [
+    "tests/integration/test_7_parallel.py",
+    "tests/integration/test_8_workers.py",
+    "tests/integration/test_3e_faults.py",
+    "tests/integration/test_6_ownership.py",
+]
 REST = ["tests/unit", "tests/integration", *(f"--ignore={t}" for t in [*VM_TESTS, *BESIDE])]
 # the VM tests beside the rest too (True), or alone once it has ended (False): beside it,
 # a two-node Cassandra in the TCG guests could not log in at QUORUM for 521 s (test_5,
