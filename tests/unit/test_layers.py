@@ -311,8 +311,6 @@ OVER_THE_LIMITS = {
     "testbed.cassandra.tls.make": 100,
     "testbed.cgroups": 667,
     "testbed.clean.clean": 66,
-    "testbed.cli": 527,  # +1: imports of common/ are a block of their own
-    "testbed.cli.build_parser": 195,
     "testbed.client.auth_setup": 91,
     "testbed.images": 520,  # +1: imports of common/ are a block of their own
     "testbed.images._build": 131,

@@ -307,7 +307,8 @@ def test_inventory_ports_and_users_that_are_fine(tmp_path):
 
 
 def test_cli_rejects_backend_options_that_do_not_apply():
-    from testbed.cli import backend_options, build_parser
+    from testbed.cli import backend_options
+    from testbed.parser import build_parser
 
     args = build_parser().parse_args(["up", "--inventory", "x.ini"])
     with pytest.raises(ConfigError, match="--backend hosts"):
