@@ -217,10 +217,29 @@ def _findings(results: Results) -> str:
 
 
 def write_report(results: Results) -> Path:
+    """report.html of ``results``: its sections in order, each from what is stored."""
     out = results.directory / "report.html"
     runs = results.run_ids
     rerun = " ".join(f"--run {r}" for r in runs)
     index = _made_from(results.output_dir / "figures.json", runs)
+    parts = [
+        *_opening(results),
+        _findings(results),
+        *_figures_section(results, index, rerun),
+        *_phi_and_comparison(results, rerun),
+        _model_section(results, rerun),
+        *_paper_and_levels(results, index),
+        *_slopes_and_spread(results),
+        _per_cell(results),
+        *_ycsb_and_faults(results),
+        *_runs_used(results),
+    ]
+    write_file(out, "\n".join(parts))
+    return out
+
+
+def _opening(results: Results) -> list[str]:
+    runs = results.run_ids
     parts = [
         f"<!doctype html><meta charset='utf-8'><title>Edge testbed results</title>"
         f"<style>{CSS}</style><h1>Cassandra writes on an emulated edge network</h1>"
@@ -236,8 +255,11 @@ def write_report(results: Results) -> Path:
             f"<p>Not included: {html.escape(', '.join(results.others))} "
             f"(<code>--run RUN_ID</code> chooses runs).</p>"
         )
-    parts.append(_findings(results))
-    parts.append("<h2>Figures</h2>")
+    return parts
+
+
+def _figures_section(results: Results, index: dict | None, rerun: str) -> list[str]:
+    parts = ["<h2>Figures</h2>"]
     if index and index.get("figures"):
         for name in sorted(index["figures"], key=figure_rank):
             parts.append(_figure(results.output_dir, results.directory, name))
@@ -246,20 +268,26 @@ def write_report(results: Results) -> Path:
             "<p>No figures of these runs yet: run <code>edgetb plots "
             f"{html.escape(str(results.directory))} {html.escape(rerun)}</code>.</p>"
         )
+    return parts
+
+
+def _phi_and_comparison(results: Results, rerun: str) -> list[str]:
     nodes = sorted({c["nodes"] for c in results.cells}) or [3, 4, 5]
     levels = sorted({c["cl"] for c in results.cells}) or ["LOCAL_QUORUM"]
-    parts.append(
-        f"<h2>φ (ack ratio)</h2><pre>{html.escape(phi_mod.format_table(nodes, levels[0]))}</pre>"
-    )
     compare_txt = results.output_dir / "compare.txt"
-    parts.append("<h2>Measured RTT vs φ</h2>")
-    parts.append(
+    return [
+        f"<h2>φ (ack ratio)</h2><pre>{html.escape(phi_mod.format_table(nodes, levels[0]))}</pre>",
+        "<h2>Measured RTT vs φ</h2>",
         f"<pre>{html.escape(compare_txt.read_text())}</pre>"
-        if compare_txt.is_file() and _made_from(results.output_dir / "compare.json", runs)
+        if compare_txt.is_file()
+        and _made_from(results.output_dir / "compare.json", results.run_ids)
         else f"<p>Run <code>edgetb compare {html.escape(str(results.directory))} "
-        f"{html.escape(rerun)}</code> to add it.</p>"
-    )
-    parts.append(_model_section(results, rerun))
+        f"{html.escape(rerun)}</code> to add it.</p>",
+    ]
+
+
+def _paper_and_levels(results: Results, index: dict | None) -> list[str]:
+    parts = []
     paper_txt = results.output_dir / "paper.txt"
     if paper_txt.is_file() and index:
         parts.append(
@@ -281,6 +309,10 @@ def write_report(results: Results) -> Path:
             "<code>analysis/levels_model.txt</code>).</p>"
             f"<pre>{html.escape(levels_txt.read_text())}</pre>"
         )
+    return parts
+
+
+def _slopes_and_spread(results: Results) -> list[str]:
     slope_rows = [
         {
             "nodes": n,
@@ -292,12 +324,12 @@ def write_report(results: Results) -> Path:
         }
         for (n, loss, rf), v in sorted(slopes(results.cells).items())
     ]
-    parts.append(
+    parts = [
         "<h2>Slopes of RTT vs latency (section 5.1)</h2>"
         + _table(
             slope_rows, ["nodes", "loss %", "RF", "LS slope", "median-line slope", "latencies"]
         )
-    )
+    ]
     spread = [
         {
             "RF": rf,
@@ -313,35 +345,30 @@ def write_report(results: Results) -> Path:
             "<h2>Spread of the mean RTT across node counts (section 5.4)</h2>"
             + _table(spread, ["RF", "latency ms", "std across node counts (ms)", "node counts"])
         )
+    return parts
+
+
+CELL_COLUMNS = [
+    "nodes", "rf", "latency_ms", "loss_pct", "repetition", "n", "mean", "median", "p95",
+    "p99", "std", "ci_low", "ci_high", "errors", "lost",
+]  # fmt: skip
+
+
+def _per_cell(results: Results) -> str:
     cell_rows = sorted(
         per_cell(results.cells),
         key=lambda r: (r["nodes"], r["loss_pct"], r["rf"], r["latency_ms"], r["repetition"]),
     )
-    parts.append(
+    columns = ["run_id"] * (len(results.run_ids) > 1) + CELL_COLUMNS
+    return (
         "<details><summary><b>Per-cell statistics</b> (ms)</summary>"
-        + _table(
-            cell_rows,
-            ["run_id"] * (len(runs) > 1)
-            + [
-                "nodes",
-                "rf",
-                "latency_ms",
-                "loss_pct",
-                "repetition",
-                "n",
-                "mean",
-                "median",
-                "p95",
-                "p99",
-                "std",
-                "ci_low",
-                "ci_high",
-                "errors",
-                "lost",
-            ],
-        )
+        + _table(cell_rows, columns)
         + "</details>"
     )
+
+
+def _ycsb_and_faults(results: Results) -> list[str]:
+    parts = []
     if results.ycsb:
         from . import ycsb as ycsb_mod
 
@@ -368,14 +395,17 @@ def write_report(results: Results) -> Path:
             + "<p>The writes of each such cell over time, with the fault's steps (dashed) "
             "and the trace's (dotted), are the <code>fault_*</code> figures.</p>"
         )
-    parts.append("<h2>Runs used</h2>")
+    return parts
+
+
+def _runs_used(results: Results) -> list[str]:
+    parts = ["<h2>Runs used</h2>"]
     for run in results.runs:
         described = json.dumps({"config": run["config"], "manifest": run["manifest"]}, indent=1)
         summary = f"run {run['run_id']} ({run['status']}): {provenance.line(run['manifest'])}"
         parts.append(f"<details><summary>{html.escape(summary)}</summary><pre>"
                      f"{html.escape(described)}</pre></details>")  # fmt: skip
-    write_file(out, "\n".join(parts))
-    return out
+    return parts
 
 
 @command("python -m analysis.report")

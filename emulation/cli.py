@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from common.command import Parser, command, prog
 from common.errors import ConfigError, RunInUseError, TestbedError
@@ -27,6 +28,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _set_command(sub)
+
+    sh = sub.add_parser("show", help="the configured matrix and the shaper's tc state")
+    sh.add_argument("--run", type=argtypes.run_id)
+    sh.add_argument("--json", action="store_true")
+
+    c = sub.add_parser("clear", help="every link back to unshaped")
+    c.add_argument("--force", action="store_true", help=FORCE_HELP)
+    c.add_argument("--run", type=argtypes.run_id)
+    c.add_argument(
+        "--remove", action="store_true", help="also remove the shaper (its process or VM)"
+    )
+
+    _verify_command(sub)
+
+    b = sub.add_parser("shaper", help="the host shaper's delayer (kernels without netem)")
+    b.add_argument(
+        "action",
+        choices=["build", "check", "prepare"],
+        help="build it, check it exists, or prepare what SHAPER needs on this kernel",
+    )
+    b.add_argument(
+        "shaper",
+        nargs="?",
+        default="auto",
+        choices=shapers.SHAPERS,
+        help="prepare: the shaper a sweep will use (default auto: the host shaper where "
+        "the kernel has no sch_netem, else tcconfig's, which needs nothing built)",
+    )
+    b.add_argument("--force", action="store_true")
+
+    g = sub.add_parser("gateway", help="the netem gateway VM image")
+    g.add_argument("action", choices=["build", "check"], help="build it, or check it exists")
+    g.add_argument("--force", action="store_true")
+    return parser
+
+
+def _set_command(sub: Any) -> None:
+    """set: a link profile onto a running testbed."""
     delay_ms = argtypes.number(0, links.MAX_DELAY_MS, "ms")
     s = sub.add_parser("set", help="apply a link profile (nothing is restarted)")
     s.add_argument("--force", action="store_true", help=FORCE_HELP)
@@ -56,17 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run id or testbed name (default: the one detached testbed that is up)",
     )
 
-    sh = sub.add_parser("show", help="the configured matrix and the shaper's tc state")
-    sh.add_argument("--run", type=argtypes.run_id)
-    sh.add_argument("--json", action="store_true")
 
-    c = sub.add_parser("clear", help="every link back to unshaped")
-    c.add_argument("--force", action="store_true", help=FORCE_HELP)
-    c.add_argument("--run", type=argtypes.run_id)
-    c.add_argument(
-        "--remove", action="store_true", help="also remove the shaper (its process or VM)"
-    )
-
+def _verify_command(sub: Any) -> None:
+    """verify: RTT and loss measured per host pair against the configured."""
     v = sub.add_parser("verify", help="measure RTT and loss per host pair vs configured")
     v.add_argument("--run", type=argtypes.run_id)
     v.add_argument(
@@ -92,27 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="confidence level of the loss interval",
     )
     v.add_argument("--json", action="store_true")
-
-    b = sub.add_parser("shaper", help="the host shaper's delayer (kernels without netem)")
-    b.add_argument(
-        "action",
-        choices=["build", "check", "prepare"],
-        help="build it, check it exists, or prepare what SHAPER needs on this kernel",
-    )
-    b.add_argument(
-        "shaper",
-        nargs="?",
-        default="auto",
-        choices=shapers.SHAPERS,
-        help="prepare: the shaper a sweep will use (default auto: the host shaper where "
-        "the kernel has no sch_netem, else tcconfig's, which needs nothing built)",
-    )
-    b.add_argument("--force", action="store_true")
-
-    g = sub.add_parser("gateway", help="the netem gateway VM image")
-    g.add_argument("action", choices=["build", "check"], help="build it, or check it exists")
-    g.add_argument("--force", action="store_true")
-    return parser
 
 
 def attach_to_change(run_id: str | None, force: bool = False) -> Testbed:

@@ -294,9 +294,7 @@ OVER_THE_LIMITS = {
     "analysis.plots.make_all": 62,
     "analysis.prediction": 532,
     "analysis.prediction.compare": 89,
-    "analysis.report.write_report": 160,
     "analysis.synthetic.make_store": 85,
-    "emulation.cli.build_parser": 92,
     "emulation.links.from_toml": 79,
     "experiments.store.db": 797,  # the only SQL, one module on purpose
     "model.rtt": 819,
