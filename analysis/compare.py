@@ -133,26 +133,7 @@ def compare(results: Results) -> dict[str, Any]:
         for loss in sorted(losses[n]):
             rfs = sorted({k[2] for k in means if k[0] == n and k[1] == loss})
             lats = sorted({k[3] for k in means if k[0] == n and k[1] == loss})
-            rows = []
-            for rf in rfs:
-                fit = slope.get((n, loss, rf), {})
-                base_fit = slope.get((n, low, rf), {})
-                s, base = fit.get("ls", math.nan), base_fit.get("ls", math.nan)
-                rows.append(
-                    {
-                        "rf": rf,
-                        "phi": float(phi_mod.phi(n, rf, cl)),
-                        "mean_rtt_ms": {f"{lat:g}": means.get((n, loss, rf, lat)) for lat in lats},
-                        "slope": s,
-                        "slope_se": fit.get("se", math.nan),
-                        "excess_slope": s - base if loss != low else None,
-                        "excess_se": (
-                            math.hypot(fit.get("se", math.nan), base_fit.get("se", math.nan))
-                            if loss != low
-                            else None
-                        ),
-                    }
-                )
+            rows = [_rf_row(n, loss, low, rf, lats, means, slope, cl) for rf in rfs]
             group: dict[str, Any] = {
                 "nodes": n,
                 "loss": loss,
@@ -161,38 +142,63 @@ def compare(results: Results) -> dict[str, Any]:
                 "rfs": rows,
             }
             if loss != low:
-                reps = repetitions(cells, n, (low, loss))
-                usable = [r for r in rows if not math.isnan(r["excess_slope"])]
-                rho, p = spearman_test(
-                    [r["phi"] for r in usable], [r["excess_slope"] for r in usable]
-                )
-                no_rf1 = [r for r in usable if r["rf"] > 1]
-                rho2, p2 = spearman_test(
-                    [r["phi"] for r in no_rf1], [r["excess_slope"] for r in no_rf1]
-                )
-                group.update(
-                    spearman=rho,
-                    spearman_p=p,
-                    verdict=verdict(rho, p, len(usable), unresolved(usable, reps)),
-                    spearman_without_rf1=rho2,
-                    spearman_without_rf1_p=p2,
-                    verdict_without_rf1=verdict(rho2, p2, len(no_rf1), unresolved(no_rf1, reps)),
-                )
+                group.update(_correlation(rows, repetitions(cells, n, (low, loss))))
             groups.append(group)
-    std = std_across_nodes(cells)
-    rf3 = {
-        f"{lat:g}": v["std"] for (rf, lat), v in sorted(std.items()) if rf == 3 and v["nodes"] > 1
-    }
-    claim = None
-    if rf3:
-        worst = max(rf3.values())
-        claim = {"std_ms_by_latency": rf3, "max_std_ms": worst, "holds": worst < PAPER_STD_CLAIM_MS}
     return {
         "runs": results.run_ids,
         "consistency_level": cl,
         "groups": groups,
-        "rf3_std_across_nodes": claim,
+        "rf3_std_across_nodes": _rf3_claim(cells),
     }
+
+
+def _rf_row(n, loss, low, rf, lats, means, slope, cl) -> dict[str, Any]:  # noqa: ANN001
+    """One RF of a (nodes, loss) group: its φ, mean RTT per latency, slope, and the
+    slope's excess over the group's lowest loss (with its standard error)."""
+    fit = slope.get((n, loss, rf), {})
+    base_fit = slope.get((n, low, rf), {})
+    s, base = fit.get("ls", math.nan), base_fit.get("ls", math.nan)
+    return {
+        "rf": rf,
+        "phi": float(phi_mod.phi(n, rf, cl)),
+        "mean_rtt_ms": {f"{lat:g}": means.get((n, loss, rf, lat)) for lat in lats},
+        "slope": s,
+        "slope_se": fit.get("se", math.nan),
+        "excess_slope": s - base if loss != low else None,
+        "excess_se": (
+            math.hypot(fit.get("se", math.nan), base_fit.get("se", math.nan))
+            if loss != low
+            else None
+        ),
+    }
+
+
+def _correlation(rows: list[dict[str, Any]], reps: Any) -> dict[str, Any]:
+    """Spearman's ρ of φ against the excess slope, with and without RF 1, and verdicts."""
+    usable = [r for r in rows if not math.isnan(r["excess_slope"])]
+    rho, p = spearman_test([r["phi"] for r in usable], [r["excess_slope"] for r in usable])
+    no_rf1 = [r for r in usable if r["rf"] > 1]
+    rho2, p2 = spearman_test([r["phi"] for r in no_rf1], [r["excess_slope"] for r in no_rf1])
+    return {
+        "spearman": rho,
+        "spearman_p": p,
+        "verdict": verdict(rho, p, len(usable), unresolved(usable, reps)),
+        "spearman_without_rf1": rho2,
+        "spearman_without_rf1_p": p2,
+        "verdict_without_rf1": verdict(rho2, p2, len(no_rf1), unresolved(no_rf1, reps)),
+    }
+
+
+def _rf3_claim(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Section 5.4: the std of RF 3's mean RTT across node counts, per latency."""
+    std = std_across_nodes(cells)
+    rf3 = {
+        f"{lat:g}": v["std"] for (rf, lat), v in sorted(std.items()) if rf == 3 and v["nodes"] > 1
+    }
+    if not rf3:
+        return None
+    worst = max(rf3.values())
+    return {"std_ms_by_latency": rf3, "max_std_ms": worst, "holds": worst < PAPER_STD_CLAIM_MS}
 
 
 def format_text(data: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ RESULTS_DIR/analysis/model.{txt,json}, then refreshes the report. The model itse
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -26,15 +27,12 @@ from testbed import argtypes
 from testbed.topology import MAX_EDGE_NODES, format_sites
 
 from .prediction import (
-    DEFAULT_BASELINE_MS,
     compare,
     format_text,
-    format_what_if,
-    plot_what_if,
-    what_if,
 )
 from .report import write_report
 from .results import command_parser, open_results, save_text_and_json
+from .what_if import DEFAULT_BASELINE_MS, format_what_if, plot_what_if, what_if
 
 # -- command line ----------------------------------------------------------------------------
 
@@ -51,7 +49,7 @@ def _checked(name: str, values: tuple, low: float, high: float) -> tuple:
     return values
 
 
-def _predict_main(argv: list[str]) -> int:
+def _predict_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog=prog("python -m analysis.model") + " predict",
         description="Predict write RTT for a grid, without any results.",
@@ -90,7 +88,12 @@ def _predict_main(argv: list[str]) -> int:
         "table only; nothing is written)",
     )
     p.add_argument("--json", action="store_true", help="print the table as JSON")
-    args = p.parse_args(argv)
+    return p
+
+
+def _sites_and_profile(args: argparse.Namespace) -> str | None:
+    """The sites (formatted) and the profile, checked against --nodes and --links;
+    fills in the defaults of --nodes and --profile."""
     sites = format_sites(args.sites) if args.sites else None
     if sites:
         if args.nodes is not None and parse_list("--nodes", args.nodes, int) != (sum(args.sites),):
@@ -110,9 +113,12 @@ def _predict_main(argv: list[str]) -> int:
         raise ConfigError("--profile file needs --links FILE")
     if args.links and args.profile != "file":  # the sweep's rule: never silently ignored
         raise ConfigError(f"--links is only used with --profile file, not {args.profile}")
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_writable_dir(out, "--out")
+    return sites
+
+
+def _grid(args: argparse.Namespace) -> tuple[tuple, tuple, tuple, tuple]:
+    """nodes, RFs, latencies and losses, each within its bounds, the grid within
+    MAX_PREDICT_CELLS (before any cell is computed: ~1 ms each, jitter far more)."""
     nodes = _checked("--nodes", parse_list("--nodes", args.nodes, int), 1, MAX_EDGE_NODES)
     rfs = (
         _checked("--rf", parse_list("--rf", args.rf, int), 1, MAX_EDGE_NODES)
@@ -129,6 +135,16 @@ def _predict_main(argv: list[str]) -> int:
             f"the grid has {size} cells, more than {MAX_PREDICT_CELLS}: "
             f"use fewer --nodes, --rf, --latency or --loss values"
         )
+    return nodes, rfs, lats, losses
+
+
+def _predict_main(argv: list[str]) -> int:
+    args = _predict_parser().parse_args(argv)
+    sites = _sites_and_profile(args)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_writable_dir(out, "--out")
+    nodes, rfs, lats, losses = _grid(args)
     rows = what_if(
         nodes,
         rfs,

@@ -5,7 +5,8 @@ model lines and the report's model section.
 Per measured cell: the measured and predicted mean, median, p95 and p99 with their
 relative errors; the mean absolute relative error of the mean per (nodes, loss, profile)
 over the cells at 10 ms or more; and, for every cell the model misses by more than its
-tolerance, which assumption the measurement contradicts.
+tolerance, which assumption the measurement contradicts. What-if tables without
+measurements are ``analysis.what_if``'s.
 """
 
 from __future__ import annotations
@@ -20,18 +21,15 @@ from typing import Any
 import numpy as np
 
 from common.errors import ConfigError
-from emulation import links
 from model import rtt as m
-from model.consistency import check_level, required_acks
-from testbed.topology import Topology, parse_sites, sites_topology
 
 from . import claims
 from .results import Results, save_text_and_json
 from .stats import bootstrap_mean_ci, points
+from .what_if import DEFAULT_BASELINE_MS, what_if_rows
 
 TOLERANCE = 0.10  # the issue's target: mean absolute relative error of the mean <= 10 %
 MIN_LATENCY_MS = 10.0  # cells below this are the baseline's neighbours, not predictions
-DEFAULT_BASELINE_MS = 5.0
 CI_RESAMPLES = 499  # enough for a 95 % percentile interval; keeps 396 cells under 10 s
 
 
@@ -158,12 +156,7 @@ def compare(results: Results, tcp: m.Tcp | None = None, claims: bool = True) -> 
         rtt = np.asarray(c["rtt_ms"], dtype=float)
         if rtt.size == 0:
             continue
-        key = _group(c)
-        service, source = baselines.get(key, (None, ""))
-        if service is None:
-            service = _manifest_baseline(results, c["run_id"], c["nodes"])
-            if service is not None:
-                source = service.source
+        service, source = _service_of(c, baselines, results)
         try:
             if service is None:
                 raise ConfigError(
@@ -174,46 +167,7 @@ def compare(results: Results, tcp: m.Tcp | None = None, claims: bool = True) -> 
         except ConfigError as exc:  # this cell only: the others still have their answer
             unpredictable.append({"run_id": c["run_id"], "cell_id": c["cell_id"], "why": str(exc)})
             continue
-        p = pred.summary()
-        meas = _stats(rtt)
-        s_all = np.concatenate([service.remote, service.local])
-        thr = pred.no_loss_max + float(np.quantile(s_all, 0.99)) + tcp.rto_min_ms / 2
-        lo, hi = bootstrap_mean_ci(rtt, resamples=CI_RESAMPLES)
-        row = {
-            "run_id": c["run_id"],
-            "cell_id": c["cell_id"],
-            "nodes": c["nodes"],
-            "sites": c.get("sites"),
-            "rf": c["rf"],
-            "cl": c["cl"],
-            "policy": c["policy"],
-            "latency_ms": c["latency_ms"],
-            "loss_pct": c["loss_pct"],
-            "profile": c["profile"],
-            "shaper": (c.get("shaping") or {}).get("shaper"),
-            "n": int(rtt.size),
-            "method": pred.method,
-            "baseline": source,
-            **{f"measured_{k}_ms": v for k, v in meas.items()},
-            **{f"predicted_{k}_ms": v for k, v in p.items()},
-            **{f"error_{k}": _rel(p[k], meas[k]) for k in meas},
-            "measured_mean_ci_ms": [lo, hi],
-            "threshold_ms": thr,
-            "measured_body_ms": float(rtt[rtt <= thr].sum() / rtt.size),
-            "measured_tail_ms": float(rtt[rtt > thr].sum() / rtt.size),
-            "predicted_body_ms": pred.partial_mean(thr),
-            "predicted_tail_ms": p["mean"] - pred.partial_mean(thr),
-            "measured_hit_fraction": float((rtt > thr).mean()),
-            "predicted_hit_fraction": 1 - pred.cdf(thr),
-        }
-        row["within_ci"] = bool(lo <= p["mean"] <= hi)
-        row["service_mean_ms"] = float(np.mean(np.concatenate([service.remote, service.local])))
-        row["explanation"] = (
-            attribute(row, tcp)
-            if abs(row["error_mean"]) > TOLERANCE and c["latency_ms"] >= MIN_LATENCY_MS
-            else None
-        )
-        rows.append(row)
+        rows.append(_row(c, rtt, pred, service, source, tcp))
     if not rows:
         raise ConfigError(
             "no cell can be predicted: "
@@ -230,6 +184,64 @@ def compare(results: Results, tcp: m.Tcp | None = None, claims: bool = True) -> 
         "failures": failures(rows),
         "claims": paper_claims(results, rows, tcp) if claims else [],
     }
+
+
+def _service_of(c: dict[str, Any], baselines: dict, results: Results) -> tuple[Any, str]:
+    """The service time of cell ``c`` and where it comes from: its group's 0 ms cell,
+    else the run's manifest (None when neither has one)."""
+    service, source = baselines.get(_group(c), (None, ""))
+    if service is None:
+        service = _manifest_baseline(results, c["run_id"], c["nodes"])
+        if service is not None:
+            source = service.source
+    return service, source
+
+
+def _row(
+    c: dict[str, Any], rtt: np.ndarray, pred: Any, service: Any, source: str, tcp: m.Tcp
+) -> dict[str, Any]:
+    """Cell ``c`` measured against its prediction: the errors, the body and tail around
+    the loss threshold, and an explanation where the error is past the tolerance."""
+    p = pred.summary()
+    meas = _stats(rtt)
+    s_all = np.concatenate([service.remote, service.local])
+    thr = pred.no_loss_max + float(np.quantile(s_all, 0.99)) + tcp.rto_min_ms / 2
+    lo, hi = bootstrap_mean_ci(rtt, resamples=CI_RESAMPLES)
+    row = {
+        "run_id": c["run_id"],
+        "cell_id": c["cell_id"],
+        "nodes": c["nodes"],
+        "sites": c.get("sites"),
+        "rf": c["rf"],
+        "cl": c["cl"],
+        "policy": c["policy"],
+        "latency_ms": c["latency_ms"],
+        "loss_pct": c["loss_pct"],
+        "profile": c["profile"],
+        "shaper": (c.get("shaping") or {}).get("shaper"),
+        "n": int(rtt.size),
+        "method": pred.method,
+        "baseline": source,
+        **{f"measured_{k}_ms": v for k, v in meas.items()},
+        **{f"predicted_{k}_ms": v for k, v in p.items()},
+        **{f"error_{k}": _rel(p[k], meas[k]) for k in meas},
+        "measured_mean_ci_ms": [lo, hi],
+        "threshold_ms": thr,
+        "measured_body_ms": float(rtt[rtt <= thr].sum() / rtt.size),
+        "measured_tail_ms": float(rtt[rtt > thr].sum() / rtt.size),
+        "predicted_body_ms": pred.partial_mean(thr),
+        "predicted_tail_ms": p["mean"] - pred.partial_mean(thr),
+        "measured_hit_fraction": float((rtt > thr).mean()),
+        "predicted_hit_fraction": 1 - pred.cdf(thr),
+    }
+    row["within_ci"] = bool(lo <= p["mean"] <= hi)
+    row["service_mean_ms"] = float(np.mean(np.concatenate([service.remote, service.local])))
+    row["explanation"] = (
+        attribute(row, tcp)
+        if abs(row["error_mean"]) > TOLERANCE and c["latency_ms"] >= MIN_LATENCY_MS
+        else None
+    )
+    return row
 
 
 PAPER_NODES = (3, 4, 5)
@@ -406,127 +418,3 @@ def format_cells(data: dict[str, Any]) -> str:
 def save(data: dict[str, Any], out: Path, name: str = "model") -> None:
     """NAME.txt and NAME.json in ``out`` (the results' analysis directory)."""
     save_text_and_json(out, name, format_text(data), data)
-
-
-# -- what-if ---------------------------------------------------------------------------------
-
-
-def what_if_rows(
-    nodes: int,
-    rf: int,
-    latencies: Sequence[float],
-    loss: float,
-    profile: str,
-    cl: str,
-    policy: str,
-    baseline_ms: float,
-    tcp: m.Tcp,
-    links_file: str | None = None,
-    method: str = "auto",
-    sites: str | None = None,
-) -> list[dict[str, Any]]:
-    topo = sites_topology(sites) if sites else Topology(edge_nodes=nodes)
-    service = m.Service.constant(baseline_ms)
-    rows = []
-    for lat in latencies:
-        matrix = links.build(profile, topo, delay_ms=lat, loss_pct=loss, path=links_file)
-        scenario = m.Scenario(matrix, rf, cl, policy, tcp)
-        exact_ok = not scenario.jittered and scenario.placement_count() <= m.MAX_EXACT_PLACEMENTS
-        pred = m.predict(scenario, service, method=method if exact_ok else "auto")
-        p = pred.summary()
-        rows.append(
-            {
-                "nodes": nodes,
-                "sites": sites,
-                "rf": rf,
-                "latency_ms": lat,
-                "loss_pct": loss,
-                "profile": profile,
-                "cl": cl,
-                "policy": policy,
-                "predicted_mean_ms": p["mean"],
-                "predicted_median_ms": p["median"],
-                "predicted_p95_ms": p["p95"],
-                "predicted_p99_ms": p["p99"],
-                "method": pred.method,
-            }
-        )
-    return rows
-
-
-def what_if(
-    nodes: Sequence[int],
-    rfs: Sequence[int],
-    latencies: Sequence[float],
-    losses: Sequence[float],
-    *,
-    profile: str = "paper",
-    cl: str = "LOCAL_QUORUM",
-    policy: str = "round-robin",
-    baseline_ms: float = DEFAULT_BASELINE_MS,
-    links_file: str | None = None,
-    tcp: m.Tcp | None = None,
-    sites: str | None = None,
-) -> list[dict[str, Any]]:
-    """Predictions for a grid without any measurement: S is the constant ``baseline_ms``.
-    With ``sites`` (3x3, 2,3), ``nodes`` is their sum and each RF is per site."""
-    tcp = tcp or m.tcp_from_proc()
-    cl = check_level(cl)
-    rows = []
-    for n in nodes:
-        top = min(parse_sites(sites)) if sites else n
-        for loss in losses:
-            for rf in rfs:
-                if rf <= top and (sites or required_acks(cl, rf) <= rf):  # else no such cell
-                    rows += what_if_rows(
-                        n, rf, latencies, loss, profile, cl, policy, baseline_ms, tcp,
-                        links_file, sites=sites,
-                    )  # fmt: skip
-    return rows
-
-
-def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
-    from .figsave import plt, pt, save_figure, series_style
-
-    groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        groups[(r["nodes"], r["loss_pct"])][r["rf"]].append(
-            (r["latency_ms"], r["predicted_mean_ms"], r["predicted_p99_ms"])
-        )
-    fig, axes = plt.subplots(
-        1, len(groups), figsize=(5.2 * len(groups), 4.0), squeeze=False, sharey=True
-    )
-    for ax, ((n, loss), by_rf) in zip(axes[0], sorted(groups.items()), strict=True):
-        for rf, pts in sorted(by_rf.items()):
-            pts.sort()
-            (line,) = ax.plot(
-                [p[0] for p in pts],
-                [p[1] for p in pts],
-                label=f"RF {rf} mean",
-                **series_style(rf - 1),
-            )
-            ax.plot([p[0] for p in pts], [p[2] for p in pts], ls=":", color=line.get_color(), lw=1)
-        ax.set_title(f"{n} nodes, loss {loss:g} % (dotted: p99)", fontsize=pt(10))
-        ax.set_xlabel("one-way latency between edge nodes (ms)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=pt(7))
-    axes[0][0].set_ylabel("predicted write RTT (ms)")
-    return save_figure(fig, path.parent, path.name)
-
-
-def format_what_if(rows: list[dict[str, Any]], baseline_ms: float) -> str:
-    sites = next((r["sites"] for r in rows if r.get("sites")), None)
-    lines = [
-        f"Predicted write RTT (ms), service time {baseline_ms:g} ms (--baseline-ms), "
-        "no measurements used."
-        + (f" Sites {sites}: RF per site, latency and loss between sites." if sites else ""),
-        f"{'nodes':>5} {'RF':>2} {'lat':>5} {'loss':>5} {'mean':>8} {'median':>8} "
-        f"{'p95':>8} {'p99':>8}",
-    ]
-    for r in rows:
-        lines.append(
-            f"{r['nodes']:>5} {r['rf']:>2} {r['latency_ms']:>5g} {r['loss_pct']:>5g} "
-            f"{r['predicted_mean_ms']:>8.1f} {r['predicted_median_ms']:>8.1f} "
-            f"{r['predicted_p95_ms']:>8.1f} {r['predicted_p99_ms']:>8.1f}"
-        )
-    return "\n".join(lines)

@@ -238,7 +238,7 @@ def test_phi_per_kind_of_link_on_sites_and_the_papers_phi_on_one_site():
 
 
 def test_the_what_if_predicts_sites_per_level_without_measurements():
-    from analysis.prediction import format_what_if, what_if
+    from analysis.what_if import format_what_if, what_if
 
     tcp = rtt.Tcp()
     rows = {
