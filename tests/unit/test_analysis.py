@@ -11,7 +11,7 @@ import pytest
 
 from analysis import compare as compare_mod
 from analysis import phi as phi_mod
-from analysis import plots, report
+from analysis import phi_excess, plots, report
 from analysis.figures import FIGURES, caption, figure_rank, is_figure
 from analysis.results import load
 from analysis.stats import (
@@ -404,15 +404,15 @@ def test_phi_vs_excess_labels_cover_no_label_and_no_point(tmp_path):
 
     grid = make_store(tmp_path, nodes=(3, 4, 5), losses=(0.5, 2.5, 7.5), latencies=(0, 50, 100),
                       writes=30)  # fmt: skip
-    rows = plots.loss_excess(load(grid))
+    rows = phi_excess.loss_excess(load(grid))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.plot([r["phi"] for r in rows], [r["excess_ms"] for r in rows], "o", ms=6)
-    plots._annotate_apart(ax, plots._label_spots(rows))
+    phi_excess._annotate_apart(ax, phi_excess._label_spots(rows))
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
     labels = sorted(t.get_text() for t in ax.texts)
     plt.close(fig)
-    assert len(labels) == len(plots._label_spots(rows)) < len(rows) and "RF 3, 5" in labels
+    assert len(labels) == len(phi_excess._label_spots(rows)) < len(rows) and "RF 3, 5" in labels
     assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
     points = ax.transData.transform([(r["phi"], r["excess_ms"]) for r in rows])
     assert not [(x, y) for x, y in points for b in boxes if b.contains(x, y)]
