@@ -80,24 +80,7 @@ def figures(
         levels = sorted({lv for by_level in by_rf.values() for lv in by_level}, key=_order)
         drawn: list[dict[str, Any]] = []
         for ax, rf in zip(axes[0], rfs, strict=True):
-            for level, pts in sorted(by_rf[rf].items(), key=lambda kv: _order(kv[0])):
-                pts.sort(key=lambda p: p[0])
-                x = [lat for lat, _ in pts]
-                y = [st["mean"] for _, st in pts]
-                style = series_style(levels.index(level))
-                (line,) = ax.plot(x, y, label=level, **style)
-                lo = [st["ci_low"] if np.isfinite(st["ci_low"]) else st["mean"] for _, st in pts]
-                hi = [st["ci_high"] if np.isfinite(st["ci_high"]) else st["mean"] for _, st in pts]
-                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-                drawn += [st for _, st in pts]
-                key = (n, sites, loss, rf, level)
-                mx = [lat for lat in x if (*key, lat) in model_means]
-                if mx:
-                    ax.plot(mx, [model_means[(*key, lat)] for lat in mx], color=line.get_color(),
-                            gid="model", **MODEL_STYLE)  # fmt: skip
-            per = " per site" if sites else ""
-            ax.set_title(f"RF {rf}{per}", fontsize=pt(9))
-            ax.grid(alpha=0.3)
+            drawn += _panel(ax, by_rf[rf], levels, model_means, (n, sites, loss, rf))
         if any(x.get_gid() == "model" for ax in axes[0] for x in ax.get_lines()):
             axes[0][0].plot([], [], color="0.3", label="model (same colour)", **MODEL_STYLE)
         where = f"{len(parse_sites(sites))} sites ({sites} nodes)" if sites else f"{n} nodes"
@@ -124,6 +107,31 @@ def figures(
             }
         )
     return made
+
+
+def _panel(ax: Any, by_level: Mapping[str, list], levels: list[str], model_means: Mapping,
+           group: tuple) -> list[dict[str, Any]]:  # fmt: skip
+    """One RF's panel: a line per level with its CI band, dotted the model's means where
+    it has them; returns the grid points drawn. ``group``: (nodes, sites, loss, rf)."""
+    drawn: list[dict[str, Any]] = []
+    for level, pts in sorted(by_level.items(), key=lambda kv: _order(kv[0])):
+        pts.sort(key=lambda p: p[0])
+        x = [lat for lat, _ in pts]
+        y = [st["mean"] for _, st in pts]
+        style = series_style(levels.index(level))
+        (line,) = ax.plot(x, y, label=level, **style)
+        lo = [st["ci_low"] if np.isfinite(st["ci_low"]) else st["mean"] for _, st in pts]
+        hi = [st["ci_high"] if np.isfinite(st["ci_high"]) else st["mean"] for _, st in pts]
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        drawn += [st for _, st in pts]
+        key = (*group, level)
+        mx = [lat for lat in x if (*key, lat) in model_means]
+        if mx:
+            ax.plot(mx, [model_means[(*key, lat)] for lat in mx], color=line.get_color(),
+                    gid="model", **MODEL_STYLE)  # fmt: skip
+    ax.set_title(f"RF {group[3]}{' per site' if group[1] else ''}", fontsize=pt(9))
+    ax.grid(alpha=0.3)
+    return drawn
 
 
 def table(cells: Sequence[Mapping[str, Any]], model: Mapping[str, Any] | None) -> list[dict]:

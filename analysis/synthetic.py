@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from experiments.store.db import Store
 
@@ -63,47 +64,57 @@ def make_store(
                     mu = mean_ms(n, rf, lat, loss)
                     if repetitions > 1:
                         mu += rng.gauss(0, rep_sd_ms)
-                    reqs = []
-                    for seq in range(writes):
-                        coord = names[seq % n]
-                        replicas = rng.sample(names, rf)
-                        reqs.append(
-                            {
-                                "run_id": run_id,
-                                "cell_id": cell_id,
-                                "seq": seq,
-                                "key": f"{cell_id}-{seq}",
-                                "coordinator": coord,
-                                "replicas": ",".join(replicas),
-                                "coordinator_is_replica": int(coord in replicas),
-                                "rtt_ns": max(1, int(rng.gauss(mu, sd_ms) * 1e6)),
-                                "error": None,
-                                "t_start_ns": seq,
-                            }
-                        )
+                    reqs = _requests(rng, run_id, cell_id, names, rf, writes, mu, sd_ms)
                     store.commit_cell(
-                        {
-                            "run_id": run_id,
-                            "cell_id": cell_id,
-                            "nodes": n,
-                            "rf": rf,
-                            "cl": "LOCAL_QUORUM",
-                            "policy": "round-robin",
-                            "profile": "paper",
-                            "latency_ms": float(lat),
-                            "loss_pct": float(loss),
-                            "repetition": rep,
-                            "writes": writes,
-                            "warmup": 0,
-                            "key_seed": "synthetic",
-                            "shaping": {"synthetic": True},
-                            "testbed_run": "none",
-                            "started": t,
-                            "finished": t,
-                        },
-                        reqs,
+                        _cell(run_id, cell_id, n, rf, lat, loss, rep, writes, t), reqs
                     )
                     t += 1
     store.set_status(run_id, status)
     store.close()
     return Path(directory)
+
+
+def _requests(rng, run_id, cell_id, names, rf, writes, mu, sd_ms) -> list[dict[str, Any]]:  # noqa: ANN001
+    """A cell's writes: round-robin coordinators, ``rf`` random replicas each, RTTs
+    normal around ``mu`` (ms) with sd ``sd_ms``."""
+    reqs = []
+    for seq in range(writes):
+        coord = names[seq % len(names)]
+        replicas = rng.sample(names, rf)
+        reqs.append(
+            {
+                "run_id": run_id,
+                "cell_id": cell_id,
+                "seq": seq,
+                "key": f"{cell_id}-{seq}",
+                "coordinator": coord,
+                "replicas": ",".join(replicas),
+                "coordinator_is_replica": int(coord in replicas),
+                "rtt_ns": max(1, int(rng.gauss(mu, sd_ms) * 1e6)),
+                "error": None,
+                "t_start_ns": seq,
+            }
+        )
+    return reqs
+
+
+def _cell(run_id, cell_id, n, rf, lat, loss, rep, writes, t) -> dict[str, Any]:  # noqa: ANN001
+    return {
+        "run_id": run_id,
+        "cell_id": cell_id,
+        "nodes": n,
+        "rf": rf,
+        "cl": "LOCAL_QUORUM",
+        "policy": "round-robin",
+        "profile": "paper",
+        "latency_ms": float(lat),
+        "loss_pct": float(loss),
+        "repetition": rep,
+        "writes": writes,
+        "warmup": 0,
+        "key_seed": "synthetic",
+        "shaping": {"synthetic": True},
+        "testbed_run": "none",
+        "started": t,
+        "finished": t,
+    }
