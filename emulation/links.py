@@ -191,62 +191,41 @@ def read_toml(path: Path | str, what: str) -> dict:
 LINK_FIELDS = ("delay_ms", "jitter_ms", "loss_pct", "rate_mbit")
 
 
-def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
-    """A matrix from TOML: optional ``[default]`` for every pair; on a topology of sites
-    optional ``[lan]`` for every pair inside a site and ``[wan]`` for every pair between
-    two; then ``[[link]]`` tables with ``src``, ``dst`` and any of delay_ms, jitter_ms,
-    loss_pct, rate_mbit (``src`` or ``dst`` may be ``"*"``, or a site: all its hosts).
-    Later entries win. Raises ConfigError naming the file, the entry and the problem."""
-    data = read_toml(path, "link file")
-    unknown = set(data) - {"default", "lan", "wan", "link"}
-    if unknown:
+def _link_fields(path: Path | str, entry: object, where: str) -> dict:
+    """The link fields of a table of a link file (ConfigError on anything else)."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: {where} must be a table, got {entry!r}")
+    extra = set(entry) - set(LINK_FIELDS) - {"src", "dst"}
+    if extra:
         raise ConfigError(
-            f"{path}: unknown tables {sorted(unknown)} (use [default], [lan], [wan], [[link]])"
+            f"{path}: {where}: unknown keys {sorted(extra)} "
+            f"(allowed: src, dst, {', '.join(LINK_FIELDS)})"
         )
-    if topology.sites is None and ({"lan", "wan"} & set(data)):
-        raise ConfigError(
-            f"{path}: [lan] and [wan] need a topology of sites (edgetb up --sites 3x3)"
-        )
-    names = [h.name for h in topology.hosts]
-    site_of = {h.name: h.site for h in topology.hosts}
-    members = {s: [h for h in names if site_of[h] == s] for s in topology.site_names or ()}
-    links: dict[tuple[str, str], Link] = {}
+    return {k: entry[k] for k in LINK_FIELDS if k in entry}
 
-    def values(entry: object, where: str) -> dict:
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{path}: {where} must be a table, got {entry!r}")
-        extra = set(entry) - set(LINK_FIELDS) - {"src", "dst"}
-        if extra:
-            raise ConfigError(
-                f"{path}: {where}: unknown keys {sorted(extra)} "
-                f"(allowed: src, dst, {', '.join(LINK_FIELDS)})"
-            )
-        return {k: entry[k] for k in LINK_FIELDS if k in entry}
 
-    def make(fields: dict, where: str) -> Link:
-        try:
-            return Link(**fields)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {where}: {exc}") from None
+def _make_link(path: Path | str, fields: dict, where: str) -> Link:
+    try:
+        return Link(**fields)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {where}: {exc}") from None
 
-    if "default" in data:
-        link = make(values(data["default"], "[default]"), "[default]")
-        links = {(s, d): link for s in names for d in names if s != d}
-    for table, inside in (("lan", True), ("wan", False)):
-        if table in data:
-            link = make(values(data[table], f"[{table}]"), f"[{table}]")
-            for s in names:
-                for d in names:
-                    if s != d and (site_of[s] == site_of[d]) == inside:
-                        links[(s, d)] = link
-    entries = data.get("link", [])
+
+def _apply_entries(
+    path: Path | str,
+    entries: object,
+    names: list[str],
+    members: dict[str, list[str]],
+    links: dict[tuple[str, str], Link],
+) -> None:
+    """A link file's ``[[link]]`` entries onto ``links``, in order (later ones win)."""
     if not isinstance(entries, list):
         raise ConfigError(
             f"{path}: link must be an array of tables ([[link]] entries), got {entries!r}"
         )
     for i, entry in enumerate(entries):
         where = f"[[link]] #{i + 1}"
-        given = values(entry, where)
+        given = _link_fields(path, entry, where)
         if "src" not in entry or "dst" not in entry:
             raise ConfigError(f"{path}: {where}: needs src and dst")
         ends = {"*": names, **{s: hs for s, hs in members.items() if s not in names}}
@@ -268,7 +247,41 @@ def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
             for d in dsts:
                 if s != d:
                     current = links.get((s, d), UNSHAPED)
-                    links[(s, d)] = make({**current.__dict__, **given}, where)
+                    links[(s, d)] = _make_link(path, {**current.__dict__, **given}, where)
+
+
+def from_toml(topology: Topology, path: Path | str) -> LinkMatrix:
+    """A matrix from TOML: optional ``[default]`` for every pair; on a topology of sites
+    optional ``[lan]`` for every pair inside a site and ``[wan]`` for every pair between
+    two; then ``[[link]]`` tables with ``src``, ``dst`` and any of delay_ms, jitter_ms,
+    loss_pct, rate_mbit (``src`` or ``dst`` may be ``"*"``, or a site: all its hosts).
+    Later entries win. Raises ConfigError naming the file, the entry and the problem."""
+    data = read_toml(path, "link file")
+    unknown = set(data) - {"default", "lan", "wan", "link"}
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown tables {sorted(unknown)} (use [default], [lan], [wan], [[link]])"
+        )
+    if topology.sites is None and ({"lan", "wan"} & set(data)):
+        raise ConfigError(
+            f"{path}: [lan] and [wan] need a topology of sites (edgetb up --sites 3x3)"
+        )
+    names = [h.name for h in topology.hosts]
+    site_of = {h.name: h.site for h in topology.hosts}
+    members = {s: [h for h in names if site_of[h] == s] for s in topology.site_names or ()}
+    links: dict[tuple[str, str], Link] = {}
+
+    if "default" in data:
+        link = _make_link(path, _link_fields(path, data["default"], "[default]"), "[default]")
+        links = {(s, d): link for s in names for d in names if s != d}
+    for table, inside in (("lan", True), ("wan", False)):
+        if table in data:
+            link = _make_link(path, _link_fields(path, data[table], f"[{table}]"), f"[{table}]")
+            for s in names:
+                for d in names:
+                    if s != d and (site_of[s] == site_of[d]) == inside:
+                        links[(s, d)] = link
+    _apply_entries(path, data.get("link", []), names, members, links)
     return LinkMatrix(topology, links, profile="file")
 
 
