@@ -19,6 +19,7 @@ from analysis.synthetic import make_store
 from common.errors import ConfigError
 from emulation import links
 from model import rtt as m
+from model.tcp import TCP_RETRIES2
 from testbed.topology import Topology
 
 S = 5.0  # a constant service time, ms
@@ -231,7 +232,7 @@ def test_extreme_loss_gives_finite_predictions(method):
     """99 % loss: chains of resends past tcp_retries2 no longer overflow the backoff."""
     p = m.predict(scenario(3, 2, 10, 99), SERVICE, method=method)
     assert all(math.isfinite(v) for v in p.summary().values())
-    assert m.Tcp().backoff(5000) == 2.0**m.TCP_RETRIES2
+    assert m.Tcp().backoff(5000) == 2.0**TCP_RETRIES2
 
 
 # -- what the paper reports for 5 nodes ------------------------------------------------------
