@@ -83,6 +83,24 @@ class Topology:
     hosts: tuple[Host, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        names = self._checked_names()
+        site_of = self._place_sites(names)
+        if self.addresses is not None:
+            if self.subnet is not None:
+                raise ConfigError("a topology has a subnet or per-host addresses, not both")
+            addresses = _check_addresses(self.addresses, (*names, self.endpoint_name))
+            object.__setattr__(self, "addresses", addresses)
+            place = {n: (addresses[n], 32) for n in (*names, self.endpoint_name)}
+        else:
+            place = self._places_in_subnet(names)
+        edges = tuple(Host(n, "edge", *place[n], site_of.get(n)) for n in names)
+        ep = self.endpoint_name
+        object.__setattr__(
+            self, "hosts", (*edges, Host(ep, "endpoint", *place[ep], site_of.get(ep)))
+        )
+
+    def _checked_names(self) -> tuple[str, ...]:
+        """The edge nodes' names (e0, e1, ... unless given), every host name checked."""
         if isinstance(self.edge_nodes, bool) or not isinstance(self.edge_nodes, int):
             raise ConfigError(f"edge_nodes must be an integer, got {self.edge_nodes!r}")
         if not 1 <= self.edge_nodes <= MAX_EDGE_NODES:
@@ -109,23 +127,11 @@ class Topology:
         duplicates = sorted({n for n in all_names if all_names.count(n) > 1})
         if duplicates:
             raise ConfigError(f"duplicate host names: {', '.join(duplicates)}")
-        site_of = self._place_sites(names)
+        return names
 
-        if self.addresses is not None:
-            if self.subnet is not None:
-                raise ConfigError("a topology has a subnet or per-host addresses, not both")
-            addresses = _check_addresses(self.addresses, all_names)
-            object.__setattr__(self, "addresses", addresses)
-            edges = tuple(Host(n, "edge", addresses[n], 32, site_of.get(n)) for n in names)
-            endpoint = Host(
-                self.endpoint_name,
-                "endpoint",
-                addresses[self.endpoint_name],
-                32,
-                site_of.get(self.endpoint_name),
-            )
-            object.__setattr__(self, "hosts", (*edges, endpoint))
-            return
+    def _places_in_subnet(self, names: tuple[str, ...]) -> dict[str, tuple[str, int]]:
+        """Each host's address and prefix in the subnet (the endpoint first, then the
+        edge nodes in order; a provisional one until ``up`` takes a free /24)."""
         text = PROVISIONAL_SUBNET if self.subnet is None else self.subnet
         try:
             net = ipaddress.IPv4Network(text, strict=True)
@@ -133,24 +139,17 @@ class Topology:
             raise ConfigError(f"invalid subnet {text!r}: {exc}") from exc
         if not net.is_private or net.is_loopback or net.is_link_local:
             raise ConfigError(f"subnet {text} is not a private (RFC 1918) range")
-        needed = _FIRST_HOST_OFFSET + len(all_names) + 1
+        count = len(names) + 1
+        needed = _FIRST_HOST_OFFSET + count + 1
         if net.num_addresses < needed:
             raise ConfigError(
-                f"subnet {text} is too small for {len(all_names)} hosts (needs /"
+                f"subnet {text} is too small for {count} hosts (needs /"
                 f"{32 - (needed - 1).bit_length()} or larger)"
             )
-        endpoint = Host(
-            self.endpoint_name,
-            "endpoint",
-            str(net[_FIRST_HOST_OFFSET]),
-            net.prefixlen,
-            site_of.get(self.endpoint_name),
-        )
-        edges = tuple(
-            Host(n, "edge", str(net[_FIRST_HOST_OFFSET + 1 + i]), net.prefixlen, site_of.get(n))
-            for i, n in enumerate(names)
-        )
-        object.__setattr__(self, "hosts", (*edges, endpoint))
+        place = {self.endpoint_name: (str(net[_FIRST_HOST_OFFSET]), net.prefixlen)}
+        for i, n in enumerate(names):
+            place[n] = (str(net[_FIRST_HOST_OFFSET + 1 + i]), net.prefixlen)
+        return place
 
     def _place_sites(self, names: tuple[str, ...]) -> dict[str, str]:
         """Host name -> site name (empty without sites); checks and normalizes the three

@@ -106,93 +106,19 @@ def make(run_id: str, nodes: Mapping[str, str]) -> RunTls:
     CA the client's (a client only). Two CAs, so that the client's certificate opens CQL
     and nothing else: the internode port trusts only the nodes' CA. EC P-256 keys (a
     handshake costs a fraction of an RSA one on a small board)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.hazmat.primitives import serialization
 
     now = datetime.datetime.now(datetime.UTC)
     # from a day back (a board without a clock that runs behind) for years: the CAs' keys
     # are gone after this, so a certificate can never be renewed, only made anew at `up`
-    start, end = now - datetime.timedelta(days=1), now + datetime.timedelta(days=VALID_DAYS)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "edgetb"),
-                x509.NameAttribute(NameOID.COMMON_NAME, common),
-            ]
-        )
-
-    def authority(common: str) -> tuple[Any, x509.Name, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = name(common)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=False,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(key, hashes.SHA256())
-        )
-        return key, subject, cert
-
-    def issue(
-        ca: tuple[Any, x509.Name, x509.Certificate], common: str, address: str | None
-    ) -> tuple[bytes, bytes]:
-        ca_key, ca_name, _ = ca
-        key = ec.generate_private_key(ec.SECP256R1())
-        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
-        if address is not None:  # a node serves (CQL, internode) and connects (internode)
-            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name(common))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(end)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        )
-        if address is not None:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]),
-                critical=False,
-            )
-        cert = builder.sign(ca_key, hashes.SHA256())
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,  # Cassandra's PEM reader takes PKCS#8 only
-            serialization.NoEncryption(),
-        )
-        return key_pem, cert.public_bytes(serialization.Encoding.PEM)
-
-    node_ca = authority(f"edgetb run {run_id} nodes CA")
-    client_ca = authority(f"edgetb run {run_id} clients CA")
+    valid = (now - datetime.timedelta(days=1), now + datetime.timedelta(days=VALID_DAYS))
+    node_ca = _authority(f"edgetb run {run_id} nodes CA", valid)
+    client_ca = _authority(f"edgetb run {run_id} clients CA", valid)
     node_files = {}
     for host, address in nodes.items():
-        key_pem, cert_pem = issue(node_ca, f"{host} of run {run_id}", address)
+        key_pem, cert_pem = _issue(node_ca, f"{host} of run {run_id}", address, valid)
         node_files[host] = key_pem + cert_pem
-    client_key, client_cert = issue(client_ca, f"client of run {run_id}", None)
+    client_key, client_cert = _issue(client_ca, f"client of run {run_id}", None, valid)
     return RunTls(
         ca=node_ca[2].public_bytes(serialization.Encoding.PEM),
         clients_ca=client_ca[2].public_bytes(serialization.Encoding.PEM),
@@ -200,6 +126,85 @@ def make(run_id: str, nodes: Mapping[str, str]) -> RunTls:
         client_key=client_key,
         nodes=node_files,
     )
+
+
+def _name(common: str) -> Any:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "edgetb"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common),
+        ]
+    )
+
+
+def _authority(common: str, valid: tuple[datetime.datetime, datetime.datetime]) -> tuple:
+    """A new CA: (its key, its name, its self-signed certificate), for signing only."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = _name(common)
+    usage = dict.fromkeys(
+        ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+         "key_agreement", "encipher_only", "decipher_only"), False,
+    )  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(key_cert_sign=True, crl_sign=True, **usage), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, subject, cert
+
+
+def _issue(
+    ca: tuple, common: str, address: str | None, valid: tuple[datetime.datetime, datetime.datetime]
+) -> tuple[bytes, bytes]:
+    """A key (PEM, PKCS#8) and a certificate signed by ``ca``: a client's, and with an
+    ``address`` a node's too (a server at that IP address)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca_key, ca_name, _ = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+    if address is not None:  # a node serves (CQL, internode) and connects (internode)
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
+    if address is not None:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]),
+            critical=False,
+        )
+    cert = builder.sign(ca_key, hashes.SHA256())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,  # Cassandra's PEM reader takes PKCS#8 only
+        serialization.NoEncryption(),
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
 
 
 def settings(conf: Path) -> dict[str, Any]:

@@ -295,7 +295,6 @@ OVER_THE_LIMITS = {
     "testbed.backends.remote.start_cassandra": 61,
     "testbed.cassandra.config": 540,  # +1: imports of common/ are a block of their own
     "testbed.cassandra.readiness.wait_for_nodes": 69,
-    "testbed.cassandra.tls.make": 100,
     "testbed.cgroups": 667,
     "testbed.clean.clean": 66,
     "testbed.client.auth_setup": 91,
@@ -305,7 +304,6 @@ OVER_THE_LIMITS = {
     "testbed.testbed": 765,  # +1: imports of common/ are a block of their own
     "testbed.testbed.Testbed": 658,
     "testbed.testbed.__init__": 87,
-    "testbed.topology.__post_init__": 69,
 }
 
 
