@@ -226,33 +226,9 @@ def trust(
             shown,
             explicit=bool(explicit),
         )
-        if d.action == "changed":
-            raise HostKeyError(
-                f"{where}: SSH host key changed: it shows "
-                f"{', '.join(fingerprint(k) for k in shown)}; {d.source} trusts "
-                f"{', '.join(fingerprint(k) for k in d.recorded)}. If the machine was "
-                f"really reinstalled, forget the old key: ssh-keygen -R '{name}' -f {d.source}"
-            )
-        if d.action == "missing":
-            raise HostKeyError(
-                f"{where}: no host key in {d.source} (edgetb_known_hosts); it shows "
-                f"{', '.join(fingerprint(k) for k in shown)}: add it after checking "
-                f"(ssh-keyscan -p {host.port} {host.address} >> {d.source})"
-            )
+        _refuse_unless_trusted(d, host, where, shown)
         if d.action == "record":
-            store.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(store, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                os.write(fd, known_hosts_lines(name, d.keys, f"edgetb:{host.name}").encode())
-            finally:
-                os.close(fd)
-            log.warning(
-                "%s: first contact, trusting %s (recorded in %s; a later run refuses "
-                "any other key)",
-                where,
-                ", ".join(fingerprint(k) for k in d.keys),
-                store,
-            )
+            _record_first_contact(store, name, d.keys, host.name, where)
         lines.append(known_hosts_lines(name, d.keys, f"edgetb:{host.name}"))
         report[host.name] = {
             "source": d.source or f"first contact, recorded in {store}",
@@ -261,3 +237,40 @@ def trust(
     run_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     run_file.write_text("".join(lines))
     return report
+
+
+def _refuse_unless_trusted(d: Decision, host: RemoteHost, where: str, shown: Sequence[Key]) -> None:
+    """HostKeyError when decision ``d`` is that the host's key changed or, with an
+    explicit file, is missing from it."""
+    name = host_pattern(host.address, host.port)
+    if d.action == "changed":
+        raise HostKeyError(
+            f"{where}: SSH host key changed: it shows "
+            f"{', '.join(fingerprint(k) for k in shown)}; {d.source} trusts "
+            f"{', '.join(fingerprint(k) for k in d.recorded)}. If the machine was "
+            f"really reinstalled, forget the old key: ssh-keygen -R '{name}' -f {d.source}"
+        )
+    if d.action == "missing":
+        raise HostKeyError(
+            f"{where}: no host key in {d.source} (edgetb_known_hosts); it shows "
+            f"{', '.join(fingerprint(k) for k in shown)}: add it after checking "
+            f"(ssh-keyscan -p {host.port} {host.address} >> {d.source})"
+        )
+
+
+def _record_first_contact(
+    store: Path, name: str, keys: Sequence[Key], host: str, where: str
+) -> None:
+    """The keys a host showed at first contact, appended to ``store`` (owner only)."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, known_hosts_lines(name, keys, f"edgetb:{host}").encode())
+    finally:
+        os.close(fd)
+    log.warning(
+        "%s: first contact, trusting %s (recorded in %s; a later run refuses any other key)",
+        where,
+        ", ".join(fingerprint(k) for k in keys),
+        store,
+    )
