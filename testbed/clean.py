@@ -125,20 +125,7 @@ def clean(
             _remove_run(rid, run_dir, report, progress)
         finally:
             lock.release()
-    # Objects of runs that have no directory anywhere (or were never recorded). Listed
-    # first, the runs read again after: a run is registered before it creates anything,
-    # so a run created while this command ran is in the second reading, and kept.
-    backends = registry()
-    found = {name: cls.leftovers(run_id) for name, cls in backends.items()}
-    processes = tagged_processes()
-    keep |= set(st.known_runs(base)) - set(report.runs)
-    for pid, owner in processes.items():
-        if owner not in keep and run_id in (None, owner):
-            _kill(pid, report)
-    for name, cls in backends.items():
-        orphans = {st.run_of(obj) for objs in found[name].values() for obj in objs} - keep
-        for orphan in sorted(r for r in orphans if r is not None):
-            report.add(name, cls.remove_leftovers(orphan))
+    _remove_orphans(base, run_id, keep, report)
     if run_id is None:
         _remove_unfinished_dirs(base)
         _remove_stray_registry_entries()
@@ -153,6 +140,25 @@ def clean(
         f"{len(report.processes)} processes, {len(report.libvirt)} libvirt objects"
     )
     return report
+
+
+def _remove_orphans(
+    base: Path | None, run_id: str | None, keep: set[str], report: CleanReport
+) -> None:
+    """Objects of runs that have no directory anywhere (or were never recorded). Listed
+    first, the runs read again after: a run is registered before it creates anything,
+    so a run created while this command ran is in the second reading, and kept."""
+    backends = registry()
+    found = {name: cls.leftovers(run_id) for name, cls in backends.items()}
+    processes = tagged_processes()
+    keep = keep | (set(st.known_runs(base)) - set(report.runs))
+    for pid, owner in processes.items():
+        if owner not in keep and run_id in (None, owner):
+            _kill(pid, report)
+    for name, cls in backends.items():
+        orphans = {st.run_of(obj) for objs in found[name].values() for obj in objs} - keep
+        for orphan in sorted(r for r in orphans if r is not None):
+            report.add(name, cls.remove_leftovers(orphan))
 
 
 def _retry_teardown(recorded: st.RunState) -> None:

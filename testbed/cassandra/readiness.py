@@ -52,6 +52,33 @@ class _Seen:
     peers: dict[str, str] = field(default_factory=dict)
 
 
+def _scan(nodes: Sequence[CassandraNode], seen: dict[str, _Seen]) -> None:
+    """What each node's log says since the last scan: logging, CQL up, peers UP/DOWN."""
+    for node in nodes:
+        state = seen[node.name]
+        lines = node.log.new_lines()
+        if lines:
+            state.logging = True
+        for line in lines:
+            if CQL_READY in line:
+                state.cql = True
+            match = _PEER_RE.search(line)
+            if match:
+                state.peers[match.group(1)] = match.group(2)
+
+
+def _fail_if_one_died(nodes: Sequence[CassandraNode], stage: str) -> None:
+    """NodeError (with its exit code and log) for the first node that is not running."""
+    for node in nodes:
+        if not node.alive():
+            node.wait_exit(5)  # its exit code once its last thread has gone
+            code = node.exit_code()
+            raise node.error(
+                f"Cassandra exited{f' with code {code}' if code is not None else ''} "
+                f"while waiting for stage '{stage}'"
+            )
+
+
 def wait_for_nodes(
     nodes: Sequence[CassandraNode],
     deadlines: Deadlines = Deadlines(),
@@ -64,19 +91,6 @@ def wait_for_nodes(
     """
     seen = {n.name: _Seen() for n in nodes}
     peers_of = {n.name: {m.host.address for m in nodes if m is not n} for n in nodes}
-
-    def scan() -> None:
-        for node in nodes:
-            state = seen[node.name]
-            lines = node.log.new_lines()
-            if lines:
-                state.logging = True
-            for line in lines:
-                if CQL_READY in line:
-                    state.cql = True
-                match = _PEER_RE.search(line)
-                if match:
-                    state.peers[match.group(1)] = match.group(2)
 
     stages: list[tuple[str, float, Callable[[CassandraNode], bool]]] = [
         ("process alive", deadlines.process_s, lambda n: seen[n.name].logging),
@@ -91,15 +105,8 @@ def wait_for_nodes(
     for name, limit, done in stages:
         start = time.monotonic()
         while True:
-            scan()
-            for node in nodes:
-                if not node.alive():
-                    node.wait_exit(5)  # its exit code once its last thread has gone
-                    code = node.exit_code()
-                    raise node.error(
-                        f"Cassandra exited{f' with code {code}' if code is not None else ''} "
-                        f"while waiting for stage '{name}'"
-                    )
+            _scan(nodes, seen)
+            _fail_if_one_died(nodes, name)
             pending = [n for n in nodes if not done(n)]
             if not pending:
                 break

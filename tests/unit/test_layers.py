@@ -293,9 +293,7 @@ OVER_THE_LIMITS = {
     "testbed.backends.libvirt.create": 63,
     "testbed.backends.remote.start_cassandra": 61,
     "testbed.cassandra.config": 540,  # +1: imports of common/ are a block of their own
-    "testbed.cassandra.readiness.wait_for_nodes": 69,
     "testbed.cgroups": 667,
-    "testbed.clean.clean": 66,
     "testbed.client.auth_setup": 91,
     "testbed.images": 520,  # +1: imports of common/ are a block of their own
     "testbed.images._build": 131,
