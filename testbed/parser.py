@@ -63,10 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _shape_flags(up: argparse.ArgumentParser) -> None:
     """How many nodes, in which sites."""
-
-
-def _where_flags(up: argparse.ArgumentParser) -> None:
-    """Where the hosts are: the backend and its machines, the run's subnet."""
     up.add_argument(
         "--nodes",
         type=argtypes.integer(1, MAX_EDGE_NODES),
@@ -85,6 +81,10 @@ def _where_flags(up: argparse.ArgumentParser) -> None:
         default=None,
         help="the site whose LAN the endpoint is on (default the first: dc1)",
     )
+
+
+def _where_flags(up: argparse.ArgumentParser) -> None:
+    """Where the hosts are: the backend and its machines, the run's subnet."""
     up.add_argument(
         "--backend",
         default="netns",

@@ -1,9 +1,10 @@
 """Integration fixtures: one real 3-node cluster shared by the tests that need it, up from
 its first user to its last (then `test_shared_cluster_down` takes it down: nothing of it
-runs beside the fault tests after it); its Cassandra logs scanned after each module that
-uses it. Under `make test` the parallel and worker tests run in a second pytest session
-beside this one (tests/support/suite.py), so beside the shared cluster and the other
-tests' clusters: their bounds are physical or measured at the same moment."""
+runs beside this session's tests after it); its Cassandra logs scanned after each module
+that uses it. Under `make test` the parallel, worker, fault and ownership tests (test_7,
+test_8, test_3e, test_6) run in a second pytest session beside this one
+(tests/support/suite.py), so beside the shared cluster and the other tests' clusters:
+their bounds are physical or measured at the same moment."""
 
 import os
 import re

@@ -19,7 +19,7 @@ from edgetb.cli import main as edgetb
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-TOP = ("testbed", "emulation", "model", "workloads", "experiments", "analysis", "edgetb",
+TOP = ("common", "testbed", "emulation", "model", "workloads", "experiments", "analysis", "edgetb",
        "benchmarks", "scripts", "tests", "vm-images", "docs")  # fmt: skip
 PATH = re.compile(rf"(?<![\w./~-])((?:{'|'.join(TOP)})/[\w./{{}},*-]*)")
 COMMAND = re.compile(r"\bedgetb ((?:[a-z][\w-]*)(?: [a-z][\w-]*)?)")

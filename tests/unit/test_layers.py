@@ -1,9 +1,9 @@
 """The import structure of the project, read from the source with ``ast`` (issue 24):
 
 - no import circle between modules;
-- no import from a lower layer to a higher one: testbed < emulation < model < workloads
-  < experiments < analysis < edgetb (the one command) (a module may import its own layer
-  and the layers below it);
+- no import from a lower layer to a higher one: common < testbed < emulation < model <
+  workloads < experiments < analysis < edgetb (the one command) (a module may import its
+  own layer and the layers below it; common imports nothing of the tool);
 - no import of a command-line module (one that defines ``main``), except by its package's
   ``__main__``; the library modules that still carry a ``main`` of their own are listed
   in ``STILL_MIXED`` (their command lines move behind one command later), and the list

@@ -136,6 +136,7 @@ def test_the_project_archive_carries_what_the_hosts_import(tmp_path):
         tar.extractall(tmp_path / "src", filter="data")
     for shipped in (
         "workloads/writes.py",
+        "common/errors.py",  # below every package: the hosts import it through them
         "workloads/data/nobel_laureates.json",
         "workloads/ycsb/workloads/workloada",
         "workloads/ycsb/java/edgetb/ycsb/CqlClient.java",
@@ -143,8 +144,9 @@ def test_the_project_archive_carries_what_the_hosts_import(tmp_path):
         assert shipped in names
     assert not any("__pycache__" in n for n in names)
     code = (
-        "import testbed.client as c, emulation.probe as p, workloads.writes as w; "
-        "print(c.__file__, p.__file__, w.__file__, w.DATA, w.DATA.is_file())"
+        "import testbed.client as c, emulation.probe as p, workloads.writes as w, "
+        "common.errors as e; "
+        "print(c.__file__, p.__file__, w.__file__, e.__file__, w.DATA, w.DATA.is_file())"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],

@@ -5,7 +5,7 @@ overlapped (12-250 ms: matplotlib's 3x10^1 on its 4x10^1) is labelled 10, 20, 50
 import numpy as np
 import pytest
 
-from analysis import figsave, plots
+from analysis import figsave, phi_excess, plots
 from analysis.results import load
 from analysis.synthetic import make_store
 
@@ -25,6 +25,7 @@ def checked(monkeypatch):
 
     monkeypatch.setattr(figsave, "save_figure", checking)
     monkeypatch.setattr(plots, "save_figure", checking)
+    monkeypatch.setattr(phi_excess, "save_figure", checking)  # the φ figure's own module
     return found, drawn
 
 
