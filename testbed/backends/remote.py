@@ -10,6 +10,7 @@ import subprocess
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from common.files import replacing
 
@@ -152,42 +153,18 @@ class RemoteBackend:
         and started by the `cassandra` playbook as a systemd unit, then the same readiness
         stages over SSH. Returns the stages' timings."""
         from ..cassandra import auth as auth_mod
-        from ..cassandra import config as cfg
-        from ..cassandra import quiet
-        from ..cassandra.node import _NO_MLOCK
         from ..cassandra.readiness import wait_for_nodes
 
-        state = self.state
         auth = launch.credentials is not None
         if launch.credentials is not None:
-            auth_mod.write(launch.credentials, auth_mod.generate(state.run_id))
+            auth_mod.write(launch.credentials, auth_mod.generate(self.state.run_id))
         nodes_vars = {}
         for host in self.topology.edges:
             node = self.cassandra_node(host)
             node.write_config(launch.settings, self.topology, auth=auth, tls=launch.tls)
             node.check_ports(self.exec_argv)
             nodes[host.name] = node
-            jvm = cfg.jvm_args(
-                settings=launch.settings,
-                classpath=quiet.classpath(launch.dist, launch.settings.build),
-                node_dir=node.node_dir,
-                run_id=state.run_id,
-                host=host.name,
-                cds_archive=None,
-                cds_dump_to=None,
-                system_auth_rf=self.topology.edge_nodes if auth else None,
-            )
-            nodes_vars[host.name] = {
-                "dir": str(node.node_dir),
-                "dirs": [str(node.node_dir / sub) for sub in cfg.NODE_DIRS],
-                "conf_archive": str(self._conf_archive(host.name, node.node_dir / "conf")),
-                "argv": start_unit_argv(
-                    [*_NO_MLOCK, self.java, *jvm],
-                    node.node_dir,
-                    node.marker,
-                    unit_name(state.run_id),
-                ),
-            }
+            nodes_vars[host.name] = self._node_vars(launch, node, host.name, auth)
         launch.progress(
             f"starting Cassandra {launch.dist.version} on {', '.join(nodes)} "
             f"({self.name}, heap {launch.settings.heap_mb} MB"
@@ -205,6 +182,37 @@ class RemoteBackend:
             wait_for_nodes(list(nodes.values()), launch.deadlines, launch.progress, poll_s=1.0)
         )
         return timings
+
+    def _node_vars(
+        self, launch: CassandraLaunch, node: CassandraNode, host: str, auth: bool
+    ) -> dict[str, Any]:
+        """What the `cassandra` playbook needs of a node: its directories, its rendered
+        configuration as an archive, and the systemd unit's command line."""
+        from ..cassandra import config as cfg
+        from ..cassandra import quiet
+        from ..cassandra.node import _NO_MLOCK
+
+        jvm = cfg.jvm_args(
+            settings=launch.settings,
+            classpath=quiet.classpath(launch.dist, launch.settings.build),
+            node_dir=node.node_dir,
+            run_id=self.state.run_id,
+            host=host,
+            cds_archive=None,
+            cds_dump_to=None,
+            system_auth_rf=self.topology.edge_nodes if auth else None,
+        )
+        return {
+            "dir": str(node.node_dir),
+            "dirs": [str(node.node_dir / sub) for sub in cfg.NODE_DIRS],
+            "conf_archive": str(self._conf_archive(host, node.node_dir / "conf")),
+            "argv": start_unit_argv(
+                [*_NO_MLOCK, self.java, *jvm],
+                node.node_dir,
+                node.marker,
+                unit_name(self.state.run_id),
+            ),
+        }
 
     def _conf_archive(self, host: str, conf: Path) -> Path:
         """``host``'s rendered settings as one tar file (the playbook unpacks it in one

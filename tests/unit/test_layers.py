@@ -291,7 +291,6 @@ OVER_THE_LIMITS = {
     "testbed.backends.hosts": 517,  # +1: imports of common/ are a block of their own
     "testbed.backends.libvirt": 638,  # +1: imports of common/ are a block of their own
     "testbed.backends.libvirt.create": 63,
-    "testbed.backends.remote.start_cassandra": 61,
     "testbed.cassandra.config": 540,  # +1: imports of common/ are a block of their own
     "testbed.cgroups": 667,
     "testbed.client.auth_setup": 91,
