@@ -21,16 +21,21 @@ every session.
 Each session's lines are printed as they come, prefixed ``p| `` and ``vm| `` but the
 main one's; the exit code is the first failure's (pytest's 5, "no tests collected",
 counts as success for a session the arguments left empty). Ctrl-C and SIGTERM reach
-every session, by PID.
+every session, by PID. At the end each failed session's summary (its ``FAILED`` and
+``ERROR`` lines and its last line) is printed again: CI shows only the output's tail, and
+a session that failed in the first phase is otherwise 15 minutes of VM lines above it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,11 +82,23 @@ def _pytest(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-def _relay(proc: subprocess.Popen, prefix: str) -> None:
+# pytest's lines that say what failed: -ra's short summary and the closing count
+_SUMMARY = re.compile(rb"^(FAILED|ERROR) |^=+ .*\b(failed|error|errors|passed)\b.* in [0-9.]+s")
+
+
+def _relay(proc: subprocess.Popen, prefix: str, summary: list[bytes], copy: Path | None) -> None:
+    """Relays ``proc``'s lines as they come, keeping in ``summary`` those that say what
+    failed, and all of them in the file ``copy``."""
     assert proc.stdout is not None  # PIPE
-    for line in iter(proc.stdout.readline, b""):
-        sys.stdout.buffer.write(prefix.encode() + line)
-        sys.stdout.buffer.flush()
+    with open(copy, "ab") if copy is not None else contextlib.nullcontext() as kept:
+        for line in iter(proc.stdout.readline, b""):
+            sys.stdout.buffer.write(prefix.encode() + line)
+            sys.stdout.buffer.flush()
+            if kept is not None:
+                kept.write(line)
+                kept.flush()
+            if _SUMMARY.search(line):
+                summary.append(line)
 
 
 def main(argv: list[str]) -> int:
@@ -103,18 +120,66 @@ def main(argv: list[str]) -> int:
            other_env)  # fmt: skip
     phases = [[main_session, beside, vms]] if VMS_BESIDE else [[main_session, beside], [vms]]
     codes: dict[str, int] = {}
+    summaries: dict[str, list[bytes]] = {}
+    outputs = _outputs_dir()
     for phase in phases:
-        codes.update(_run_side_by_side(phase))
+        codes.update(_run_side_by_side(phase, summaries, outputs))
+    _print_failures(codes, summaries)
+    if outputs is not None:
+        print(f"suite: each session's whole output in {outputs}")
     print("suite: " + ", ".join(f"{n or 'main'} session exit {c}" for n, c in codes.items()))
     return combined(*codes.values())
 
 
-def _run_side_by_side(sessions: list[tuple[str, list[str], dict[str, str]]]) -> dict[str, int]:
+def _outputs_dir() -> Path | None:
+    """Where each session's whole output is kept: beside the failed runs' node logs
+    (tests/support/kept_logs.py, pruned with them), as CI's clone and its output are gone
+    when someone looks. None where it cannot be made (the output is relayed all the same)."""
+    into = Path.home() / ".edgetb" / "test-logs"
+    path = into / f"suite-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    try:
+        into.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.mkdir(mode=0o700)
+    except OSError as exc:
+        print(f"suite: sessions' output not kept ({exc})", file=sys.stderr)
+        return None
+    return path
+
+
+def _print_failures(codes: dict[str, int], summaries: dict[str, list[bytes]]) -> None:
+    """Each failed session's lines that say what failed, again, under a heading."""
+    out = sys.stdout
+    out.flush()
+    for name, code in codes.items():
+        if code not in (0, NO_TESTS):
+            out.write(f"suite: what the {name or 'main'} session reported failing (exit {code}):\n")
+            out.flush()
+            for line in summaries[name]:
+                out.buffer.write(f"suite: {name or 'main'}| ".encode() + line)
+            out.buffer.flush()
+
+
+def _run_side_by_side(
+    sessions: list[tuple[str, list[str], dict[str, str]]],
+    summaries: dict[str, list[bytes]],
+    outputs: Path | None = None,
+) -> dict[str, int]:
     """Each (prefix, pytest arguments, environment) a pytest session, all at once, their
-    lines relayed as they come; Ctrl-C and SIGTERM reach every one, by PID. Returns
-    each session's exit code by its prefix."""
+    lines relayed as they come (and kept in ``outputs/<name>.log``); Ctrl-C and SIGTERM
+    reach every one, by PID. Returns each session's exit code by its name (its prefix
+    without the bar) and puts the lines that say what failed in ``summaries`` under the
+    same name."""
     procs = [(prefix.rstrip("| "), _pytest(args, env), prefix) for prefix, args, env in sessions]
-    relays = [threading.Thread(target=_relay, args=(p, pre), daemon=True) for _, p, pre in procs]
+    for name, _, _ in procs:
+        summaries[name] = []
+    relays = [
+        threading.Thread(
+            target=_relay,
+            args=(p, pre, summaries[name], outputs and outputs / f"{name or 'main'}.log"),
+            daemon=True,
+        )
+        for name, p, pre in procs
+    ]
     for t in relays:
         t.start()
 
@@ -126,9 +191,13 @@ def _run_side_by_side(sessions: list[tuple[str, list[str], dict[str, str]]]) -> 
                 except ProcessLookupError:  # ended meanwhile
                     pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
-    codes = {name: proc.wait() for name, proc, _ in procs}
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, forward) for sig in signals}
+    try:
+        codes = {name: proc.wait() for name, proc, _ in procs}
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     for t in relays:
         t.join()
     return codes
