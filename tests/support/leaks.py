@@ -7,8 +7,9 @@ VM while libvirtd is down).
 ``take()`` is an inventory: kind -> set of lines. ``difference(before, after)`` is what
 changed of what the project could have made (``ours``): objects named ``tb-<run>-...``
 or ``tb<run>br`` and what hangs off them (a tap on such a bridge, a qdisc on such a
-link, a rule naming one), processes that carry a run's tag or run the project's
-commands or programs, cgroups under the project's ``edgetb`` directories, mounts of its
+link, a rule naming one), processes this session started (its tag is in their
+environment, whatever they run) or that carry a run's tag or run the project's commands
+or programs, cgroups under the project's ``edgetb`` directories, mounts of its
 namespaces, entries of the run registry that point into this session's home, and that
 home's runs. Processes count only when new and alive (this sandbox's PID 1 reaps
 zombies late; a process that ended is no leak); every other kind counts both ways,
@@ -123,13 +124,18 @@ def _processes() -> set[str]:
         fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] == "Z":  # a zombie: ended, waiting for PID 1
             continue
-        # in scope by its whole command line (a JVM's tag comes after ~1 kB of flags),
-        # unless its environment says another test session or home started it; the
-        # line keeps only its start, marked
+        # in scope when this session's tag is in its environment, whatever it runs (a
+        # `sleep` a test forgot is as much a leak as a JVM); without a tag, by its whole
+        # command line (a JVM's tag comes after ~1 kB of flags), unless its environment
+        # says another test session or home started it; the line keeps only its start,
+        # marked
+        session = _session(proc)
         named = bool(NAMES.search(cmdline) or PYTHON_COMMANDS.search(cmdline)) or any(
             d in cmdline for d in dirs
         )
-        mine = named and not _anothers(proc) and not in_another_test_home(cmdline)
+        mine = session == "ours" or (
+            named and session is None and not in_another_test_home(cmdline)
+        )
         if comm in PROGRAMS or mine:
             mark = OURS_MARK if mine else ""
             out.add(f"{proc.name} {fields[19]} {comm} {mark}{cmdline.strip()[:200]}")
@@ -142,10 +148,12 @@ OURS_MARK = "[project] "
 SESSION_VAR = "EDGETB_TEST_SESSION"
 
 
-def _anothers(proc: Path) -> bool:
-    """Whether the process was started by another test session, or under another
-    ``$EDGETB_HOME`` (a researcher's sweep beside the tests): its environment says so.
-    Processes without either (QEMU and dnsmasq, libvirtd's children) are judged by name."""
+def _session(proc: Path) -> str | None:
+    """Whose the process is by its environment: "ours" (this test session's tag, which
+    everything the session starts inherits), "other" (another session's tag, or another
+    ``$EDGETB_HOME``: a researcher's sweep beside the tests), or None where it says
+    neither (QEMU and dnsmasq, libvirtd's children: judged by name). A process whose
+    environment cannot be read (it ended meanwhile) says neither."""
     try:
         env = dict(
             item.split(b"=", 1)
@@ -153,15 +161,16 @@ def _anothers(proc: Path) -> bool:
             if b"=" in item
         )
     except OSError:
-        return False
+        return None
     session = env.get(SESSION_VAR.encode())
     if session is not None:
-        return session.decode(errors="replace") != os.environ.get(SESSION_VAR)
+        same = session.decode(errors="replace") == os.environ.get(SESSION_VAR)
+        return "ours" if same else "other"
     home = env.get(b"EDGETB_HOME")
     if home is not None:
         ours = os.path.realpath(os.path.expanduser(os.environ.get("EDGETB_HOME", "~/.edgetb")))
-        return os.path.realpath(home.decode(errors="replace")) != ours
-    return False
+        return None if os.path.realpath(home.decode(errors="replace")) == ours else "other"
+    return None
 
 
 # the homes tests/conftest.py makes for a test session (tempfile.mkdtemp's prefix)
@@ -268,7 +277,7 @@ def ours(kind: str, line: str, links: set[str], home: str) -> bool:
         return bool(
             NAMES.search(line) or any(re.search(rf"\b{re.escape(n)}\b", line) for n in links)
         )
-    if kind == "processes":  # marked by _processes from its whole command line
+    if kind == "processes":  # marked by _processes: this session's tag or its command line
         return OURS_MARK in line
     return bool(NAMES.search(line))
 

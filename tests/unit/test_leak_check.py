@@ -1,6 +1,8 @@
 """The independent leak check's comparison (tests/support/leaks.py), on made-up
 inventories; the inventory itself runs for real around every test session."""
 
+import os
+
 from tests.support import leaks
 
 
@@ -109,6 +111,36 @@ def test_another_test_sessions_processes_are_not_this_ones(monkeypatch):
             proc.communicate(b"", timeout=10)  # ended by closing its stdin
     ours = {line.split()[0] for line in lines if leaks.OURS_MARK in line}
     assert ours == {str(procs["mine"].pid)}, lines
+
+
+def test_a_process_this_session_started_is_in_scope_whatever_it_runs(monkeypatch):
+    """A ``sleep`` a test forgot carries the session's tag in its environment and no
+    project name in its command line: it is this session's; the same under another
+    session's tag, or with no tag at all, is not."""
+    import subprocess
+
+    monkeypatch.setenv(leaks.SESSION_VAR, "this-session")
+    envs = {
+        "mine": {leaks.SESSION_VAR: "this-session"},
+        "theirs": {leaks.SESSION_VAR: "other-session"},
+        "untagged": {},
+    }
+    # a length of its own per process, so each is found by its command line
+    procs = {
+        who: subprocess.Popen(
+            ["sleep", f"{600 + i}.{os.getpid()}"], env={"PATH": "/usr/bin:/bin", **env}
+        )
+        for i, (who, env) in enumerate(envs.items())
+    }
+    try:
+        lines = {line for line in leaks._processes() if f".{os.getpid()}" in line}
+    finally:
+        for proc in procs.values():
+            proc.kill()  # a process this test started, by its PID
+            proc.wait()
+    ours = {line.split()[0] for line in lines if leaks.OURS_MARK in line}
+    assert ours == {str(procs["mine"].pid)}, lines
+    assert len(lines) == 1  # sleep is no program of the project's: only the tagged one
 
 
 def test_another_sessions_runs_beside_this_one_are_theirs(monkeypatch):
