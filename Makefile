@@ -1,8 +1,9 @@
 # Set-up and everyday entry points. Every target installs what it needs, idempotently:
 # system packages (apt), the Python environment (.venv), Cassandra (Maven Central, cached).
-# `make sweep` installs what a sweep on namespaces needs (core); the VM backend and the
-# netem gateway VM (vms) and YCSB (ycsb) are installed by their own targets, and all of
-# it by `make install`, which `make test` runs.
+# `make sweep` installs what a sweep on namespaces needs (core: the Python core, no
+# extra); the VM backend and the netem gateway VM (vms, with the vms extra) and YCSB
+# (ycsb) are installed by their own targets, and all of it, every extra and the
+# development tools by `make install`, which `make test` runs.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,10 +11,10 @@ PY := $(VENV)/bin/python
 STAMPS := .make
 PYTEST_ARGS ?=
 
-.PHONY: install core vms ycsb system system-vms system-ycsb system-tests python cassandra shaper gateway \
-	image lint test unit sweep bench clean-testbed
+.PHONY: install core vms ycsb system system-vms system-ycsb system-tests system-dev python \
+	python-vms python-all cassandra shaper gateway image lint test unit sweep bench clean-testbed
 
-install: core vms ycsb
+install: core vms ycsb python-all
 	$(PY) -m testbed check
 
 # A sweep on namespaces: Cassandra and the host shaper's delayer (for kernels without
@@ -23,7 +24,7 @@ core: cassandra shaper
 	$(PY) -m emulation shaper check
 
 # The libvirt backend (VM image, libvirtd) and the netem gateway VM (--shaper gateway).
-vms: image gateway
+vms: python-vms image gateway
 	$(PY) -m testbed check libvirt qemu image
 	$(PY) -m emulation gateway check
 
@@ -39,12 +40,27 @@ system-ycsb: system
 system-tests: system
 	bash scripts/install-system.sh tests
 
+system-dev: system
+	bash scripts/install-system.sh dev
+
+# The Python environment: the core (python), with the vms extra (python-vms), or with
+# every extra and the development tools (python-all; pyproject.toml, common/extras.py).
 python: system $(STAMPS)/python
 $(STAMPS)/python: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e .
 	mkdir -p $(STAMPS) && touch $@
+
+python-vms: python system-dev $(STAMPS)/python-vms
+$(STAMPS)/python-vms: pyproject.toml
+	$(PY) -m pip install -q -e '.[vms]'
+	touch $@
+
+python-all: python system-dev $(STAMPS)/python-all
+$(STAMPS)/python-all: pyproject.toml
+	$(PY) -m pip install -q -e '.[all,dev]'
+	touch $@
 
 cassandra: python
 	$(PY) -m testbed dist install
@@ -68,7 +84,7 @@ image: cassandra system-vms
 
 # Lint, format and type check of the whole tree (configured in pyproject.toml); CI runs
 # it first.
-lint: python
+lint: python-all
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -81,7 +97,7 @@ lint: python
 test: install system-tests
 	$(PY) -m tests.support.suite $(PYTEST_ARGS)
 
-unit: python system-tests
+unit: python-all system-tests
 	$(PY) -m pytest -ra tests/unit
 
 # The main job: the seed paper's sweep (396 cells, ~14 h here on 1 testbed; resumable:

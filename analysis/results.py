@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from common import extras
 from common.command import Parser, prog
 from common.errors import ConfigError
 from common.files import write_file
@@ -277,10 +278,7 @@ def requests_frame(directory: str | Path, runs: str | Sequence[str] | None = Non
 
 
 def _pandas() -> Any:
-    try:
-        import pandas as pd
-    except ImportError as exc:
-        raise ConfigError(
-            "a DataFrame needs pandas: pip install -e '.[pandas]' (in the project's venv)"
-        ) from exc
+    extras.require("pandas", "a DataFrame")
+    import pandas as pd
+
     return pd

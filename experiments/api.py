@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common import extras
 from common.errors import ConfigError
 from testbed import TestbedError
 from testbed.backends import capabilities
@@ -109,6 +110,8 @@ def check_workers(options: RunOptions, config: SweepConfig, *, probe: bool = Tru
         raise ConfigError("--worker-timeout needs --workers")
     if options.scheduler and options.workers:
         raise ConfigError("--scheduler and --workers exclude each other")
+    if options.scheduler or options.workers:
+        extras.require("remote", "--scheduler" if options.scheduler else "--workers")
     if options.scheduler:
         if not re.fullmatch(r"(tcp|tls)://[\w.:\[\]-]+:\d{1,5}", options.scheduler):
             raise ConfigError(f"--scheduler must be tcp://HOST:PORT or tls://HOST:PORT, got "

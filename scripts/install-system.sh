@@ -2,11 +2,12 @@
 # Install the Debian/Ubuntu packages a part of the testbed needs; idempotent (no apt-get
 # at all when everything is present). Run as root.
 #
-#   install-system.sh [GROUP...]   GROUP: core (default), vms, ycsb, tests, all
+#   install-system.sh [GROUP...]   GROUP: core (default), vms, ycsb, tests, dev, all
 #
 # core: a sweep on namespaces (Cassandra, both shapers); vms: QEMU and libvirt (the VM
 # backend, the netem gateway VM); ycsb: javac for the project's YCSB binding (core has it
-# too: quiet nodes' class); tests: what the tests' own instruments need beyond those.
+# too: quiet nodes' class); tests: what the tests' own instruments need beyond those;
+# dev: what building every Python extra needs (make install, make lint).
 set -euo pipefail
 
 core=(
@@ -22,9 +23,12 @@ core=(
   # namespaces, a delayer compiled at set-up, offloads off on the testbed's links
   iptables libnetfilter-queue-dev libmnl-dev ethtool gcc
   tcpdump iputils-ping  # what a researcher checks the shaping with (and the tests do)
-  libvirt-dev pkg-config  # to build libvirt-python (a dependency) from PyPI
+)
+dev=(
+  libvirt-dev pkg-config gcc  # to build libvirt-python (the vms extra) from PyPI
 )
 vms=(
+  libvirt-dev pkg-config  # libvirt-python (the vms extra)
   qemu-system-x86     # the netem gateway VM (--shaper gateway), the VM backend
   # the libvirt backend: libvirtd, its network helper, the image build, SSH to the VMs
   libvirt-daemon-system libvirt-daemon-driver-qemu dnsmasq-base
@@ -49,8 +53,9 @@ for g in "${groups[@]}"; do
     vms) packages+=("${vms[@]}"); want_vms=1 ;;
     ycsb) packages+=("${ycsb[@]}") ;;
     tests) packages+=("${tests[@]}") ;;
-    all) packages+=("${core[@]}" "${vms[@]}" "${ycsb[@]}" "${tests[@]}"); want_vms=1 ;;
-    *) echo "error: unknown group '$g' (core, vms, ycsb, tests, all)" >&2; exit 2 ;;
+    dev) packages+=("${dev[@]}") ;;
+    all) packages+=("${core[@]}" "${vms[@]}" "${ycsb[@]}" "${tests[@]}" "${dev[@]}"); want_vms=1 ;;
+    *) echo "error: unknown group '$g' (core, vms, ycsb, tests, dev, all)" >&2; exit 2 ;;
   esac
 done
 

@@ -48,11 +48,13 @@ class GatewayShaper:
 
     name = "gateway"
     inside_hosts = False
+    extra: str | None = "vms"  # libvirt-python: its VM
     loss_location = "in the network (gateway VM), not at the sender"
 
     @staticmethod
     def preflight() -> None:
-        """Its VM's image, built (StateError naming the command that builds it)."""
+        """Its VM's image, built (StateError naming the command that builds it); its
+        extra is asked by the registry first."""
         gw_image.load()
 
     @staticmethod

@@ -16,7 +16,7 @@ from emulation import links, shapers
 from emulation.trace import load as load_trace
 from model.consistency import check_level, required_acks, site_acks
 from testbed import cgroups
-from testbed.backends import capabilities
+from testbed.backends import capabilities, require_extra
 from testbed.subnets import pool_from
 from testbed.topology import format_sites, parse_sites
 from workloads.ycsb import Spec
@@ -144,7 +144,8 @@ def _sites(config: Any, default_nodes: tuple[int, ...]) -> None:
 def _testbeds(config: Any) -> None:
     """How testbeds are built: a backend with its options, the heap within each node's
     memory, a pool, a shaper the backend can use, probes, a results directory."""
-    capabilities(config.backend)  # ConfigError naming the backends
+    require_extra(config.backend)  # ConfigError naming the backends, or a missing extra
+    shapers.require_extra(config.shaper)
     options = config.backend_options()
     if options.get("resources"):  # every node count's nodes, with the sweep's heap
         for n in config.nodes:

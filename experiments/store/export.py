@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from common import extras
 from common.command import Parser, command, prog
 from common.errors import ConfigError, TestbedError
 from common.files import replacing, write_file
@@ -69,6 +70,8 @@ def export(
     """Export the store in ``directory``; returns the files written."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if fmt == "parquet":
+        extras.require("parquet", "--format parquet")
     store = Store(directory, read_only=True)
     try:
         if run_id is not None:

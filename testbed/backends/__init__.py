@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from common import extras
 from common.errors import ConfigError
 
 from ..state import RunState
@@ -32,6 +33,7 @@ class Capabilities:
     # one testbed at a time, never per Dask worker, their network not ours: TLS)
     options: frozenset[str] = frozenset()  # backend options it takes (backend_options)
     required: frozenset[str] = frozenset()  # ... of which it cannot go without
+    extra: str | None = None  # the project's extra it needs (common.extras), if any
 
 
 CAPABILITIES: dict[str, Capabilities] = {
@@ -41,11 +43,11 @@ CAPABILITIES: dict[str, Capabilities] = {
     ),
     "libvirt": Capabilities(
         remote=True, namespaces=False, restart_nodes=False, owns_hosts=True,
-        options=frozenset({"edge_size"}),
+        options=frozenset({"edge_size"}), extra="vms",
     ),
     "hosts": Capabilities(
         remote=True, namespaces=False, restart_nodes=False, owns_hosts=False,
-        options=frozenset({"inventory"}), required=frozenset({"inventory"}),
+        options=frozenset({"inventory"}), required=frozenset({"inventory"}), extra="hosts",
     ),
 }  # fmt: skip
 DEFAULT_BACKEND = "netns"
@@ -154,9 +156,18 @@ def registry() -> dict[str, type[Backend]]:
 
 
 def backend_class(name: str) -> type[Backend]:
-    """The backend registered as ``name``; ConfigError naming the available ones."""
-    capabilities(name)  # the one message for an unknown name
+    """The backend registered as ``name``; ConfigError naming the available ones, or the
+    extra it needs when that is not installed."""
+    require_extra(name)
     return registry()[name]
+
+
+def require_extra(name: str | None) -> None:
+    """ConfigError naming the extra backend ``name`` needs when it is not installed (the
+    one message for an unknown name first)."""
+    extra = capabilities(name).extra
+    if extra is not None:
+        extras.require(extra, f"--backend {name}")
 
 
 def backend_options(
