@@ -145,18 +145,25 @@ ENVIRONMENT_ERRNOS = frozenset(
 )  # fmt: skip
 
 
+SHOWN_NAME = 120  # characters of a file name an error line shows
+
+
 def exit_code(exc: BaseException) -> int:
     """The exit code of a command that ended with ``exc``, after saying why in one line."""
     if isinstance(exc, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return EXIT_STOPPED
     if isinstance(exc, OSError) and not isinstance(exc, TestbedError):
-        where = f"{exc.filename}: " if exc.filename else ""
+        name = str(exc.filename) if exc.filename else ""
+        if len(name) > SHOWN_NAME:  # a name someone typed: its start and its length
+            name = f"{name[:SHOWN_NAME]}... ({len(name)} characters)"
+        where = f"{name}: " if name else ""
         hint = (
             " (the disk or its quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         )
         print(f"error: {where}{exc.strerror or exc}{hint}", file=sys.stderr)
-        return EXIT_FAILED
+        # a path the file system cannot take is the input's fault, not the machine's
+        return EXIT_BAD_INPUT if exc.errno == errno.ENAMETOOLONG else EXIT_FAILED
     print(f"error: {exc}", file=sys.stderr)
     return EXIT_BAD_INPUT if isinstance(exc, ConfigError) else EXIT_FAILED
 
