@@ -458,3 +458,14 @@ def test_a_new_call_removes_the_last_calls_figures_and_nothing_else(synthetic):
     (out / "my_notes.png").write_bytes(b"mine")  # not the analysis' own
     plots.make_all(load(synthetic))
     assert not (out / "rtt_n9_loss1.svg").exists() and (out / "my_notes.png").exists()
+
+
+def test_the_figure_registry_holds_each_kind_once_with_its_drawer():
+    from analysis.figures import DRAWERS
+    from analysis.results import Results
+
+    kinds = [k for d in DRAWERS for k in d.kinds]
+    assert sorted(k.order for k in kinds) == list(range(len(kinds)))  # one reading order
+    assert len({k.pattern for k in kinds}) == len(kinds) == len(FIGURES)
+    fields = set(Results.__dataclass_fields__)
+    assert all(d.needs in fields and callable(d.draw) for d in DRAWERS), fields
