@@ -12,7 +12,7 @@ from collections.abc import Callable
 from common import inputs
 from common.errors import ConfigError
 
-from . import cgroups
+from . import resources
 from .state import check_name
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -80,7 +80,7 @@ def testbed_name(text: str) -> str:
 
 
 NODE_FLAGS = (
-    ("profile", "NAME", "a device profile for every edge node: " + ", ".join(cgroups.PROFILES)),
+    ("profile", "NAME", "a device profile for every edge node: " + ", ".join(resources.PROFILES)),
     ("cpu", "CORES", "CPU quota per edge node in cores, e.g. 0.5 (cgroup cpu.max)"),
     ("cpuset", "CPUS", "CPUs an edge node may run on, e.g. 1 or 0-1 (cpuset.cpus)"),
     ("memory_mb", "MB", "memory per edge node, no swap (memory.max); the heap must fit"),
@@ -94,16 +94,16 @@ def add_node_resource_flags(p: argparse._ActionsContainer) -> None:
     takes one value for every edge node, or per host: e0=1,e1=0.5 (ep= limits the
     endpoint too)."""
     for name, metavar, text in NODE_FLAGS:
-        p.add_argument(cgroups.FLAGS[name], dest=f"node_{name}", metavar=metavar, help=text)
+        p.add_argument(resources.FLAGS[name], dest=f"node_{name}", metavar=metavar, help=text)
 
 
 def node_resources(args: argparse.Namespace) -> dict | None:
     """The --node-* flags as the netns backend's ``resources`` option (None: none given)."""
     values = {
-        name: cgroups.parse_flag(name, getattr(args, f"node_{name}", None))
+        name: resources.parse_flag(name, getattr(args, f"node_{name}", None))
         for name, *_ in NODE_FLAGS
     }
-    spec = cgroups.spec_from({k: v for k, v in values.items() if v})
+    spec = resources.spec_from({k: v for k, v in values.items() if v})
     return spec or None
 
 

@@ -34,7 +34,7 @@ from common.errors import (
 )
 from common.runner import run
 
-from . import cgroups, subnets
+from . import resources, subnets
 from . import state as st
 from .backends import Backend, backend_class, capabilities, make_backend
 from .cassandra import auth as auth_mod
@@ -140,7 +140,7 @@ class Testbed:
             cassandra.check_hosts(topology)
             spec = self.backend_options.get("resources")
             if spec:  # each node's JVM (heap and the rest) under its memory limit
-                for host, res in cgroups.resolve_spec(spec, topology).items():
+                for host, res in resources.resolve_spec(spec, topology).items():
                     if topology.host(host).is_edge:
                         res.check_heap(cassandra.heap_mb, host)
             if cassandra.tls is None:  # the backend's default: on where hosts are real

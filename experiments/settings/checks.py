@@ -15,7 +15,7 @@ from common.errors import ConfigError
 from emulation import links, shapers
 from emulation.trace import load as load_trace
 from model.consistency import check_level, required_acks, site_acks
-from testbed import cgroups
+from testbed import resources
 from testbed.backends import capabilities, require_extra
 from testbed.subnets import pool_from
 from testbed.topology import format_sites, parse_sites
@@ -149,7 +149,9 @@ def _testbeds(config: Any) -> None:
     options = config.backend_options()
     if options.get("resources"):  # every node count's nodes, with the sweep's heap
         for n in config.nodes:
-            for host, res in cgroups.resolve_spec(options["resources"], config.topology(n)).items():
+            for host, res in resources.resolve_spec(
+                options["resources"], config.topology(n)
+            ).items():
                 if host != "ep":
                     res.check_heap(config.heap_mb, host)
     caps = capabilities(config.backend)

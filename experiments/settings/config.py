@@ -16,7 +16,7 @@ from typing import Any, Literal
 from common.errors import ConfigError
 from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from emulation.trace import load as load_trace
-from testbed import cgroups
+from testbed import resources
 from testbed.backends import backend_options
 from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JVM_PROFILES, JvmProfile
@@ -177,7 +177,7 @@ class SweepConfig:
         fingerprint="never",
     )
     # device-sized nodes (netns: cgroups): a value, or per host "e0=1,e1=0.5"
-    node_profile: str | None = node_knob("profile", "a device profile (testbed.cgroups.PROFILES)")
+    node_profile: str | None = node_knob("profile", "a device profile (testbed.resources.PROFILES)")
     node_cpu: float | str | None = node_knob("cpu", "cores of CPU time per edge node")
     node_cpuset: str | None = node_knob("cpuset", "the machine's CPUs an edge node may run on")
     node_memory_mb: int | str | None = node_knob(
@@ -265,9 +265,9 @@ class SweepConfig:
     def backend_options(self) -> dict[str, Any]:
         """The testbed's backend options, as `testbed up` would build them."""
 
-        spec = cgroups.spec_from(
+        spec = resources.spec_from(
             {
-                name.removeprefix("node_"): cgroups.parse_flag(
+                name.removeprefix("node_"): resources.parse_flag(
                     name.removeprefix("node_"), None if v is None else str(v)
                 )
                 for name in NODE_FIELDS

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from common.errors import ConfigError
 from common.inputs import MAX_INT, MAX_NUMBER_CHARS, shown
-from testbed import cgroups
+from testbed import resources
 from testbed.topology import MAX_EDGE_NODES
 
 MAX_LIST_VALUES = 1000  # values one list flag may expand to (a grid larger is a typo)
@@ -64,7 +64,7 @@ def node_knob(key: str, help: str) -> Any:  # testbed.argtypes adds their flags,
         None,
         help,
         "node",
-        flag=cgroups.FLAGS[key],
+        flag=resources.FLAGS[key],
         own_flag=False,
         group="testbed",
         fingerprint="unless-default",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from common.errors import CommandError, StateError
 from common.runner import run
 
-from .. import cgroups, subnets
+from .. import cgroups, resources, subnets
 from ..cassandra.launch import CassandraLaunch
 from ..cassandra.node import CassandraNode, stop_nodes
 from ..cassandra.readiness import wait_for_nodes
@@ -142,7 +142,7 @@ class NetnsBackend:
     def check_options(topology: Topology, options: dict) -> None:
         """Node resources: known hosts, profiles and values (the input alone)."""
         if options.get("resources"):
-            cgroups.resolve_spec(options["resources"], topology)
+            resources.resolve_spec(options["resources"], topology)
 
     @staticmethod
     def validate(topology: Topology, options: dict) -> None:
@@ -151,13 +151,13 @@ class NetnsBackend:
         if options.get("resources"):
             lay = cgroups.require_layout()
             if lay.version == 2:
-                for res in cgroups.resolve_spec(options["resources"], topology).values():
+                for res in resources.resolve_spec(options["resources"], topology).values():
                     cgroups.check_v2_root(lay, cgroups.needed_v2(res))
 
     @property
-    def resources(self) -> dict[str, cgroups.Resources]:
+    def resources(self) -> dict[str, resources.Resources]:
         spec = self.state.options.get("resources") or {}
-        return cgroups.resolve_spec(spec, self.topology) if spec else {}
+        return resources.resolve_spec(spec, self.topology) if spec else {}
 
     def create(self) -> None:
         # Record first, create second: a crash in between leaves only names `clean` ignores.

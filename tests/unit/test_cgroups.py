@@ -8,33 +8,33 @@ from pathlib import Path
 import pytest
 
 from common.errors import ConfigError
-from testbed import Topology, cgroups
+from testbed import Topology, cgroups, resources
 from testbed.backends import backend_options
-from testbed.cgroups import Resources
+from testbed.resources import Resources
 
 
 def test_one_value_for_every_edge_node_or_per_host():
-    assert cgroups.parse_flag("cpu", "0.5") == {"*": 0.5}
-    assert cgroups.parse_flag("cpu", "e0=1,e2=0.25") == {"e0": 1.0, "e2": 0.25}
-    assert cgroups.parse_flag("cpuset", "0,1") == {"*": "0,1"}
-    assert cgroups.parse_flag("cpuset", "e0=0,1;e1=1") == {"e0": "0,1", "e1": "1"}
-    assert cgroups.parse_flag("memory_mb", None) == {}
+    assert resources.parse_flag("cpu", "0.5") == {"*": 0.5}
+    assert resources.parse_flag("cpu", "e0=1,e2=0.25") == {"e0": 1.0, "e2": 0.25}
+    assert resources.parse_flag("cpuset", "0,1") == {"*": "0,1"}
+    assert resources.parse_flag("cpuset", "e0=0,1;e1=1") == {"e0": "0,1", "e1": "1"}
+    assert resources.parse_flag("memory_mb", None) == {}
     with pytest.raises(ConfigError, match="every part is HOST=VALUE"):
-        cgroups.parse_flag("cpuset", "e0=0,1,e1=2")
+        resources.parse_flag("cpuset", "e0=0,1,e1=2")
     with pytest.raises(ConfigError, match="--node-memory: cannot read 'lots' as int"):
-        cgroups.parse_flag("memory_mb", "lots")
+        resources.parse_flag("memory_mb", "lots")
 
 
 def test_profiles_then_single_settings_then_a_hosts_own():
-    spec = cgroups.spec_from(
+    spec = resources.spec_from(
         {
             "profile": {"*": "rpi4"},
             "cpu": {"e1": 0.3},
             "memory_mb": {"ep": 512},
         }
     )
-    got = cgroups.resolve_spec(spec, Topology(edge_nodes=2))
-    assert got["e0"] == cgroups.PROFILES["rpi4"]
+    got = resources.resolve_spec(spec, Topology(edge_nodes=2))
+    assert got["e0"] == resources.PROFILES["rpi4"]
     assert got["e1"].cpu == 0.3 and got["e1"].memory_mb == 2048 and got["e1"].profile == "rpi4"
     assert got["ep"] == Resources(memory_mb=512)  # "*" is the edge nodes only
 
@@ -55,7 +55,7 @@ def test_profiles_then_single_settings_then_a_hosts_own():
 )
 def test_bad_node_resources_are_one_line_errors(spec, message):
     with pytest.raises(ConfigError, match=message):
-        cgroups.resolve_spec(spec, Topology(edge_nodes=3))
+        resources.resolve_spec(spec, Topology(edge_nodes=3))
 
 
 def test_the_heap_must_fit_the_nodes_memory():
@@ -73,8 +73,8 @@ def test_node_resources_are_for_the_netns_backend():
 
 
 def test_cpusets_read_and_written():
-    assert cgroups.parse_cpuset("0-2,5") == {0, 1, 2, 5}
-    assert cgroups.format_cpuset({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert resources.parse_cpuset("0-2,5") == {0, 1, 2, 5}
+    assert resources.format_cpuset({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
 
 
 def test_a_process_joins_every_hierarchy_then_runs_with_the_same_pid(tmp_path):
