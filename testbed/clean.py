@@ -33,6 +33,7 @@ from common.paths import cache_root
 from common.procs import pid_alive
 from common.tags import tagged_processes
 
+from . import ownership
 from . import state as st
 from .backends import capabilities, registry
 
@@ -102,9 +103,9 @@ def clean(
             keep.add(rid)
             continue
         if not run_dir.is_dir():
-            st.unregister(rid, run_dir)  # its objects, if any, go with the orphans below
+            ownership.unregister(rid, run_dir)  # its objects, if any, go with the orphans below
             continue
-        lock = st.RunLock(run_dir)
+        lock = ownership.RunLock(run_dir)
         try:
             got = lock.acquire(blocking=False)
         except st.StateError:  # removed meanwhile by its owner (`down`) or another clean
@@ -113,7 +114,7 @@ def clean(
             holder = lock.holder() or {}
             keep.add(rid)
             report.skipped.append(rid)
-            progress(f"kept run {rid}: in use by {st.describe_holder(holder)}")
+            progress(f"kept run {rid}: in use by {ownership.describe_holder(holder)}")
             continue
         try:
             reason = _keep_reason(run_dir, run_id is not None, all_detached, base)
@@ -129,7 +130,7 @@ def clean(
     if run_id is None:
         _remove_unfinished_dirs(base)
         _remove_stray_registry_entries()
-        st.remove_dead_sweep_entries()
+        ownership.remove_dead_sweep_entries()
         if not report.skipped:  # a killed class-data-sharing training run left half a file
             for leftover in cache_root().glob("cassandra-*/cds/*.jsa.tmp"):
                 leftover.unlink(missing_ok=True)
@@ -197,7 +198,7 @@ def _remove_run(
     for pid, owner in tagged_processes().items():
         if owner == run_id:
             _kill(pid, report)
-    st.unregister(run_id, run_dir)
+    ownership.unregister(run_id, run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
     report.runs.append(run_id)
 
@@ -212,12 +213,12 @@ def _remove_unfinished_dirs(base: Path | None) -> None:
     if not root.is_dir():
         return
     for path in root.glob(".*"):
-        if not (path.is_dir() and st.RUN_ID_RE.fullmatch(path.name[1:7] or "")):
+        if not (path.is_dir() and ownership.RUN_ID_RE.fullmatch(path.name[1:7] or "")):
             continue
         try:
             if time.time() - path.stat().st_mtime < UNFINISHED_AGE_S:
                 continue
-            lock = st.RunLock(path)
+            lock = ownership.RunLock(path)
             if lock.acquire(blocking=False):
                 try:
                     shutil.rmtree(path, ignore_errors=True)
@@ -229,7 +230,7 @@ def _remove_unfinished_dirs(base: Path | None) -> None:
 
 def _remove_stray_registry_entries() -> None:
     """Temporary links (``.<run>.<pid>``) a registering process died before renaming."""
-    reg = st.registry_dir()
+    reg = ownership.registry_dir()
     if not reg.is_dir():
         return
     for entry in reg.glob(".*"):
@@ -258,7 +259,7 @@ def residue(run_id: str | None = None, base: Path | None = None) -> dict[str, li
     gateway VM, SSH masters), run directories and registry entries. Empty lists = clean."""
     procs = [pid for pid, rid in tagged_processes().items() if run_id in (None, rid)]
     dirs = [p.name for p in st.list_runs(base) if run_id in (None, p.name)]
-    registered = [rid for rid in st.registered_runs() if run_id in (None, rid)]
+    registered = [rid for rid in ownership.registered_runs() if run_id in (None, rid)]
     objects: dict[str, list] = {}
     for cls in registry().values():
         objects.update(cls.leftovers(run_id))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from common.command import command
 from common.errors import CommandError, ConfigError, TestbedError
 
-from . import argtypes
+from . import argtypes, ownership
 from . import state as st
 from .backends.libvirt import LibvirtRecord
 from .cassandra import dist as dist_mod
@@ -134,7 +134,7 @@ def cmd_list(_args: argparse.Namespace) -> int:
         return 0
     print(f"{'run':<7} {'name':<14} {'status':<16} {'owner':<26} {'backend':<8} nodes")
     for s in states:
-        holder = st.RunLock(s.run_dir).holder()
+        holder = ownership.RunLock(s.run_dir).holder()
         owner = (
             f"pid {holder.get('pid')}"
             if holder

@@ -22,7 +22,8 @@ from common import paths
 from common.errors import CommandError, ConfigError
 from common.runner import run
 
-from .state import OwnerLock, RunState, registered_runs, registry_dir, run_of
+from .ownership import OwnerLock, registered_runs, registry_dir
+from .state import RunState, run_of
 from .topology import Topology
 
 DEFAULT_POOL = "10.77.0.0/16"

@@ -34,7 +34,7 @@ from common.errors import (
 )
 from common.runner import run
 
-from . import resources, subnets
+from . import ownership, resources, subnets
 from . import state as st
 from .backends import Backend, backend_class, capabilities, make_backend
 from .cassandra import auth as auth_mod
@@ -123,7 +123,7 @@ class Testbed:
         self.on_registered = on_registered
         self.faulted = False
         self.log_findings = ()
-        self._owner: st.RunLock | None = None
+        self._owner: ownership.RunLock | None = None
         # Validate everything before anything on the system changes: first the input alone
         # (so bad input is named even without root), then what needs the machine.
         cls = backend_class(backend)
@@ -300,11 +300,11 @@ class Testbed:
         assert self.state is not None
         if self._owner is not None and self._owner.held:
             return
-        lock = st.RunLock(self.state.run_dir)
+        lock = ownership.RunLock(self.state.run_dir)
         if not lock.acquire(blocking=False, wait_s=2.0):
             holder = lock.holder() or {}
             raise RunInUseError(
-                f"run {self.state.run_id} is in use by {st.describe_holder(holder)}; "
+                f"run {self.state.run_id} is in use by {ownership.describe_holder(holder)}; "
                 f"stop that process (or wait for it) first"
             )
         self._owner = lock
@@ -365,7 +365,7 @@ class Testbed:
                 saved = self._save_logs()
         finally:
             if not retry:
-                st.unregister(state.run_id, state.run_dir)
+                ownership.unregister(state.run_id, state.run_dir)
                 shutil.rmtree(state.run_dir, ignore_errors=True)
             if self._owner is not None:
                 self._owner.release()

@@ -25,7 +25,8 @@ from typing import Any
 from common import paths
 from common.errors import RunInUseError
 from common.files import write_file
-from testbed.state import OwnerLock, describe_holder, home
+from testbed.ownership import OwnerLock, describe_holder
+from testbed.state import home
 
 from ..plan import estimate
 from ..plan import shards as plan

@@ -35,8 +35,8 @@ from typing import Any
 
 from common.command import Parser, command, leave_terminal, prog
 from common.errors import TestbedError
+from testbed.ownership import OwnerLock
 from testbed.setup_check import check_cassandra
-from testbed.state import OwnerLock
 
 from ..run.launch import LOCK_NAME, choose_parallel, parse_parallel
 from ..run.scheduler import remove_stale_testbeds

@@ -16,7 +16,7 @@ from common.errors import ConfigError, RunInUseError, StateError
 from emulation import shapers
 from testbed import TestbedError
 from testbed.backends import capabilities
-from testbed.state import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
+from testbed.ownership import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 from workloads.ycsb import dist as ycsb_dist
 
 from ..plan import calibration, estimate, fidelity

@@ -3,7 +3,7 @@ it there): tearing it down leaves nothing of it behind."""
 
 import os
 
-from testbed.state import LOCK_FILE
+from testbed.ownership import LOCK_FILE
 
 from .conftest import assert_no_residue
 

@@ -217,7 +217,7 @@ def _mounts() -> set[str]:
 
 def _registry() -> set[str]:
     """The machine-wide run registry (``/run/edgetb/runs``): "run id -> run directory"."""
-    from testbed.state import registry_dir
+    from testbed.ownership import registry_dir
 
     reg = registry_dir()
     out = set()

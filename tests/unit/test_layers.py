@@ -295,7 +295,6 @@ OVER_THE_LIMITS = {
     "testbed.client.auth_setup": 91,
     "testbed.images": 520,  # +1: imports of common/ are a block of their own
     "testbed.images._build": 131,
-    "testbed.state": 574,  # +3: imports of common/ are a block of their own
     "testbed.testbed": 765,  # +1: imports of common/ are a block of their own
     "testbed.testbed.Testbed": 658,
     "testbed.testbed.__init__": 87,

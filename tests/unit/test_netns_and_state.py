@@ -13,16 +13,8 @@ from common.tags import tag_of
 from testbed import StateError, Topology
 from testbed.backends import make_backend
 from testbed.backends.netns import build_commands, planned_namespaces
-from testbed.state import (
-    RunLock,
-    RunState,
-    create_run,
-    known_runs,
-    registered_runs,
-    run_of,
-    select_run,
-    unregister,
-)
+from testbed.ownership import RunLock, registered_runs, unregister
+from testbed.state import RunState, create_run, known_runs, run_of, select_run
 from testbed.testbed import parse_nodetool_status
 
 

@@ -13,7 +13,7 @@ from analysis.figsave import plt, save_figure
 from common.files import UnsafeFileError, append_to, replacing, write_file
 from experiments.store.export import _write
 from testbed.backends.remote import RemoteBackend
-from testbed.state import OwnerLock
+from testbed.ownership import OwnerLock
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from experiments.run import launch
-from testbed.state import OwnerLock, remove_dead_sweep_entries
+from testbed.ownership import OwnerLock, remove_dead_sweep_entries
 
 HOLDER = textwrap.dedent(
     """
