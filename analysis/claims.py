@@ -1,273 +1,300 @@
 """The seed paper's claims (sections 5.1-5.5 and 6) checked against measurements and
-against the model (pure).
+against the model: the one computation of each claim's figures, which ``analysis.compare``,
+``analysis.model``, the report's claims table and its pages all read (``from_results``).
 
 Each claim is a function of mean RTTs keyed (nodes, loss, rf, latency), so the same test
 runs on what was measured and on what ``model.rtt`` predicts for the same cells;
 claims about node counts or losses a run did not measure are checked on the model's
-what-if grid only (the service time of the run's 0 ms cells, or 5 ms). Verdicts: holds,
-does not hold, holds only when ..., or cannot tell: the data a claim needs is missing, or
-(on measurements, whose means have standard errors) the RFs it ranks differ by less than
-APART_SE standard errors, or an order of too few RFs to be significant.
+what-if grid only (the service time of the run's 0 ms cells, or 5 ms). Each gives a
+``Finding``: its verdict, the numbers behind it, and its statistic with a 95 % interval
+where the means have standard errors (measurements; the model's means are exact). The
+verdict comes from the interval: "does not hold" only where the interval excludes what
+the claim says, "holds" where the interval lies where the claim says, "cannot tell"
+otherwise (or where the data a claim needs is missing). Claims that rank RFs tell two
+means apart beyond APART_SE standard errors of their difference; claims about a spread,
+a ratio or a slope take a parametric bootstrap of the means (each drawn from a normal of
+its standard error, seeded: the same numbers on every call).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import phi as phi_mod
+from .findings import (
+    MIN_LATENCY_MS,
+    Errors,
+    Finding,
+    Means,
+    above,
+    below,
+    ci_text,
+    draws,
+    grid,
+    interval,
+    losses_of,
+    none,
+    one,
+    rank_finding,
+    ranked,
+    se_of,
+    slope_draws,
+    verdict_over,
+    within,
+)
 from .stats import (
     APART_SE,
     SIGNIFICANT_P,
-    median_line_slope,
-    repetitions_to_tell,
+    points,
     smallest_spearman_p,
     spearman_test,
 )
 
-Means = Mapping[tuple[int, float, int, float], float]  # (nodes, loss, rf, latency) -> ms
-Errors = Mapping[tuple[int, float, int, float], float]  # the same keys -> standard error, ms
+if TYPE_CHECKING:
+    from .results import Results
+
 NO_ERRORS: Errors = {}  # the model's means: exact
-MIN_LATENCY_MS = 10.0  # the paper's statements are about shaped links
 SIMILAR = 0.10  # "similar": within 10 % of each other
 STD_CLAIM_MS = 1.5
 
 
-def _grid(means: Means, nodes: int, loss: float) -> dict[float, dict[int, float]]:
-    out: dict[float, dict[int, float]] = defaultdict(dict)
-    for (n, l, rf, lat), v in means.items():
-        if n == nodes and l == loss and lat >= MIN_LATENCY_MS:
-            out[lat][rf] = v
-    return dict(sorted(out.items()))
-
-
-def _verdict(ok: list[tuple[float, bool | None]], what: str = "at latencies") -> str:
-    """holds / does not hold / holds only ... over the latencies decided; ``None`` marks a
-    latency where the means are too close to tell."""
-    if not ok:
-        return "cannot tell (no cells for it)"
-    decided = [(x, y) for x, y in ok if y is not None]
-    close = [x for x, y in ok if y is None]
-    if not decided:
-        return f"cannot tell (within {APART_SE:g} standard errors at every latency)"
-    good = [x for x, y in decided if y]
-    if len(good) == len(decided):
-        verdict = "holds"
-    elif not good:
-        verdict = "does not hold"
-    else:
-        verdict = f"holds only {what} {', '.join(f'{x:g}' for x in good)} ms"
-    if close:
-        verdict += f"; cannot tell at {', '.join(f'{x:g}' for x in close)} ms"
-    return verdict
-
-
-def _apart(means: Means, se: Errors, a: tuple, b: tuple) -> tuple[bool, str]:
-    """Are the means at keys ``a`` and ``b`` told apart (their difference beyond
-    APART_SE standard errors; always, without errors)? With a note of the repetitions that would
-    tell them apart when not."""
-    err = math.hypot(se.get(a, 0.0), se.get(b, 0.0))
-    diff = abs(means[a] - means[b])
-    if not err > 0 or diff > APART_SE * err:  # no errors (the model), or NaN: as measured
-        return True, ""
-    need = repetitions_to_tell(diff, err)
-    return False, " (equal)" if need is None else f" ({need}x the repetitions to tell)"
-
-
-def _losses(means: Means, nodes: int) -> list[float]:
-    return sorted({k[1] for k in means if k[0] == nodes})
-
-
-def _ranked(
-    means: Means, se: Errors, nodes: int, loss: float, rf: int, pick: Callable
-) -> tuple[list[tuple[float, bool | None]], list[str]]:
-    """Per latency: is ``rf`` the one ``pick`` (max: worst, min: best) chooses, told
-    apart (None: too close to tell) from the runner-up when it is, from the chosen one
-    when it is not; and the numbers."""
-    ok: list[tuple[float, bool | None]] = []
-    parts = []
-    for lat, by_rf in _grid(means, nodes, loss).items():
-        if rf not in by_rf or len(by_rf) < 2:
-            continue
-        chosen = pick(by_rf, key=lambda r: by_rf[r])
-        other = pick((r for r in by_rf if r != rf), key=lambda r: by_rf[r])
-        apart, note = _apart(means, se, (nodes, loss, rf, lat), (nodes, loss, other, lat))
-        ok.append((lat, (chosen == rf) if apart else None))
-        parts.append(f"{lat:g} ms: RF {rf} {by_rf[rf]:.0f}, RF {other} {by_rf[other]:.0f}" + note)
-    return ok, parts
-
-
-def rf2_worst_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> tuple[str, str]:
-    losses = _losses(means, nodes)
+def rf2_worst_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    losses = losses_of(means, nodes)
     if not losses:
-        return "cannot tell (no cells for it)", ""
-    ok, parts = _ranked(means, se, nodes, losses[-1], 2, max)
-    return _verdict(ok), f"{losses[-1]:g} % loss, worst: " + "; ".join(parts)
+        return none()
+    ok, parts, margin = ranked(means, se, nodes, losses[-1], 2, max)
+    return rank_finding(ok, parts, margin, f"{losses[-1]:g} % loss, worst: ")
 
 
-def rf2_similar_at_lower_loss(means: Means, nodes: int) -> tuple[str, str]:
-    held: dict[float, bool] = {}
+def rf2_similar_at_lower_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    """RF 2's mean against the mean of RF >= 3's, per lower loss and latency: similar
+    where the 95 % interval of the excess lies within SIMILAR, not where it lies outside."""
+    held: dict[float, bool | None] = {}
     parts: list[str] = []
-    for loss in _losses(means, nodes)[:-1]:
-        for lat, by_rf in _grid(means, nodes, loss).items():
-            others = [v for rf, v in by_rf.items() if rf >= 3]
+    worst: tuple[float, float, float | None, float | None] | None = None
+    for loss in losses_of(means, nodes)[:-1]:
+        for lat, by_rf in grid(means, nodes, loss).items():
+            others = [(nodes, loss, rf, lat) for rf in by_rf if rf >= 3]
             if 2 not in by_rf or not others:
                 continue
-            excess = by_rf[2] / float(np.mean(others)) - 1
-            held[loss] = held.get(loss, True) and abs(excess) <= SIMILAR
-            parts.append(f"{loss:g} %/{lat:g} ms {100 * excess:+.0f} %")
-    if not held:
-        return "cannot tell (no cells for it)", ""
-    good = [loss for loss, ok in held.items() if ok]
-    verdict = (
-        "holds"
-        if len(good) == len(held)
-        else "does not hold"
-        if not good
-        else f"holds only at {', '.join(f'{x:g}' for x in good)} % loss"
-    )
-    return verdict, "RF 2 against the mean of RF >= 3: " + ", ".join(parts)
+            d = draws(means, se, [(nodes, loss, 2, lat), *others])
+            value, low, high = interval(d[:, 0] / d[:, 1:].mean(axis=1) - 1)
+            ok = within(value, low, high, SIMILAR)
+            before = held.get(loss, True)
+            held[loss] = False if ok is False or before is False else (ok and before)
+            if worst is None or abs(value) > abs(worst[0]):
+                worst = (value, lat, low, high)
+            parts.append(
+                f"{loss:g} %/{lat:g} ms {100 * value:+.0f} %{ci_text(low, high, '+.0f', 100)}"
+            )
+    if not held or worst is None:
+        return none()
+    verdict = verdict_over(list(held.items()), "at", "% loss")
+    ci = " (95 % intervals)" if any(p.endswith("]") for p in parts) else ""
+    return Finding(
+        verdict, f"RF 2 against the mean of RF >= 3{ci}: " + ", ".join(parts),
+        worst[0], worst[2], worst[3], "fraction",
+    )  # fmt: skip
 
 
-def _slopes(means: Means, nodes: int, loss: float) -> dict[int, float]:
-    series: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for lat, by_rf in _grid(means, nodes, loss).items():
-        for rf, v in by_rf.items():
-            series[rf].append((lat, v))
-    return {
-        rf: median_line_slope([p[0] for p in pts], [p[1] for p in pts])
-        for rf, pts in sorted(series.items())
-        if len(pts) >= 2
-    }
-
-
-def rf2_steepest_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
-    losses = _losses(means, nodes)
+def rf2_steepest_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    losses = losses_of(means, nodes)
     if not losses:
-        return "cannot tell (no cells for it)", ""
-    s = _slopes(means, nodes, losses[-1])
+        return none()
+    s = slope_draws(means, se, nodes, losses[-1])
     if 2 not in s or len(s) < 2:
-        return "cannot tell (fewer than two latencies >= 10 ms)", ""
-    steepest = max(s, key=lambda rf: s[rf])
-    text = ", ".join(f"RF {rf} {v:.2f}" for rf, v in s.items())
-    return ("holds" if steepest == 2 else "does not hold"), f"median-line slopes: {text}"
+        return none("fewer than two latencies >= 10 ms")
+    steepest_other = np.max([v for rf, v in s.items() if rf != 2], axis=0)
+    value, low, high = interval(s[2] - steepest_other)
+    text = ", ".join(f"RF {rf} {v[0]:.2f}" for rf, v in s.items())
+    return Finding(
+        one(above(value, low, high)),
+        f"median-line slopes: {text}; RF 2's lead {value:+.2f}{ci_text(low, high, '+.2f')}",
+        value, low, high, "ms/ms",
+    )  # fmt: skip
 
 
-def rf5_best_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> tuple[str, str]:
-    losses = _losses(means, nodes)
+def rf5_best_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    losses = losses_of(means, nodes)
     if not losses:
-        return "cannot tell (no cells for it)", ""
-    ok, parts = _ranked(means, se, nodes, losses[-1], nodes, min)
-    return _verdict(ok), f"{losses[-1]:g} % loss, best: " + "; ".join(parts)
+        return none()
+    ok, parts, margin = ranked(means, se, nodes, losses[-1], nodes, min)
+    return rank_finding(ok, parts, margin, f"{losses[-1]:g} % loss, best: ")
 
 
-def rf1_best_at_low_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> tuple[str, str]:
-    losses = _losses(means, nodes)
+def rf1_best_at_low_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    losses = losses_of(means, nodes)
     if not losses:
-        return "cannot tell (no cells for it)", ""
-    ok, parts = _ranked(means, se, nodes, losses[0], 1, min)
-    return _verdict(ok), f"{losses[0]:g} % loss, best: " + "; ".join(parts)
+        return none()
+    ok, parts, margin = ranked(means, se, nodes, losses[0], 1, min)
+    return rank_finding(ok, parts, margin, f"{losses[0]:g} % loss, best: ")
 
 
-def rf1_slope_like_rf345_at_high_loss(means: Means, nodes: int) -> tuple[str, str]:
-    losses = _losses(means, nodes)
+def rf1_slope_like_rf345_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    losses = losses_of(means, nodes)
     if not losses:
-        return "cannot tell (no cells for it)", ""
-    s = _slopes(means, nodes, losses[-1])
+        return none()
+    s = slope_draws(means, se, nodes, losses[-1])
     high = [s[rf] for rf in (3, 4, 5) if rf in s]
     if 1 not in s or not high:
-        return "cannot tell (no RF 1 or RF >= 3 slopes)", ""
-    diff = s[1] / float(np.mean(high)) - 1
-    return (
-        "holds" if abs(diff) <= SIMILAR else "does not hold",
-        f"RF 1 slope {s[1]:.2f} vs RF 3-5 mean {np.mean(high):.2f} ({100 * diff:+.0f} %)",
-    )
+        return none("no RF 1 or RF >= 3 slopes")
+    mean_high = np.mean(high, axis=0)
+    value, low, hi = interval(s[1] / mean_high - 1)
+    return Finding(
+        one(within(value, low, hi, SIMILAR)),
+        f"RF 1 slope {s[1][0]:.2f} vs RF 3-5 mean {mean_high[0]:.2f} "
+        f"({100 * value:+.0f} %{ci_text(low, hi, '+.0f', 100)})",
+        value, low, hi, "fraction",
+    )  # fmt: skip
 
 
-def rf3_same_across_node_counts(means: Means, nodes: int) -> tuple[str, str]:
+def rf3_across_node_counts(means: Means) -> dict[tuple[float, float], tuple[list[int], float]]:
+    """(loss, latency >= MIN_LATENCY_MS) -> the node counts with an RF 3 mean there, and
+    the std (sample) of those means: what section 5.4's claim is about."""
     counts = sorted({k[0] for k in means if k[2] == 3})
-    if len(counts) < 2:
-        return "cannot tell (needs two or more node counts)", ""
-    ok, worst = [], (0.0, 0.0, 0.0)
+    out = {}
     for loss in sorted({k[1] for k in means}):
         for lat in sorted({k[3] for k in means if k[3] >= MIN_LATENCY_MS}):
-            vals = [means[(n, loss, 3, lat)] for n in counts if (n, loss, 3, lat) in means]
-            if len(vals) < 2:
+            have = [n for n in counts if (n, loss, 3, lat) in means]
+            if len(have) >= 2:
+                vals = [means[(n, loss, 3, lat)] for n in have]
+                out[(loss, lat)] = (have, float(np.std(vals, ddof=1)))
+    return out
+
+
+def rf3_same_across_node_counts(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    """The worst (largest) std of RF 3's mean across node counts over every loss and
+    latency, with its 95 % interval: holds where it lies below STD_CLAIM_MS."""
+    counts = sorted({k[0] for k in means if k[2] == 3})
+    if len(counts) < 2:
+        return none("needs two or more node counts")
+    spread = rf3_across_node_counts(means)
+    if not spread:
+        return Finding("cannot tell")
+    worst_draws = None
+    worst_at = (0.0, 0.0, 0.0)
+    for (loss, lat), (have, sd) in spread.items():
+        d = draws(means, se, [(n, loss, 3, lat) for n in have]).std(axis=1, ddof=1)
+        worst_draws = d if worst_draws is None else np.maximum(worst_draws, d)
+        worst_at = max(worst_at, (sd, loss, lat))
+    assert worst_draws is not None
+    value, low, high = interval(worst_draws)
+    return Finding(
+        one(below(value, low, high, STD_CLAIM_MS)),
+        f"nodes {', '.join(map(str, counts))}: worst std {value:.2f} ms"
+        f"{ci_text(low, high, '.2f')} ({worst_at[1]:g} %, {worst_at[2]:g} ms); claim < "
+        f"{STD_CLAIM_MS:g} ms",
+        value, low, high, "ms",
+    )  # fmt: skip
+
+
+def rf345_similar(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
+    worst_draws = None
+    worst_at = (0.0, 0.0, 0.0)
+    for loss in losses_of(means, nodes):
+        for lat, by_rf in grid(means, nodes, loss).items():
+            keys = [(nodes, loss, rf, lat) for rf in (3, 4, 5) if rf in by_rf]
+            if len(keys) < 2:
                 continue
-            sd = float(np.std(vals, ddof=1))
-            ok.append((lat, sd < STD_CLAIM_MS))
-            worst = max(worst, (sd, loss, lat))
-    verdict = "holds" if ok and all(y for _, y in ok) else "does not hold" if ok else "cannot tell"
-    return verdict, (
-        f"nodes {', '.join(map(str, counts))}: worst std {worst[0]:.2f} ms "
-        f"({worst[1]:g} %, {worst[2]:g} ms); claim < {STD_CLAIM_MS:g} ms"
-    )
+            d = draws(means, se, keys)
+            spread = (d.max(axis=1) - d.min(axis=1)) / d.mean(axis=1)
+            worst_draws = spread if worst_draws is None else np.maximum(worst_draws, spread)
+            worst_at = max(worst_at, (float(spread[0]), loss, lat))
+    if worst_draws is None:
+        return none("needs two of RF 3-5")
+    value, low, high = interval(worst_draws)
+    return Finding(
+        one(below(value, low, high, SIMILAR + 1e-12)),
+        f"widest spread of RF 3-5: {100 * value:.0f} %{ci_text(low, high, '.0f', 100)} "
+        f"({worst_at[1]:g} %, {worst_at[2]:g} ms)",
+        value, low, high, "fraction",
+    )  # fmt: skip
 
 
-def rf345_similar(means: Means, nodes: int) -> tuple[str, str]:
-    ok, worst = [], (0.0, 0.0, 0.0)
-    for loss in _losses(means, nodes):
-        for lat, by_rf in _grid(means, nodes, loss).items():
-            vals = [by_rf[rf] for rf in (3, 4, 5) if rf in by_rf]
-            if len(vals) < 2:
+def _phi_pairs(rfs, phis, added, errs) -> tuple[list[str], list[str], list[str]]:  # noqa: ANN001
+    """Every two RFs of distinct φ: those whose added RTT is ordered as φ's beyond
+    APART_SE standard errors of their difference, those ordered against it (exact means:
+    a tie too), and those too close to tell."""
+    agree, against, close = [], [], []
+    for i in range(len(rfs)):
+        for j in range(len(rfs)):
+            if phis[i] <= phis[j]:
                 continue
-            spread = (max(vals) - min(vals)) / float(np.mean(vals))
-            ok.append((lat, spread <= SIMILAR))
-            worst = max(worst, (spread, loss, lat))
-    if not ok:
-        return "cannot tell (needs two of RF 3-5)", ""
-    verdict = "holds" if all(y for _, y in ok) else "does not hold"
-    return (
-        verdict,
-        f"widest spread of RF 3-5: {100 * worst[0]:.0f} % ({worst[1]:g} %, {worst[2]:g} ms)",
-    )
+            diff = added[i] - added[j]  # i has the higher φ: the claim says diff > 0
+            err = math.hypot(errs[i], errs[j])
+            pair = f"RF {rfs[j]} and RF {rfs[i]}"
+            if diff > APART_SE * err and (err > 0 or diff > 0):
+                agree.append(pair)
+            elif diff < -APART_SE * err or (err == 0 and diff <= 0):
+                against.append(pair)
+            else:
+                close.append(pair)
+    return agree, against, close
 
 
-def phi_orders_loss_sensitivity(means: Means, nodes: int, cl: str) -> tuple[str, str]:
-    losses = _losses(means, nodes)
+def phi_orders_loss_sensitivity(
+    means: Means, nodes: int, cl: str, se: Errors = NO_ERRORS
+) -> Finding:
+    """Spearman's ρ of φ against the RTT the highest loss adds over the lowest (mean over
+    the latencies >= MIN_LATENCY_MS measured at both), RF >= 2. Holds where the order is
+    φ's, significant, and every two RFs told apart; does not hold (in part) only where
+    two RFs are ordered against φ beyond APART_SE standard errors; cannot tell otherwise."""
+    losses = losses_of(means, nodes)
     if len(losses) < 2:
-        return "cannot tell (needs two losses)", ""
-    low, high = _grid(means, nodes, losses[0]), _grid(means, nodes, losses[-1])
+        return none("needs two losses")
+    low, high = grid(means, nodes, losses[0]), grid(means, nodes, losses[-1])
     excess: dict[int, list[float]] = defaultdict(list)
+    var: dict[int, list[float]] = defaultdict(list)
     for lat, by_rf in high.items():
         for rf, v in by_rf.items():
             if rf >= 2 and rf in low.get(lat, {}):
                 excess[rf].append(v - low[lat][rf])
+                a, b = (nodes, losses[-1], rf, lat), (nodes, losses[0], rf, lat)
+                var[rf].append(se_of(se, a) ** 2 + se_of(se, b) ** 2)
     rfs = sorted(excess)
     if len(rfs) < 2:
-        return "cannot tell (fewer than two RFs >= 2)", ""
+        return none("fewer than two RFs >= 2")
     phis = [float(phi_mod.phi(nodes, rf, cl)) for rf in rfs]
     added = [float(np.mean(excess[rf])) for rf in rfs]
+    errs = [math.sqrt(sum(var[rf])) / len(var[rf]) for rf in rfs]
     rho, p = spearman_test(phis, added)
-    verdict = (
-        (
+    agree, against, close = _phi_pairs(rfs, phis, added, errs)
+    if math.isnan(rho):
+        verdict = "cannot tell"
+    elif rho >= 0.999 and not close:
+        verdict = (
             "holds"
             if p < SIGNIFICANT_P
             else f"cannot tell (the order holds, but {len(rfs)} RFs cannot make it "
             f"significant: the smallest p is {smallest_spearman_p(len(rfs)):.2g})"
         )
-        if rho >= 0.999
-        else "cannot tell"
-        if math.isnan(rho)
-        else "holds only in part"
-        if rho >= 0.5
-        else "does not hold"
-    )
+    elif not against:
+        verdict = (
+            f"cannot tell ({', '.join(close)} within {APART_SE:g} standard errors of each other)"
+        )
+    elif rho >= 0.5:
+        verdict = "holds only in part"
+    else:
+        verdict = "does not hold"
+    ses = any(e > 0 for e in errs)
     text = ", ".join(
-        f"RF {rf} φ {p:.2f} +{a:.0f} ms" for rf, p, a in zip(rfs, phis, added, strict=True)
+        f"RF {rf} φ {ph:.2f} +{a:.0f}" + (f" ± {e:.1f}" if ses else "") + " ms"
+        for rf, ph, a, e in zip(rfs, phis, added, errs, strict=True)
     )
-    return (
+    return Finding(
         verdict,
         f"RTT {losses[-1]:g} % loss adds over {losses[0]:g} %: {text}; Spearman {rho:+.2f} "
         f"(p = {p:.2g}, {len(rfs)} RFs)",
-    )
+        rho, None, None, "Spearman ρ",
+    )  # fmt: skip
 
 
-CLAIMS: list[tuple[str, str, str, Callable[..., tuple[str, str]]]] = [
+CLAIMS: list[tuple[str, str, str, Callable[..., Finding]]] = [
     ("5.1a", "5.1", "RF 2 is the worst RF under high packet loss", rf2_worst_at_high_loss),
     (
         "5.1b",
@@ -306,6 +333,7 @@ CLAIMS: list[tuple[str, str, str, Callable[..., tuple[str, str]]]] = [
 
 
 RANKING = ("5.1a", "5.2", "5.3a")  # claims that rank RFs: told apart by standard errors
+KINDS = ("measured", "model", "what_if")
 
 
 def check(
@@ -318,9 +346,9 @@ def check(
 ) -> list[dict[str, Any]]:
     """Every claim for every node count, on the measurements (``errors``: the standard
     errors of their means), on the model's predictions of the same cells, and (for node
-    counts and losses not measured) on its what-if grid. ``errors_of``: what those errors
-    measure, said beside each ranking verdict ("within one run": a rerun may differ by
-    more)."""
+    counts and losses not measured) on its what-if grid: each a ``Finding`` as a dict.
+    ``errors_of``: what those errors measure, said beside each measured verdict
+    ("within one run": a rerun may differ by more)."""
     out = []
     node_counts = sorted({k[0] for k in measured} | {k[0] for k in what_if})
     for cid, section, text, fn in CLAIMS:
@@ -331,30 +359,72 @@ def check(
         for n in counts:
             args = (n, cl) if cid == "6" else (n,)
             row: dict[str, Any] = {"id": cid, "section": section, "claim": text, "nodes": n or None}
-            for name, means in (("measured", measured), ("model", predicted), ("what_if", what_if)):
-                ranked = cid in RANKING and name == "measured"
-                verdict, numbers = fn(means, *args, *((errors,) if ranked else ()))
-                if ranked and errors_of and numbers:
-                    numbers += f" [standard errors {errors_of}]"
-                row[name] = {"verdict": verdict, "numbers": numbers}
+            for name, means in zip(KINDS, (measured, predicted, what_if), strict=True):
+                found = fn(means, *args, errors if name == "measured" else NO_ERRORS)
+                row[name] = found.to_dict()
+                has_ci = found.low is not None or cid in RANKING
+                if name == "measured" and errors_of and found.numbers and has_ci:
+                    row[name]["numbers"] += f" [standard errors {errors_of}]"
             out.append(row)
     return out
 
 
-def format_text(rows: list[dict[str, Any]]) -> str:
+def measured_inputs(results: Results) -> tuple[dict, dict, str, str]:
+    """The measured means of ``results`` per grid point, their standard errors, the
+    write level, and what the errors measure (``check``'s ``errors_of``)."""
+    stats_ = points(results.cells)
+    levels = sorted({c["cl"] for c in results.cells})
+    over = {st["ci_over"] for st in stats_.values()}
+    errors_of = (
+        "within one run: a rerun may differ by more"
+        if over == {"writes"}
+        else ("over repetitions" if over == {"repetitions"} else "over repetitions where several")
+    )
+    return (
+        {k: st["mean"] for k, st in stats_.items()},
+        {k: st["se"] for k, st in stats_.items()},
+        levels[0] if levels else "LOCAL_QUORUM",
+        errors_of,
+    )
+
+
+def from_results(
+    results: Results, predicted: Means | None = None, what_if: Means | None = None
+) -> list[dict[str, Any]]:
+    """The paper's claims on ``results``: the one computation of each claim's figures
+    (``check``) that compare, model and the report read. Without the model's means
+    (``predicted``, ``what_if``) only the measured findings are filled in."""
+    measured, errors, cl, errors_of = measured_inputs(results)
+    return check(measured, predicted or {}, what_if or {}, cl, errors, errors_of)
+
+
+def claim_line(row: Mapping[str, Any], name: str = "measured") -> str:
+    """One claim's verdict and numbers as every page prints them."""
+    v = row[name]
+    numbers = f" — {v['numbers']}" if v["numbers"] else ""
+    return f"{v['verdict']}{numbers}"
+
+
+def label(row: Mapping[str, Any]) -> str:
+    where = f", {row['nodes']} nodes" if row["nodes"] else ""
+    return f"[{row['id']}{where}]"
+
+
+def format_text(rows: list[dict[str, Any]], kinds: Sequence[str] = KINDS) -> str:
     lines = [
         "The paper's claims (sections 5.1-5.5, 6): measured / the model on the same cells / "
-        "the model's what-if grid (3-5 nodes, the paper's losses)"
+        "the model's what-if grid (3-5 nodes, the paper's losses); [low, high]: 95 % "
+        "intervals"
+        if len(kinds) > 1
+        else "The paper's claims (sections 5.1-5.5, 6) on the measurements; [low, high]: "
+        "95 % intervals"
     ]
     for r in rows:
-        where = f", {r['nodes']} nodes" if r["nodes"] else ""
-        lines.append(f"[{r['id']}{where}] {r['claim']}")
-        for name in ("measured", "model", "what_if"):
-            v = r[name]
-            if v["verdict"].startswith("cannot tell") and name != "measured":
+        lines.append(f"{label(r)} {r['claim']}")
+        for name in kinds:
+            if r[name]["verdict"].startswith("cannot tell") and name != "measured":
                 continue
-            numbers = f" — {v['numbers']}" if v["numbers"] else ""
-            lines.append(f"    {name:<8} {v['verdict']}{numbers}")
+            lines.append(f"    {name:<8} {claim_line(r, name)}")
     return "\n".join(lines)
 
 

@@ -19,6 +19,18 @@ from workloads.readback import lost
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 999
+TAIL_WRITES = 1000  # a p99 of fewer writes rests on fewer than 10 of them: indicative only
+
+
+def tail_note(writes: int, ci: Sequence[float] | None = None) -> str:
+    """How a p99 of ``writes`` writes may be read: "p99 of N writes: indicative" (with its
+    95 % interval ``ci``, ms) under TAIL_WRITES, else nothing (a model's miss of it is
+    mostly the sample's)."""
+    if writes >= TAIL_WRITES:
+        return ""
+    return f"p99 of {writes} writes: indicative" + (
+        f", 95 % CI {ci[0]:.0f}-{ci[1]:.0f} ms" if ci else ""
+    )
 
 
 class _LazyStats:
@@ -62,6 +74,21 @@ def bootstrap_mean_ci(
         rng=np.random.default_rng(seed),
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def bootstrap_quantile_ci(
+    a: npt.ArrayLike, q: float, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
+    """95 % percentile bootstrap interval of the ``q`` quantile (the smallest value with
+    F >= q, as ``model.rtt`` defines it), seeded."""
+    x = np.asarray(a, dtype=float)
+    if x.size < 2:
+        v = float(x[0]) if x.size else math.nan
+        return v, v
+    resampled = x[np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))]
+    qs = np.quantile(resampled, q, axis=1, method="inverted_cdf")
+    tail = 100 * (1 - CONFIDENCE) / 2
+    return float(np.percentile(qs, tail)), float(np.percentile(qs, 100 - tail))
 
 
 def cell_stats(rtt_ms: npt.ArrayLike, errors: int = 0) -> dict[str, float]:

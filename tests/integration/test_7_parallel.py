@@ -232,7 +232,8 @@ def _phi_against_this_store(out, mean) -> None:
             "ranks the RFs as φ does" in verdict or "the same order as φ's" in verdict
         ), verdict
     else:
-        assert verdict.startswith("cannot tell: φ's order and the measured excess are not"), verdict
+        unrelated = "cannot tell: φ's order and the measured excess slope are not"
+        assert verdict.startswith(unrelated), verdict
     assert group["verdict"] in proc.stdout
     report = (out / "report.html").read_text()  # compare refreshes the report
     assert "Measured RTT vs φ" in report and group["verdict"] in html.unescape(report)

@@ -328,7 +328,7 @@ def test_compare_says_so_when_the_ordering_is_reversed(tmp_path):
 
     high = high_loss_group(tmp_path, 5, against_phi)
     assert high["spearman"] == pytest.approx(-1.0, abs=0.01)
-    assert high["verdict"].startswith("no: the measured excess runs opposite")
+    assert high["verdict"].startswith("no: the measured excess slope runs opposite")
     text = compare_mod.format_text(compare_mod.compare(load(tmp_path)))
     assert "rank correlation" in text and "± se" in text
 
