@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 from common import paths
 from common.command import Parser
@@ -162,24 +163,51 @@ def auth_setup(
     """
     from .cassandra import auth
 
-    default = auth.Credentials(auth.DEFAULT_USER, auth.DEFAULT_PASSWORD)
     t0 = time.monotonic()
-    deadline = t0 + timeout_s
+    steps = _AuthSteps(points, timeout_s, t0 + timeout_s)
+    created = False
+    try:
+        cluster, session = connect(points, timeout_s, creds)
+    except Exception:  # noqa: BLE001 - the usual case: the run's role does not exist yet
+        cluster, session = steps.create_role(creds, per_dc)
+        created = True
+    try:
+        steps.execute(session, auth.DROP_DEFAULT_ROLE_CQL)
+    finally:
+        cluster.shutdown()
+    steps.wait_default_refused()
+    return {
+        "role": creds.username,
+        "created": created,
+        "default_refused_by": list(points),
+        "took_s": round(time.monotonic() - t0, 1),
+    }
 
-    def session_as(who, what: str):
+
+@dataclass
+class _AuthSteps:
+    """``auth_setup``'s steps, each retried until one deadline (``at``, monotonic)."""
+
+    points: list[str]
+    timeout_s: float
+    at: float
+
+    def session_as(self, who, what: str):
+        """A (cluster, session) logged in as ``who``, retried until the deadline; a
+        ClientError saying ``what`` failed, and the last reason, after it."""
         last = "no attempt"
-        while time.monotonic() < deadline:
+        while time.monotonic() < self.at:
             try:
                 # each attempt to connect is capped at 10 s (connect()); the requests
                 # made on the session (schema changes, which a slow guest took over
                 # 10 s to agree on) get what is left of the deadline
-                return connect(points, max(1.0, deadline - time.monotonic()), who)
+                return connect(self.points, max(1.0, self.at - time.monotonic()), who)
             except Exception as exc:  # noqa: BLE001 - retried until the deadline
                 last = f"{type(exc).__name__}: {exc}"
                 time.sleep(1.0)
-        raise ClientError(f"{what} within {timeout_s:.0f} s: {last}")
+        raise ClientError(f"{what} within {self.timeout_s:.0f} s: {last}")
 
-    def execute(session, cql: str) -> None:
+    def execute(self, session, cql: str) -> None:
         """``cql`` (idempotent: IF [NOT] EXISTS, a replication set again) until it is
         done or the deadline: a replica in a slow guest may miss the server's own write
         timeout (CI: "received only 1 responses" on CREATE ROLE), a later try reaches it."""
@@ -190,52 +218,52 @@ def auth_setup(
                 session.execute(cql)
                 return
             except (WriteTimeout, ReadTimeout, Unavailable, OperationTimedOut):
-                if time.monotonic() > deadline - 1:
+                if time.monotonic() > self.at - 1:
                     raise
                 time.sleep(1.0)
 
-    created = False
-    try:
-        cluster, session = connect(points, timeout_s, creds)
-    except Exception:  # noqa: BLE001 - the usual case: the run's role does not exist yet
-        admin, admin_session = session_as(default, "no login as the default superuser")
+    def create_role(self, creds, per_dc: dict[str, int] | None):
+        """As the default superuser: system_auth over the sites (``per_dc``), then the
+        run's role; returns a (cluster, session) logged in as that role."""
+        from .cassandra import auth
+
+        default = auth.Credentials(auth.DEFAULT_USER, auth.DEFAULT_PASSWORD)
+        admin, admin_session = self.session_as(default, "no login as the default superuser")
         try:
             if per_dc:  # every node stays a replica: nothing streams
-                execute(
+                self.execute(
                     admin_session,
                     f"ALTER KEYSPACE system_auth WITH replication = {replication(per_dc)}",
                 )
-            execute(admin_session, auth.create_role_cql(creds))
-            created = True
+            self.execute(admin_session, auth.create_role_cql(creds))
         finally:
             admin.shutdown()
-        cluster, session = session_as(creds, f"no login as {creds.username}")
-    try:
-        execute(session, auth.DROP_DEFAULT_ROLE_CQL)
-    finally:
-        cluster.shutdown()
-    pending = list(points)
-    while pending:
-        point = pending[0]
-        try:
-            probe_cluster, _ = connect([point], min(10.0, timeout_s), default)
-        except Exception as exc:  # noqa: BLE001
-            if auth_refused(exc):
-                pending.pop(0)
-                continue
-            last = f"{type(exc).__name__}: {exc}"
-        else:
-            probe_cluster.shutdown()
-            last = f"{point} still accepts {auth.DEFAULT_USER}/{auth.DEFAULT_PASSWORD}"
-        if time.monotonic() > deadline:
-            raise ClientError(f"default superuser not refused within {timeout_s:.0f} s: {last}")
-        time.sleep(0.5)
-    return {
-        "role": creds.username,
-        "created": created,
-        "default_refused_by": list(points),
-        "took_s": round(time.monotonic() - t0, 1),
-    }
+        return self.session_as(creds, f"no login as {creds.username}")
+
+    def wait_default_refused(self) -> None:
+        """Until every node refuses the default superuser's login (ClientError with the
+        last reason past the deadline)."""
+        from .cassandra import auth
+
+        default = auth.Credentials(auth.DEFAULT_USER, auth.DEFAULT_PASSWORD)
+        pending = list(self.points)
+        while pending:
+            point = pending[0]
+            try:
+                probe_cluster, _ = connect([point], min(10.0, self.timeout_s), default)
+            except Exception as exc:  # noqa: BLE001
+                if auth_refused(exc):
+                    pending.pop(0)
+                    continue
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                probe_cluster.shutdown()
+                last = f"{point} still accepts {auth.DEFAULT_USER}/{auth.DEFAULT_PASSWORD}"
+            if time.monotonic() > self.at:
+                raise ClientError(
+                    f"default superuser not refused within {self.timeout_s:.0f} s: {last}"
+                )
+            time.sleep(0.5)
 
 
 def probe(points: list[str], expect: int, timeout_s: float) -> dict:

@@ -292,7 +292,6 @@ OVER_THE_LIMITS = {
     "testbed.backends.libvirt": 638,  # +1: imports of common/ are a block of their own
     "testbed.backends.libvirt.create": 63,
     "testbed.cassandra.config": 540,  # +1: imports of common/ are a block of their own
-    "testbed.client.auth_setup": 91,
     "testbed.images": 520,  # +1: imports of common/ are a block of their own
     "testbed.images._build": 131,
     "testbed.testbed": 765,  # +1: imports of common/ are a block of their own
