@@ -239,12 +239,12 @@ def cmd_dist(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from . import images
+    from . import image_build, images
 
     if args.image_command == "path":
         print(images.load().root)
         return 0
-    images.build(force=args.force, progress=print)
+    image_build.build(force=args.force, progress=print)
     return 0
 
 

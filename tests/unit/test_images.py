@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed import images
+from testbed import image_build, images
 
-PREFIX = images.isolated([])
+PREFIX = image_build.isolated([])
 
 
 def test_isolated_wraps_a_command_in_its_own_mount_and_pid_namespace():
     argv = ["debootstrap", "--variant=minbase", "bookworm", "/r o o t"]
-    cmd = images.isolated(argv)
+    cmd = image_build.isolated(argv)
     assert cmd[: cmd.index("--") + 1] == ["setpriv", "--pdeathsig", "KILL", "--"]
     unshare = cmd[cmd.index("--") + 1 : cmd.index("sh")]
     assert unshare[0] == "unshare" and unshare[-1] == "--"
@@ -64,7 +64,7 @@ def test_the_chroot_step_mounts_inside_then_runs_the_command(tmp_path):
     root = tmp_path / "build root"
     root.mkdir()
     argv = ["apt-get", "install", "-y", "a package with spaces"]
-    cmd = images.chroot_command(root, argv)
+    cmd = image_build.chroot_command(root, argv)
     assert cmd[: len(PREFIX)] == PREFIX  # all of it inside the namespace
     log, env = fake_tools(tmp_path)
     proc = subprocess.run(cmd[len(PREFIX) :], env=env, capture_output=True, text=True)
@@ -84,7 +84,7 @@ def test_the_chroot_step_stops_at_a_failed_mount(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     log, env = fake_tools(tmp_path, failing="sysfs")
-    cmd = images.chroot_command(root, ["true"])
+    cmd = image_build.chroot_command(root, ["true"])
     proc = subprocess.run(cmd[len(PREFIX) :], env=env, capture_output=True, text=True)
     assert proc.returncode == 32
     assert [c[0] for c in calls(log)] == ["mount", "mount"]  # proc, then the failed sysfs
@@ -120,7 +120,7 @@ def test_an_isolated_mount_stays_private_and_dies_with_a_killed_builder(tmp_path
     # A sleep of a duration nothing else uses: every process of the step (the shell and
     # the sleep inside the namespace, unshare outside) carries it on its command line.
     token = f"1000.{time.monotonic_ns() % 10**9:09d}"
-    step = images.isolated(
+    step = image_build.isolated(
         [
             "sh",
             "-c",
@@ -168,7 +168,7 @@ def test_a_new_build_removes_what_killed_builds_left_and_nothing_else(tmp_path, 
     (root / "0123456789abcdef").mkdir()
     (root / "current").symlink_to("0123456789abcdef")
     said: list[str] = []
-    images._remove_stale_builds(said.append)
+    image_build._remove_stale_builds(said.append)
     assert sorted(p.name for p in root.iterdir()) == ["0123456789abcdef", "current"]
     assert len(said) == 1 and ".build-killed1" in said[0]
 
@@ -199,7 +199,7 @@ def test_builds_take_turns_on_one_cache(tmp_path, monkeypatch):
                 said.append(message)
                 stdin.close()  # the other build finishes while this one waits
 
-            with images._build_lock(waiting):
+            with image_build._build_lock(waiting):
                 # taken once the other build let go: it said "done" before it exited
                 assert select.select([stdout], [], [], 0)[0]
                 assert stdout.readline() == b"done\n"

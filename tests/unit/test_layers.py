@@ -292,8 +292,6 @@ OVER_THE_LIMITS = {
     "testbed.backends.libvirt": 638,  # +1: imports of common/ are a block of their own
     "testbed.backends.libvirt.create": 63,
     "testbed.cassandra.config": 540,  # +1: imports of common/ are a block of their own
-    "testbed.images": 520,  # +1: imports of common/ are a block of their own
-    "testbed.images._build": 131,
     "testbed.testbed": 765,  # +1: imports of common/ are a block of their own
     "testbed.testbed.Testbed": 658,
     "testbed.testbed.__init__": 87,
