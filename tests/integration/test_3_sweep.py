@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 from scipy.stats import binom, binomtest
@@ -375,3 +376,34 @@ def test_five_nodes_on_the_paper_profile_are_what_the_model_predicts(tmp_path):
     assert at_20["measured_median_ms"] == pytest.approx(medians[20.0], abs=1e-6), at_20
     error = medians[20.0] - at_20["predicted_median_ms"]
     assert at_20["rf"] == 3 and abs(error) <= MODEL_TOLERANCE_MS, at_20
+
+
+def test_the_notebook_rebuilds_the_figures_from_this_store(small_grid, tmp_path, monkeypatch):
+    """docs/analysis.ipynb (issue 43, item 4) executed on this real store as `jupyter
+    execute` runs it (nbclient, the python3 kernel): no cell fails, it draws a panel per
+    (nodes, loss), and every mean it drew is summary.csv's for that grid point."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    out, *_ = small_grid
+    notebook = Path(__file__).resolve().parents[2] / "docs" / "analysis.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    monkeypatch.setenv("EDGETB_RESULTS", str(out))  # the kernel's environment is ours
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    printed = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
+    (line,) = [ln for ln in printed.splitlines() if ln.startswith("NOTEBOOK ")]
+    drawn = json.loads(line.removeprefix("NOTEBOOK "))
+    with open(out / "analysis" / "summary.csv") as f:
+        summary = {
+            f"{r['nodes']}|{float(r['loss_pct']):g}|{r['rf']}|{float(r['latency_ms']):g}": float(
+                r["mean_ms"]
+            )
+            for r in csv.DictReader(f)
+        }
+    assert drawn["panels"] == len({k.rsplit("|", 2)[0] for k in summary})
+    assert drawn["means"].keys() == summary.keys()
+    for key, mean in summary.items():
+        assert drawn["means"][key] == pytest.approx(mean, abs=0.002), key
