@@ -53,12 +53,12 @@ $(STAMPS)/python: pyproject.toml
 	mkdir -p $(STAMPS) && touch $@
 
 python-vms: python system-dev $(STAMPS)/python-vms
-$(STAMPS)/python-vms: pyproject.toml
+$(STAMPS)/python-vms: pyproject.toml $(STAMPS)/python
 	$(PY) -m pip install -q -e '.[vms]'
 	touch $@
 
 python-all: python system-dev $(STAMPS)/python-all
-$(STAMPS)/python-all: pyproject.toml
+$(STAMPS)/python-all: pyproject.toml $(STAMPS)/python
 	$(PY) -m pip install -q -e '.[all,dev]'
 	touch $@
 

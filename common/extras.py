@@ -17,9 +17,9 @@ from .errors import ConfigError
 # extra -> the modules it provides that the code imports (pyproject.toml's
 # [project.optional-dependencies] lists the distributions)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "vms": ("libvirt", "ansible_runner"),  # the libvirt backend, the netem gateway VM
-    "hosts": ("ansible_runner",),  # the hosts backend (an inventory of machines)
-    "remote": ("distributed", "ansible_runner"),  # --workers and --scheduler (Dask)
+    "vms": ("libvirt", "ansible_runner", "ansible"),  # the libvirt backend
+    "hosts": ("ansible_runner", "ansible"),  # the hosts backend (an inventory of machines)
+    "remote": ("distributed", "ansible_runner", "ansible"),  # --workers, --scheduler (Dask)
     "parquet": ("pyarrow",),  # edgetb export --format parquet
     "pandas": ("pandas",),  # analysis.results.frame
 }

@@ -25,10 +25,12 @@ core=(
   tcpdump iputils-ping  # what a researcher checks the shaping with (and the tests do)
 )
 dev=(
-  libvirt-dev pkg-config gcc  # to build libvirt-python (the vms extra) from PyPI
+  # to build libvirt-python (the vms extra; PyPI has only its source) against libvirt and
+  # Python's headers (a system python3 has none without python3-dev)
+  libvirt-dev pkg-config gcc python3-dev
 )
 vms=(
-  libvirt-dev pkg-config  # libvirt-python (the vms extra)
+  libvirt-dev pkg-config python3-dev  # to build libvirt-python (the vms extra)
   qemu-system-x86     # the netem gateway VM (--shaper gateway), the VM backend
   # the libvirt backend: libvirtd, its network helper, the image build, SSH to the VMs
   libvirt-daemon-system libvirt-daemon-driver-qemu dnsmasq-base

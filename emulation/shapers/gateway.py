@@ -48,7 +48,7 @@ class GatewayShaper:
 
     name = "gateway"
     inside_hosts = False
-    extra: str | None = "vms"  # libvirt-python: its VM
+    extra: str | None = None  # plain QEMU (emulation/gateway/vm.py), no extra
     loss_location = "in the network (gateway VM), not at the sender"
 
     @staticmethod

@@ -21,7 +21,9 @@ def keep_logs(home: Path, into: Path, keep: int = KEEP) -> Path | None:
     into.mkdir(parents=True, exist_ok=True, mode=0o700)
     target = into / home.name
     shutil.move(str(logs), str(target))
-    kept = sorted((p for p in into.iterdir() if p.is_dir() and not p.is_symlink()),
+    # test sessions' node logs only: make test's outputs (suite-*) are pruned on their own
+    sessions = [p for p in into.iterdir() if p.is_dir() and not p.is_symlink()]
+    kept = sorted((p for p in sessions if not p.name.startswith("suite-")),
                   key=lambda p: p.stat().st_mtime)  # fmt: skip
     for old in kept[: max(0, len(kept) - keep)]:
         shutil.rmtree(old, ignore_errors=True)

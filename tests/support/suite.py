@@ -28,9 +28,9 @@ a session that failed in the first phase is otherwise 15 minutes of VM lines abo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,22 +83,39 @@ def _pytest(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 
 # pytest's lines that say what failed: -ra's short summary and the closing count
-_SUMMARY = re.compile(rb"^(FAILED|ERROR) |^=+ .*\b(failed|error|errors|passed)\b.* in [0-9.]+s")
+_CLOSING = re.compile(rb"^=+ .*\b(failed|error|errors|passed)\b.* in [0-9.]+s")
+_SUMMARY = re.compile(rb"^(FAILED|ERROR) |" + _CLOSING.pattern)
+TAIL_LINES = 20  # a session's last lines, shown when it printed no closing count
+SUITE_PREFIX = "suite-"  # each run's outputs in ~/.edgetb/test-logs/suite-<time>-<pid>
+KEEP_OUTPUTS = 5  # the newest runs' (apart from the failed runs' node logs there)
 
 
 def _relay(proc: subprocess.Popen, prefix: str, summary: list[bytes], copy: Path | None) -> None:
     """Relays ``proc``'s lines as they come, keeping in ``summary`` those that say what
     failed, and all of them in the file ``copy``."""
     assert proc.stdout is not None  # PIPE
-    with open(copy, "ab") if copy is not None else contextlib.nullcontext() as kept:
-        for line in iter(proc.stdout.readline, b""):
-            sys.stdout.buffer.write(prefix.encode() + line)
-            sys.stdout.buffer.flush()
-            if kept is not None:
+    try:
+        kept = open(copy, "ab") if copy is not None else None
+    except OSError:
+        kept = None
+    tail: list[bytes] = []
+    for line in iter(proc.stdout.readline, b""):
+        sys.stdout.buffer.write(prefix.encode() + line)
+        sys.stdout.buffer.flush()
+        if kept is not None:
+            try:  # a full disk stops the copy, never the relay (a blocked pipe would hang)
                 kept.write(line)
                 kept.flush()
-            if _SUMMARY.search(line):
-                summary.append(line)
+            except OSError:
+                kept.close()
+                kept = None
+        if _SUMMARY.search(line):
+            summary.append(line)
+        tail = [*tail[-(TAIL_LINES - 1) :], line]
+    if kept is not None:
+        kept.close()
+    if not any(_CLOSING.search(line) for line in summary):  # killed, crashed, or -q
+        summary.extend([b"(no closing count; its last lines:)\n", *tail])
 
 
 def main(argv: list[str]) -> int:
@@ -133,16 +150,20 @@ def main(argv: list[str]) -> int:
 
 def _outputs_dir() -> Path | None:
     """Where each session's whole output is kept: beside the failed runs' node logs
-    (tests/support/kept_logs.py, pruned with them), as CI's clone and its output are gone
-    when someone looks. None where it cannot be made (the output is relayed all the same)."""
+    (tests/support/kept_logs.py), as CI's clone and its output are gone when someone
+    looks; the newest KEEP_OUTPUTS runs' are kept. None where it cannot be made (the
+    output is relayed all the same)."""
     into = Path.home() / ".edgetb" / "test-logs"
-    path = into / f"suite-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    path = into / f"{SUITE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     try:
         into.mkdir(parents=True, exist_ok=True, mode=0o700)
         path.mkdir(mode=0o700)
     except OSError as exc:
         print(f"suite: sessions' output not kept ({exc})", file=sys.stderr)
         return None
+    earlier = sorted(into.glob(f"{SUITE_PREFIX}*"), key=lambda p: p.stat().st_mtime)
+    for old in earlier[: max(0, len(earlier) - KEEP_OUTPUTS)]:
+        shutil.rmtree(old, ignore_errors=True)
     return path
 
 

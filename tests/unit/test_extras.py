@@ -3,6 +3,8 @@ none of them, and a feature whose extra is missing says so in one line before an
 changes. The extras' modules are hidden from a real interpreter (an import hook raises
 ModuleNotFoundError for them, as in a venv with the core alone)."""
 
+import ast
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -55,6 +57,29 @@ def test_the_extras_are_pyprojects_and_the_core_holds_none_of_them():
 
     extra_dists = set().union(*(names(optional[e]) for e in extras.EXTRAS))
     assert not names(project["dependencies"]) & extra_dists
+    # each extra's table names exactly the modules its distributions bring that the
+    # code imports (ansible-core's `ansible` as much as ansible-runner's)
+    provided = importlib.metadata.packages_distributions()
+    imported = _imported_modules()
+    for extra, modules in extras.EXTRAS.items():
+        dists = {d.replace("_", "-") for d in names(optional[extra])}
+        brought = {
+            m for m, ds in provided.items() if {d.lower().replace("_", "-") for d in ds} & dists
+        }
+        assert brought & imported == set(modules), (extra, brought & imported)
+
+
+def _imported_modules() -> set[str]:
+    """The top-level modules the packages import, anywhere in their code."""
+    found: set[str] = set()
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    found.add(node.module.split(".")[0])
+    return found
 
 
 def test_every_module_imports_with_no_extra_installed():
@@ -74,7 +99,6 @@ def test_a_namespace_sweep_plans_with_no_extra_and_features_name_theirs(tmp_path
     for argv, extra in (
         (["--backend", "libvirt"], "vms"),
         (["--backend", "hosts", "--inventory", str(inventory)], "hosts"),
-        (["--shaper", "gateway"], "vms"),
         (["--workers", str(inventory)], "remote"),
         (["--scheduler", "tls://127.0.0.1:1"], "remote"),
     ):

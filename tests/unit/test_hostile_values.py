@@ -3,9 +3,10 @@
 predict`` (but its ``--out``) gets each of a list of hostile values, as a tired user or
 an attacker would type them. Each run must end as a command should: accepted (exit 0)
 or refused in one line (exit 2), never with a traceback or another exit, and nothing
-appears in the results directory a refused run names. Its first run found 16 runs that
-ended in exit 1 printing a name of 5000 characters whole (a path the file system cannot
-take: now a bad input, its name cut).
+appears in the results directory a run names (a relative one: in the child's own empty
+working directory). Dry runs only: they skip the probes of --scheduler and --workers.
+Its first run found 16 runs that ended in exit 1 printing a name of 5000 characters
+whole (a path the file system cannot take: now a bad input, its name cut).
 
 The options come from the parsers themselves, so a new option is searched without
 anyone listing it. The runs go through one child process (``main(argv)`` per case; a
@@ -79,10 +80,15 @@ def _cases(tmp: Path) -> list[tuple[str, list[str]]]:
 def test_no_value_of_any_option_ends_in_a_traceback(tmp_path):
     cases = _cases(tmp_path)
     assert len(cases) > 1000  # every option searched, not a handful
-    proc = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(cases), cwd=ROOT,
+    # in a directory of its own: a relative --out (0, None, *) lands there, not in the repo
+    work = tmp_path / "cwd"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(cases), cwd=work,
                           capture_output=True, text=True, timeout=900,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "PYTHONPATH": str(ROOT),
                                "EDGETB_HOME": str(tmp_path / "home")})  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
     assert len(results) == len(cases), proc.stderr[-3000:]
     bad = []
@@ -94,3 +100,4 @@ def test_no_value_of_any_option_ends_in_a_traceback(tmp_path):
             bad.append(f"{name} {argv[:2]!r}: exit {code}: {err.strip()[-600:]}")
     assert not bad, f"{len(bad)} of {len(cases)} runs:\n" + "\n".join(bad[:40])
     assert not (tmp_path / "out").exists()  # a dry run makes no results directory
+    assert not any(work.iterdir()), sorted(p.name for p in work.iterdir())

@@ -42,14 +42,19 @@ def test_a_failed_sessions_failures_are_printed_again_at_the_end(tmp_path, capsy
     sessions = [
         ("", [*own, str(tmp_path / "test_good.py")], env),
         ("p| ", [*own, str(tmp_path / "test_bad.py")], env),
+        # -q prints no closing "=== ... in Xs ===": its last lines stand in
+        ("q| ", [*own, "-q", str(tmp_path / "test_bad.py")], env),
     ]
     summaries: dict[str, list[bytes]] = {}
     handler = signal.getsignal(signal.SIGINT)
     codes = suite._run_side_by_side(sessions, summaries, tmp_path)
     assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C is the caller's again
-    assert codes == {"": 0, "p": 1}
+    assert codes == {"": 0, "p": 1, "q": 1}
     capsys.readouterr()
-    suite._print_failures(codes, summaries)
+    suite._print_failures({"q": 1}, summaries)
+    quiet = capsys.readouterr().out
+    assert "suite: q| (no closing count; its last lines:)" in quiet and "1 failed" in quiet
+    suite._print_failures({k: v for k, v in codes.items() if k != "q"}, summaries)
     tail = capsys.readouterr().out.splitlines()
     assert tail[0] == "suite: what the p session reported failing (exit 1):"
     assert tail[1].startswith("suite: p| FAILED ") and "test_bad.py::test_red" in tail[1]
