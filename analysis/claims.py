@@ -27,12 +27,12 @@ import numpy as np
 
 from . import phi as phi_mod
 from .findings import (
-    MIN_LATENCY_MS,
+    NO_ERRORS,
+    SIMILAR,
     Errors,
     Finding,
     Means,
     above,
-    below,
     ci_text,
     draws,
     grid,
@@ -47,20 +47,20 @@ from .findings import (
     verdict_over,
     within,
 )
+from .spread_claims import rf3_same_across_node_counts, rf345_similar
 from .stats import (
     APART_SE,
     SIGNIFICANT_P,
     points,
     smallest_spearman_p,
     spearman_test,
+    t95,
 )
 
 if TYPE_CHECKING:
     from .results import Results
 
-NO_ERRORS: Errors = {}  # the model's means: exact
-SIMILAR = 0.10  # "similar": within 10 % of each other
-STD_CLAIM_MS = 1.5
+NORMAL95 = 1.959964  # the two-sided 95 % normal quantile
 
 
 def rf2_worst_at_high_loss(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
@@ -150,69 +150,6 @@ def rf1_slope_like_rf345_at_high_loss(means: Means, nodes: int, se: Errors = NO_
         f"RF 1 slope {s[1][0]:.2f} vs RF 3-5 mean {mean_high[0]:.2f} "
         f"({100 * value:+.0f} %{ci_text(low, hi, '+.0f', 100)})",
         value, low, hi, "fraction",
-    )  # fmt: skip
-
-
-def rf3_across_node_counts(means: Means) -> dict[tuple[float, float], tuple[list[int], float]]:
-    """(loss, latency >= MIN_LATENCY_MS) -> the node counts with an RF 3 mean there, and
-    the std (sample) of those means: what section 5.4's claim is about."""
-    counts = sorted({k[0] for k in means if k[2] == 3})
-    out = {}
-    for loss in sorted({k[1] for k in means}):
-        for lat in sorted({k[3] for k in means if k[3] >= MIN_LATENCY_MS}):
-            have = [n for n in counts if (n, loss, 3, lat) in means]
-            if len(have) >= 2:
-                vals = [means[(n, loss, 3, lat)] for n in have]
-                out[(loss, lat)] = (have, float(np.std(vals, ddof=1)))
-    return out
-
-
-def rf3_same_across_node_counts(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
-    """The worst (largest) std of RF 3's mean across node counts over every loss and
-    latency, with its 95 % interval: holds where it lies below STD_CLAIM_MS."""
-    counts = sorted({k[0] for k in means if k[2] == 3})
-    if len(counts) < 2:
-        return none("needs two or more node counts")
-    spread = rf3_across_node_counts(means)
-    if not spread:
-        return Finding("cannot tell")
-    worst_draws = None
-    worst_at = (0.0, 0.0, 0.0)
-    for (loss, lat), (have, sd) in spread.items():
-        d = draws(means, se, [(n, loss, 3, lat) for n in have]).std(axis=1, ddof=1)
-        worst_draws = d if worst_draws is None else np.maximum(worst_draws, d)
-        worst_at = max(worst_at, (sd, loss, lat))
-    assert worst_draws is not None
-    value, low, high = interval(worst_draws)
-    return Finding(
-        one(below(value, low, high, STD_CLAIM_MS)),
-        f"nodes {', '.join(map(str, counts))}: worst std {value:.2f} ms"
-        f"{ci_text(low, high, '.2f')} ({worst_at[1]:g} %, {worst_at[2]:g} ms); claim < "
-        f"{STD_CLAIM_MS:g} ms",
-        value, low, high, "ms",
-    )  # fmt: skip
-
-
-def rf345_similar(means: Means, nodes: int, se: Errors = NO_ERRORS) -> Finding:
-    worst_draws = None
-    worst_at = (0.0, 0.0, 0.0)
-    for loss in losses_of(means, nodes):
-        for lat, by_rf in grid(means, nodes, loss).items():
-            keys = [(nodes, loss, rf, lat) for rf in (3, 4, 5) if rf in by_rf]
-            if len(keys) < 2:
-                continue
-            d = draws(means, se, keys)
-            spread = (d.max(axis=1) - d.min(axis=1)) / d.mean(axis=1)
-            worst_draws = spread if worst_draws is None else np.maximum(worst_draws, spread)
-            worst_at = max(worst_at, (float(spread[0]), loss, lat))
-    if worst_draws is None:
-        return none("needs two of RF 3-5")
-    value, low, high = interval(worst_draws)
-    return Finding(
-        one(below(value, low, high, SIMILAR + 1e-12)),
-        f"widest spread of RF 3-5: {100 * value:.0f} %{ci_text(low, high, '.0f', 100)} "
-        f"({worst_at[1]:g} %, {worst_at[2]:g} ms)",
-        value, low, high, "fraction",
     )  # fmt: skip
 
 
@@ -382,10 +319,19 @@ def measured_inputs(results: Results) -> tuple[dict, dict, str, str]:
     )
     return (
         {k: st["mean"] for k, st in stats_.items()},
-        {k: st["se"] for k, st in stats_.items()},
+        {k: _claim_se(st) for k, st in stats_.items()},
         levels[0] if levels else "LOCAL_QUORUM",
         errors_of,
     )
+
+
+def _claim_se(st: Mapping[str, Any]) -> float:
+    """A grid point's standard error as the claims use it (normal draws, APART_SE = 2):
+    over k repetitions widened by t95(k - 1) / 1.96, so that 2 of them are a 95 % bound
+    with k - 1 degrees of freedom (3 repetitions: 4.3 standard errors of the mean)."""
+    if st["ci_over"] == "repetitions" and st["repetitions"] > 1:
+        return st["se"] * t95(st["repetitions"] - 1) / NORMAL95
+    return st["se"]
 
 
 def from_results(

@@ -16,12 +16,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import ncx2, norm
 
 from .stats import APART_SE, median_line_slope, repetitions_to_tell
 
 Means = Mapping[tuple[int, float, int, float], float]  # (nodes, loss, rf, latency) -> ms
 Errors = Mapping[tuple[int, float, int, float], float]  # the same keys -> standard error, ms
 MIN_LATENCY_MS = 10.0  # the paper's statements are about shaped links
+NO_ERRORS: Errors = {}  # the model's means: exact
+SIMILAR = 0.10  # "similar": within 10 % of each other
+STD_CLAIM_MS = 1.5
 RESAMPLES = 400  # parametric bootstrap draws of the means: enough for a 95 % interval
 CONFIDENCE = 0.95
 
@@ -55,8 +59,12 @@ def none(why: str = "no cells for it") -> Finding:
 
 
 def se_of(se: Errors, key: tuple) -> float:
-    """A mean's standard error; 0 where unknown (the model's, a one-write cell's)."""
+    """A mean's standard error: 0 where ``se`` has none (the model's means, exact); a
+    measured mean whose error could not be estimated (NaN: one write, one repetition
+    of one write) is unbounded, so no verdict rests on it."""
     v = se.get(key, 0.0)
+    if math.isnan(v):
+        return math.inf
     return v if v > 0 else 0.0
 
 
@@ -67,7 +75,8 @@ def draws(means: Means, se: Errors, keys: Sequence[tuple]) -> np.ndarray:
     mu = np.array([means[k] for k in keys], dtype=float)
     sd = np.array([se_of(se, k) for k in keys], dtype=float)
     rng = np.random.default_rng(zlib.crc32(repr(list(keys)).encode()))
-    noise = rng.standard_normal((RESAMPLES, len(keys))) * sd
+    with np.errstate(invalid="ignore"):  # an unbounded error: inf (interval() says so)
+        noise = rng.standard_normal((RESAMPLES, len(keys))) * sd
     return np.vstack([mu, mu + noise])
 
 
@@ -76,7 +85,8 @@ def interval(samples: np.ndarray) -> tuple[float, float | None, float | None]:
     interval where every draw is the value (exact means)."""
     value = float(samples[0])
     rest = samples[1:]
-    rest = rest[np.isfinite(rest)]
+    if rest.size and not np.all(np.isfinite(rest)):  # a mean of unbounded error
+        return value, -math.inf, math.inf
     if not rest.size or np.all(rest == value):
         return value, None, None
     tail = 100 * (1 - CONFIDENCE) / 2
@@ -228,3 +238,36 @@ def slope_draws(means: Means, se: Errors, nodes: int, loss: float) -> dict[int, 
         d = draws(means, se, [p[1] for p in pts])
         out[rf] = np.array([median_line_slope(xs, row) for row in d])
     return out
+
+
+def std_below(sd: float, k: int, noise: float, limit: float, points: int) -> bool | None:
+    """Is the true std of ``k`` means below ``limit``, given their observed std ``sd``
+    and mean squared standard error ``noise``? None where the data cannot tell. "No"
+    needs 2.5 % shared over the claim's ``points`` (Bonferroni: one point of many
+    beyond its own 2.5 % is what noise gives)."""
+    if not math.isfinite(noise):
+        return None
+    if noise <= 0:  # exact means (the model's)
+        return sd < limit
+    dof = k - 1
+    observed = dof * sd**2 / noise
+    at_limit = dof * limit**2 / noise  # the noncentrality a true std of ``limit`` gives
+    if observed > ncx2.ppf(1 - 0.025 / points, dof, at_limit):
+        return False
+    if observed < ncx2.ppf(0.025, dof, at_limit):
+        return True
+    return None
+
+
+def bonferroni_z(tests: int) -> float:
+    """The normal quantile a "no" needs at one of ``tests`` points for 2.5 % over them
+    all: one point of many beyond its own 2.5 % is what noise gives."""
+    return float(norm.ppf(1 - 0.025 / max(1, tests)))
+
+
+def pair_within(diff: float, margin: float, err: float, beyond: float) -> bool | None:
+    """Are two means within ``margin`` of each other, their difference ``diff`` having
+    the standard error ``err``? False where it is past the margin by ``beyond`` errors,
+    True where inside it by APART_SE, None otherwise."""
+    gap = abs(diff) - margin
+    return False if gap > beyond * err else True if gap < -APART_SE * err else None

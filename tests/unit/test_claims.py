@@ -7,11 +7,13 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 from analysis import claims, report
 from analysis import compare as compare_mod
 from analysis import model as model_cli
+from analysis.findings import MIN_LATENCY_MS
 from analysis.results import load
 from analysis.stats import std_across_nodes
 from analysis.synthetic import make_store, paper_like
@@ -65,17 +67,17 @@ def test_each_claim_shows_the_same_numbers_everywhere(store):
             shown_by_compare += 1
     assert shown_by_compare >= 2  # [5.4] and [6] at least once
     # the figures behind [5.4] as the report's spread table shows them (per loss, RF 3
-    # at >= 10 ms): its value is the largest of them, printed to the same digits
+    # at >= 10 ms, as measured): the claim shows the worst with its means' noise taken
+    # out, so at most the table's largest
     (rf3,) = [r["measured"] for r in compared["claims"] if r["id"] == "5.4"]
     cells = load(store).cells
     spread = [v["std"] for loss in (0.5, 2.5, 7.5)
               for (rf, lat), v in std_across_nodes(cells, loss).items()
-              if rf == 3 and lat >= claims.MIN_LATENCY_MS]  # fmt: skip
-    assert rf3["value"] == pytest.approx(max(spread), abs=1e-9)
+              if rf == 3 and lat >= MIN_LATENCY_MS]  # fmt: skip
+    assert 0 <= rf3["value"] <= max(spread) + 1e-9
     assert f"worst std {rf3['value']:.2f} ms" in rf3["numbers"]
     section = page[page.index("(section 5.4)</h2>") :].split("</table>")[0]
     assert f"<td>{max(spread):.2f}</td>" in section
-    assert rf3["low"] is not None and rf3["low"] <= rf3["value"] <= rf3["high"] + 1e-9
     # a p99 of 60 writes is marked as such, never an error of the model
     assert "p99 of 60 writes: indicative" in model_txt and "ind." in model_txt
     assert "p99 of 60 writes: indicative" in page
@@ -106,7 +108,30 @@ def test_a_claim_whose_interval_covers_the_claim_is_cannot_tell():
     # are as large: cannot tell; with small errors it does not hold
     rf3 = {(n, 0.5, 3, 50.0): 100.0 + d for n, d in ((3, -2.0), (4, 0.0), (5, 2.0))}
     found = claims.rf3_same_across_node_counts(rf3, 0, dict.fromkeys(rf3, 2.0))
-    assert found.verdict.startswith("cannot tell") and found.value == pytest.approx(2.0)
+    assert found.verdict.startswith("cannot tell") and found.value == pytest.approx(0.0)
     assert claims.rf3_same_across_node_counts(rf3, 0, dict.fromkeys(rf3, 0.05)).verdict == (
         "does not hold"
     )
+
+
+def test_equal_means_with_noise_at_many_points_rarely_fail_a_spread_claim():
+    # [5.4] and [5.5] true at every point (equal means), each mean off by its standard
+    # error, 3 losses x 10 latencies: the std of noisy means is inflated by the noise and
+    # one point of 30 is past its own 2.5 % by chance; neither may turn into "does not
+    # hold" more than the 2.5 % the claims allow over all their points (from a review:
+    # the first version said so in 92 of 100 draws at 1 ms errors)
+    rng = np.random.default_rng(7)
+    failed = {"5.4": 0, "5.5": 0}
+    points = [(loss, float(lat)) for loss in (0.5, 2.5, 7.5) for lat in range(10, 101, 10)]
+    for _ in range(100):
+        rf3 = {
+            (n, loss, 3, lat): 100 + rng.normal(0, 1.0) for n in (3, 4, 5) for loss, lat in points
+        }
+        found = claims.rf3_same_across_node_counts(rf3, 0, dict.fromkeys(rf3, 1.0))
+        failed["5.4"] += found.verdict == "does not hold"
+        high = {
+            (5, loss, rf, lat): 100 + rng.normal(0, 8.0) for rf in (3, 4, 5) for loss, lat in points
+        }
+        found = claims.rf345_similar(high, 5, dict.fromkeys(high, 8.0))
+        failed["5.5"] += found.verdict == "does not hold"
+    assert failed["5.4"] <= 6 and failed["5.5"] <= 6, failed
