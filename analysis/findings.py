@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import ncx2, norm
 
 from .stats import APART_SE, median_line_slope, repetitions_to_tell
 
@@ -245,6 +244,8 @@ def std_below(sd: float, k: int, noise: float, limit: float, points: int) -> boo
     and mean squared standard error ``noise``? None where the data cannot tell. "No"
     needs 2.5 % shared over the claim's ``points`` (Bonferroni: one point of many
     beyond its own 2.5 % is what noise gives)."""
+    from scipy.stats import ncx2  # on demand: commands start without scipy
+
     if not math.isfinite(noise):
         return None
     if noise <= 0:  # exact means (the model's)
@@ -262,6 +263,8 @@ def std_below(sd: float, k: int, noise: float, limit: float, points: int) -> boo
 def bonferroni_z(tests: int) -> float:
     """The normal quantile a "no" needs at one of ``tests`` points for 2.5 % over them
     all: one point of many beyond its own 2.5 % is what noise gives."""
+    from scipy.stats import norm  # on demand: commands start without scipy
+
     return float(norm.ppf(1 - 0.025 / max(1, tests)))
 
 
