@@ -22,9 +22,9 @@ if "EDGETB_HOME" not in os.environ:
     def _remove_home() -> None:
         """The session's state directory goes with it, unless a run is still recorded
         there (a leak: kept so `python -m testbed clean` with this EDGETB_HOME finds it)."""
-        from tests.support.kept_logs import keep_logs
+        from tests.support.kept_logs import TEST_LOGS, keep_logs
 
-        kept = keep_logs(Path(_HOME), Path.home() / ".edgetb" / "test-logs")
+        kept = keep_logs(Path(_HOME), TEST_LOGS)
         if kept is not None:
             print(f"edgetb: node logs of the session's failed runs kept in {kept}", file=sys.stderr)
         runs = Path(_HOME, "runs")

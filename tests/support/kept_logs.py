@@ -7,9 +7,12 @@ CI named logs that were gone by the time anyone looked). At the end they move to
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 KEEP = 10
+TEST_LOGS = Path.home() / ".edgetb" / "test-logs"  # where both outlive the session
+SUITE_PREFIX = "suite-"  # make test's outputs there (tests/support/suite.py)
 
 
 def keep_logs(home: Path, into: Path, keep: int = KEEP) -> Path | None:
@@ -22,9 +25,13 @@ def keep_logs(home: Path, into: Path, keep: int = KEEP) -> Path | None:
     target = into / home.name
     shutil.move(str(logs), str(target))
     # test sessions' node logs only: make test's outputs (suite-*) are pruned on their own
-    sessions = [p for p in into.iterdir() if p.is_dir() and not p.is_symlink()]
-    kept = sorted((p for p in sessions if not p.name.startswith("suite-")),
-                  key=lambda p: p.stat().st_mtime)  # fmt: skip
-    for old in kept[: max(0, len(kept) - keep)]:
-        shutil.rmtree(old, ignore_errors=True)
+    prune(into, keep, lambda p: not p.name.startswith(SUITE_PREFIX))
     return target
+
+
+def prune(into: Path, keep: int, which: Callable[[Path], bool]) -> None:
+    """Drop all but the ``keep`` newest directories of ``into`` that ``which`` picks."""
+    dirs = [p for p in into.iterdir() if p.is_dir() and not p.is_symlink() and which(p)]
+    dirs.sort(key=lambda p: p.stat().st_mtime)
+    for old in dirs[: max(0, len(dirs) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)

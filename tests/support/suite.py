@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
+
+from tests.support.kept_logs import SUITE_PREFIX, TEST_LOGS, prune
 
 ROOT = Path(__file__).resolve().parents[2]
 VM_TESTS = ["tests/integration/test_4_vms.py", "tests/integration/test_5_vm_sweep.py"]
@@ -86,7 +88,6 @@ def _pytest(args: list[str], env: dict[str, str]) -> subprocess.Popen:
 _CLOSING = re.compile(rb"^=+ .*\b(failed|error|errors|passed)\b.* in [0-9.]+s")
 _SUMMARY = re.compile(rb"^(FAILED|ERROR) |" + _CLOSING.pattern)
 TAIL_LINES = 20  # a session's last lines, shown when it printed no closing count
-SUITE_PREFIX = "suite-"  # each run's outputs in ~/.edgetb/test-logs/suite-<time>-<pid>
 KEEP_OUTPUTS = 5  # the newest runs' (apart from the failed runs' node logs there)
 
 
@@ -98,7 +99,7 @@ def _relay(proc: subprocess.Popen, prefix: str, summary: list[bytes], copy: Path
         kept = open(copy, "ab") if copy is not None else None
     except OSError:
         kept = None
-    tail: list[bytes] = []
+    tail: deque[bytes] = deque(maxlen=TAIL_LINES)
     for line in iter(proc.stdout.readline, b""):
         sys.stdout.buffer.write(prefix.encode() + line)
         sys.stdout.buffer.flush()
@@ -111,7 +112,7 @@ def _relay(proc: subprocess.Popen, prefix: str, summary: list[bytes], copy: Path
                 kept = None
         if _SUMMARY.search(line):
             summary.append(line)
-        tail = [*tail[-(TAIL_LINES - 1) :], line]
+        tail.append(line)
     if kept is not None:
         kept.close()
     if not any(_CLOSING.search(line) for line in summary):  # killed, crashed, or -q
@@ -153,7 +154,7 @@ def _outputs_dir() -> Path | None:
     (tests/support/kept_logs.py), as CI's clone and its output are gone when someone
     looks; the newest KEEP_OUTPUTS runs' are kept. None where it cannot be made (the
     output is relayed all the same)."""
-    into = Path.home() / ".edgetb" / "test-logs"
+    into = TEST_LOGS
     path = into / f"{SUITE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     try:
         into.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -161,9 +162,7 @@ def _outputs_dir() -> Path | None:
     except OSError as exc:
         print(f"suite: sessions' output not kept ({exc})", file=sys.stderr)
         return None
-    earlier = sorted(into.glob(f"{SUITE_PREFIX}*"), key=lambda p: p.stat().st_mtime)
-    for old in earlier[: max(0, len(earlier) - KEEP_OUTPUTS)]:
-        shutil.rmtree(old, ignore_errors=True)
+    prune(into, KEEP_OUTPUTS, lambda p: p.name.startswith(SUITE_PREFIX))
     return path
 
 
