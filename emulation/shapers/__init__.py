@@ -16,7 +16,6 @@ import os
 import secrets
 from pathlib import Path
 
-from common import extras
 from common.errors import ConfigError, StateError
 from common.runner import run
 from testbed.backends import capabilities
@@ -137,16 +136,7 @@ def resolve(name: str, backend: str | None = None, *, probe: bool = True) -> str
 def preflight(name: str) -> None:
     """What a resolved shaper needs on this machine, checked before anything starts
     (ConfigError or StateError saying what to install or build)."""
-    require_extra(name)
     REGISTRY[name].preflight()
-
-
-def require_extra(name: str) -> None:
-    """ConfigError in one line when shaper ``name`` (``auto`` or one of the registry)
-    needs an extra of the project that is not installed."""
-    cls = REGISTRY.get(name)
-    if cls is not None and cls.extra is not None:
-        extras.require(cls.extra, f"--shaper {name}")
 
 
 REGISTRY: dict[str, type[Shaper]] = {

@@ -24,7 +24,6 @@ class Shaper(Protocol):
     name: str
     loss_location: str
     inside_hosts: bool  # shapes inside each host: the only kind VMs and inventory hosts take
-    extra: str | None  # the project's extra it needs (common.extras), if any
 
     def __init__(self, tb: Testbed) -> None: ...
 

@@ -44,7 +44,6 @@ class DirectShaper:
     """
 
     name = "direct"
-    extra: str | None = None
     inside_hosts = True
     # netem returns success for a random drop (net/sched/sch_netem.c): TCP is not told and
     # recovers by its timer, as it does from a drop in the gateway (model.rtt)

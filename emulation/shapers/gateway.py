@@ -48,13 +48,11 @@ class GatewayShaper:
 
     name = "gateway"
     inside_hosts = False
-    extra: str | None = None  # plain QEMU (emulation/gateway/vm.py), no extra
     loss_location = "in the network (gateway VM), not at the sender"
 
     @staticmethod
     def preflight() -> None:
-        """Its VM's image, built (StateError naming the command that builds it); its
-        extra is asked by the registry first."""
+        """Its VM's image, built (StateError naming the command that builds it)."""
         gw_image.load()
 
     @staticmethod

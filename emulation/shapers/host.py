@@ -49,7 +49,6 @@ class HostShaper:
 
     name = "host"
     inside_hosts = False
-    extra: str | None = None
     loss_location = (
         "in the network (dropped in the switch, between the hosts: the sender is not told "
         "and recovers by its timer)"

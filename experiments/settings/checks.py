@@ -145,7 +145,6 @@ def _testbeds(config: Any) -> None:
     """How testbeds are built: a backend with its options, the heap within each node's
     memory, a pool, a shaper the backend can use, probes, a results directory."""
     require_extra(config.backend)  # ConfigError naming the backends, or a missing extra
-    shapers.require_extra(config.shaper)
     options = config.backend_options()
     if options.get("resources"):  # every node count's nodes, with the sweep's heap
         for n in config.nodes:
