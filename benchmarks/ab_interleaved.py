@@ -45,6 +45,7 @@ from parallel_fidelity import (
     run_slopes,
     table,
 )
+from write_cpu import descendants
 
 from emulation import api as emulation_api
 from emulation import links, shapers
@@ -80,25 +81,6 @@ def order(index: int) -> list[tuple[str, int]]:
     """ABBA: (build, repetition) in the order a cell measures them."""
     a, b = BUILDS if index % 2 == 0 else BUILDS[::-1]
     return [(a, 0), (b, 0), (b, 1), (a, 1)]
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (by /proc/*/stat's parent field)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children.get(p, []))
-    return found
 
 
 class Side:

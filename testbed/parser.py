@@ -9,7 +9,7 @@ from common.command import Parser, prog
 from common.errors import ConfigError
 
 from . import argtypes
-from .backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
+from .backends.libvirt_xml import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, MIN_HEAP_MB, check_override
 from .cassandra.quiet import BUILDS
 from .cassandra.readiness import Deadlines

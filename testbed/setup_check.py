@@ -50,7 +50,8 @@ def check_libvirt() -> str:
     which systemd-tmpfiles creates only on systemd machines)."""
     import libvirt
 
-    from .backends.libvirt import NetworkDef, connect
+    from .backends.libvirt_objects import connect
+    from .backends.libvirt_xml import NetworkDef
 
     conn = connect()
     # Names outside the testbed's pattern (tb-<run>-...): `clean` never sees them.

@@ -10,43 +10,33 @@ A stateless process can reattach with ``Testbed.attach()`` (the CLI does).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from common.errors import (
-    CommandError,
     ConfigError,
-    NodeError,
-    RunInUseError,
     StateError,
     StateFileError,
     TeardownError,
     TestbedError,
 )
-from common.runner import run
 
-from . import ownership, resources, subnets
+from . import ownership, subnets
 from . import state as st
-from .backends import Backend, backend_class, capabilities, make_backend
-from .cassandra import auth as auth_mod
+from .backends import Backend, backend_class, make_backend
 from .cassandra import dist as dist_mod
 from .cassandra import logscan, quiet
-from .cassandra import tls as tls_mod
-from .cassandra.config import CassandraSettings, nodetool_args
+from .cassandra.config import CassandraSettings
 from .cassandra.java import Java, find_java
-from .cassandra.launch import CassandraLaunch
 from .cassandra.node import CassandraNode
 from .cassandra.readiness import Deadlines
-from .client import LOCAL_DC_ENV
+from .cluster import Cluster, checked_settings
+from .owned import Owned
 from .topology import Topology
 
 TEARDOWN_FAILED = st.TEARDOWN_FAILED
@@ -60,7 +50,7 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-class Testbed:
+class Testbed(Cluster, Owned):
     """k Cassandra edge nodes plus an endpoint, built by a backend ("netns" by default).
 
     Args:
@@ -124,44 +114,27 @@ class Testbed:
         self.faulted = False
         self.log_findings = ()
         self._owner: ownership.RunLock | None = None
-        # Validate everything before anything on the system changes: first the input alone
-        # (so bad input is named even without root), then what needs the machine.
+        self.java: Java | None = None
+        self.dist: dist_mod.CassandraDist | None = None
+        self._check(java)
+
+    def _check(self, java: str | None) -> None:
+        """Everything checked before anything on the system changes: first the input alone
+        (so bad input is named even without root), then what needs the machine; the
+        Cassandra distribution (and the quiet build) made where missing."""
+        topology, backend, cassandra = self.topology, self.backend_name, self.settings
         cls = backend_class(backend)
-        if name is not None:
-            self._check_name_free(st.check_name(name))
-        if subnet_pool is not None or topology.subnet is None:
-            subnets.pool_from(subnet_pool)  # a bad pool is named before anything starts
+        if self.name is not None:
+            self._check_name_free(st.check_name(self.name))
+        if self.subnet_pool is not None or topology.subnet is None:
+            subnets.pool_from(self.subnet_pool)  # a bad pool is named before anything starts
         check_options = getattr(cls, "check_options", None)
         if check_options is not None:
             check_options(topology, self.backend_options)
-        self.java: Java | None = None
-        self.dist: dist_mod.CassandraDist | None = None
         if cassandra is not None:
-            cassandra.check_hosts(topology)
-            spec = self.backend_options.get("resources")
-            if spec:  # each node's JVM (heap and the rest) under its memory limit
-                for host, res in resources.resolve_spec(spec, topology).items():
-                    if topology.host(host).is_edge:
-                        res.check_heap(cassandra.heap_mb, host)
-            if cassandra.tls is None:  # the backend's default: on where hosts are real
-                cassandra = replace(cassandra, tls=bool(getattr(cls, "cassandra_tls", False)))
-                self.settings = cassandra
-            if not cassandra.tls and getattr(cls, "cassandra_tls", False):
-                if not cassandra.plain_text:
-                    raise ConfigError(
-                        "TLS off on real hosts: the run's login and every write would cross "
-                        "their network in plain text; add --plain-text (a sweep: --tls "
-                        "plain-text) if that is meant"
-                    )
-                self.progress(
-                    "warning: TLS is off on real hosts (--plain-text): the run's login and "
-                    "every write cross their network in plain text"
-                )
-            node_keys = {k: v for o in cassandra.node_overrides.values() for k, v in o.items()}
-            if self.auth:
-                auth_mod.check_overrides({**cassandra.overrides, **node_keys}, backend)
-            if cassandra.tls:
-                tls_mod.check_overrides({**cassandra.overrides, **node_keys})
+            self.settings = cassandra = checked_settings(
+                cls, backend, topology, cassandra, self.backend_options, self.progress
+            )
             self.java = find_java(java)  # only runs `java -version`
         if os.geteuid() != 0:
             raise ConfigError(
@@ -290,35 +263,6 @@ class Testbed:
                 exc.args = (f"{exc.args[0] if exc.args else exc}\n({'; '.join(notes)})",)
             raise
 
-    # -- ownership -------------------------------------------------------------------------
-
-    def claim(self) -> None:
-        """Become the owner of this (attached) testbed for as long as this object uses it.
-
-        Raises RunInUseError naming the owner when another live process owns it.
-        """
-        assert self.state is not None
-        if self._owner is not None and self._owner.held:
-            return
-        lock = ownership.RunLock(self.state.run_dir)
-        if not lock.acquire(blocking=False, wait_s=2.0):
-            holder = lock.holder() or {}
-            raise RunInUseError(
-                f"run {self.state.run_id} is in use by {ownership.describe_holder(holder)}; "
-                f"stop that process (or wait for it) first"
-            )
-        self._owner = lock
-
-    def detach(self) -> None:
-        """Leave the testbed running, owned by nobody (what `python -m testbed up` does):
-        later commands act on it without --run, and `clean` leaves it alone while healthy."""
-        assert self.state is not None
-        self.state.detached = True
-        self.state.save()
-        if self._owner is not None:
-            self._owner.release()
-            self._owner = None
-
     def problems(self) -> list[str]:
         """What is broken in a testbed that should be up: dead recorded processes, missing
         hosts (namespaces, VMs). Empty when it looks healthy."""
@@ -375,301 +319,6 @@ class Testbed:
             self.nodes = {}
         return saved
 
-    def _scan_logs(self, backend: Backend, faulted: bool) -> list[logscan.Finding]:
-        """Every node's log read (logscan): here, or on its host through the backend (a
-        log that cannot be read there is none: the teardown goes on)."""
-        logs = {n: node.system_log for n, node in self.nodes.items()}
-        if capabilities(self.backend_name).namespaces:  # the logs are files here
-            return logscan.scan(logs, faults=faulted)
-        texts = {}
-        for name, path in logs.items():
-            with contextlib.suppress(TestbedError, OSError, ValueError, subprocess.SubprocessError):
-                argv = backend.exec_argv(name, logscan.remote_tail_argv(path), limited=False)
-                read = run(argv, check=False, timeout=120)
-                texts[name] = read.stdout if read.returncode == 0 else ""
-        self._remote_logs = texts  # what a failed start keeps (_save_logs): none is here
-        return logscan.scan_texts(texts, faults=faulted)
-
-    def _save_logs(self) -> Path | None:
-        assert self.state is not None
-        nodes_dir = self.state.run_dir / "nodes"
-        if not nodes_dir.is_dir():
-            return None
-        target = (self.base or st.home()) / "logs" / self.state.run_id
-        for node_dir in nodes_dir.iterdir():
-            if (node_dir / "logs").is_dir():
-                shutil.copytree(node_dir / "logs", target / node_dir.name, dirs_exist_ok=True)
-        logscan.save_texts(getattr(self, "_remote_logs", {}), target)
-        return target
-
-    # -- Cassandra -------------------------------------------------------------------------
-
-    def _start_cassandra(self) -> None:
-        """The backend starts the JVMs its way (processes in namespaces, or units on its
-        hosts through a playbook) and waits for the readiness stages."""
-        assert self.state and self.backend and self.settings and self.dist
-        build = self.settings.build
-        archive = self.dist.cds_archive(self.java.version, build) if self.java else None
-        use_archive = archive if archive and archive.is_file() and not self.cds_training else None
-        dump = None
-        if self.cds_training:
-            dump = self._cds_tmp()
-            dump.parent.mkdir(parents=True, exist_ok=True)
-            dump.unlink(missing_ok=True)
-        launch = CassandraLaunch(
-            settings=self.settings,
-            dist=self.dist,
-            java=self.java,
-            deadlines=self.deadlines,
-            progress=self.progress,
-            cds_archive=use_archive,
-            cds_dump_to=dump,
-            credentials=self.credentials_path if self.auth else None,
-            **self._make_tls(),
-        )
-        t0 = time.monotonic()
-        # filled as the nodes are made: a start that fails part-way stops those at teardown
-        self.timings.update(self.backend.start_cassandra(launch, self.nodes))
-        self.timings["cassandra"] = time.monotonic() - t0
-
-    def _make_tls(self) -> dict[str, Any]:
-        """The run's certificates, where TLS is on (``CassandraLaunch``'s tls fields): made
-        anew at each start, the client's copy in the run directory."""
-        assert self.state is not None and self.settings is not None
-        if not self.settings.tls:
-            return {}
-        made = tls_mod.make(self.run_id, {h.name: h.address for h in self.topology.edges})
-        return {"tls": made, "tls_dir": made.write_client(self.tls_dir)}
-
-    @property
-    def tls_dir(self) -> Path:
-        """The client's TLS files (on TLS clusters; the endpoint has a copy at the same path)."""
-        if self.state is None:
-            raise StateError("testbed is not up")
-        return self.state.run_dir / tls_mod.DIR
-
-    @property
-    def auth(self) -> bool:
-        """Whether Cassandra runs with authentication (the remote backends: their hosts
-        sit on real networks; namespaces on this machine do not)."""
-        return bool(getattr(backend_class(self.backend_name), "cassandra_auth", False))
-
-    @property
-    def credentials_path(self) -> Path:
-        """The run's CQL login (0600; on authenticated clusters only). The endpoint has a
-        copy at the same path."""
-        if self.state is None:
-            raise StateError("testbed is not up")
-        return self.state.run_dir / auth_mod.FILE_NAME
-
-    def _setup_auth(self) -> None:
-        """Readiness stage: the run's role replaces the default superuser (from the endpoint)."""
-        t0 = time.monotonic()
-        try:
-            topo = self.topology
-            per_dc = [
-                f"{site}={len(topo.site_nodes(site))}" for site in topo.site_names or ()
-            ]  # sites: system_auth replicated per datacenter
-            args = ["auth-setup", *(["--per-dc", ",".join(per_dc)] if per_dc else [])]
-            out = self.client(args, timeout_s=self.deadlines.auth_s)
-        except CommandError as exc:
-            raise NodeError(
-                self.topology.endpoint.name,
-                f"stage 'run role replaces the default superuser' failed: "
-                f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
-            ) from exc
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        self.timings["auth setup"] = time.monotonic() - t0
-        self.progress(
-            f"  role {result['role']} replaced the default superuser "
-            f"(refused by {len(result['default_refused_by'])} nodes): "
-            f"{self.timings['auth setup']:.1f} s"
-        )
-
-    def _driver_probe(self) -> None:
-        probe_start = time.monotonic()
-        try:
-            self.driver_probe(timeout_s=self.deadlines.driver_s)
-        except CommandError as exc:
-            raise NodeError(
-                self.topology.endpoint.name,
-                f"stage 'driver session from the endpoint' failed: "
-                f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
-            ) from exc
-        self.timings["driver connects"] = time.monotonic() - probe_start
-        self.progress(
-            f"  driver session from {self.topology.endpoint.name}: "
-            f"{self.timings['driver connects']:.1f} s"
-        )
-
-    def _cds_tmp(self) -> Path:
-        """Where the training node dumps its archive (renamed into place only when whole)."""
-        assert self.dist and self.java and self.settings
-        return self.dist.cds_archive(self.java.version, self.settings.build).with_suffix(".jsa.tmp")
-
-    def _keep_cds_archive(self) -> None:
-        if not (self.cds_training and self.dist and self.java and self.settings):
-            return
-        tmp = self._cds_tmp()
-        if tmp.is_file() and tmp.stat().st_size > 0:
-            os.replace(tmp, self.dist.cds_archive(self.java.version, self.settings.build))
-
-    def driver_probe(self, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Connect a driver session from the endpoint and wait until it sees every node up."""
-        out = self.client(["probe", "--expect", str(self.topology.edge_nodes)], timeout_s=timeout_s)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    @property
-    def python(self) -> str:
-        """The Python interpreter on the hosts (this one under netns; the image's venv on
-        VMs and inventory hosts): it runs the client, the probes and the workload."""
-        return getattr(self.backend, "python", None) or sys.executable
-
-    def client_argv(self, args: Sequence[str], timeout_s: float = 60.0) -> list[str]:
-        """The command line of ``python -m testbed.client ARGS`` on the hosts."""
-        return [self.python, "-m", "testbed.client", "--timeout", str(timeout_s), *args]
-
-    def client(
-        self, args: Sequence[str], *, timeout_s: float = 60.0
-    ) -> subprocess.CompletedProcess:
-        """Run ``python -m testbed.client ARGS`` on the endpoint; raises CommandError on failure."""
-        return self.exec(
-            self.topology.endpoint.name, self.client_argv(args, timeout_s), timeout=timeout_s + 30
-        )
-
-    # -- using the hosts -------------------------------------------------------------------
-
-    def address(self, host: str) -> str:
-        return self.topology.host(host).address
-
-    @property
-    def run_id(self) -> str:
-        if self.state is None:
-            raise StateError("testbed is not up")
-        return self.state.run_id
-
-    def environment(self, host: str) -> dict[str, str]:
-        """Variables set for commands run on a host: run id, host, edge addresses and, on
-        the endpoint, the path of the login file (a cluster with authentication) and of
-        the TLS files (a cluster with TLS); never their content: these variables are on
-        the command line."""
-        env = {
-            "EDGETB_RUN": self.run_id,
-            "EDGETB_HOST": host,
-            "EDGETB_EDGE_ADDRESSES": ",".join(h.address for h in self.topology.edges),
-        }
-        site = self.topology.host(host).site
-        if site is not None:  # a client uses the nodes of its own host's site
-            env[LOCAL_DC_ENV] = site
-        if self.settings is not None and host == self.topology.endpoint.name:
-            if self.auth:
-                env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only
-            if self.settings.tls:
-                env[tls_mod.ENV] = str(self.tls_dir)  # the same
-        return env
-
-    def exec_argv(self, host: str, argv: Sequence[str], *, limited: bool = True) -> list[str]:
-        """The argument list that runs ``argv`` on ``host`` with its environment set.
-        ``limited=False``: outside the host's device limits (netns cgroups) — the
-        testbed's own tools (nodetool, tc), which no device would run on itself and
-        which must not eat the node's CPU quota or memory."""
-        if self.backend is None:
-            raise StateError("testbed is not up")
-        env = [f"{k}={v}" for k, v in self.environment(host).items()]
-        return self.backend.exec_argv(host, ["env", *env, *argv], limited=limited)
-
-    def exec(
-        self,
-        host: str,
-        argv: Sequence[str],
-        *,
-        check: bool = True,
-        timeout: float | None = 60,
-        input: str | None = None,
-    ) -> subprocess.CompletedProcess:
-        """Run ``argv`` on ``host`` and return the result (CommandError if it fails)."""
-        return run(self.exec_argv(host, argv), check=check, timeout=timeout, input=input)
-
-    def popen(self, host: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """Start ``argv`` on ``host`` without waiting (the caller owns the process)."""
-        return subprocess.Popen(self.exec_argv(host, argv), **kwargs)
-
-    def nodetool(self, host: str, *command: str, timeout: float = 60) -> str:
-        """Run nodetool against ``host``'s Cassandra (JMX on its own loopback)."""
-        if self.java is None or self.dist is None:
-            raise StateError("this testbed runs no Cassandra")
-        if self.backend is None:
-            raise StateError("testbed is not up")  # as exec_argv would say
-        java = self.backend.tool_java(self.java.path)
-        argv = [java, *nodetool_args(self.dist.classpath, self.dist.tools_logback, *command)]
-        return run(self.exec_argv(host, argv, limited=False), timeout=timeout).stdout
-
-    def status(self) -> list[dict[str, Any]]:
-        """Per host: name, role, address, and Cassandra's state as one live node sees it."""
-        ring: dict[str, str] = {}
-        dcs: dict[str, str] = {}
-        for node in self.nodes.values():
-            if node.alive():
-                try:
-                    text = self.nodetool(node.name, "status")
-                    ring, dcs = parse_nodetool_status(text), parse_nodetool_datacenters(text)
-                    break
-                except CommandError as exc:
-                    log.debug("nodetool on %s failed: %s", node.name, exc)
-        hosts = []
-        for host in self.topology.hosts:
-            entry: dict[str, Any] = {"name": host.name, "role": host.role, "address": host.address}
-            if host.site is not None:
-                entry["site"] = host.site
-            if host.is_edge:
-                if host.address in dcs:
-                    entry["datacenter"] = dcs[host.address]  # as Cassandra sees it
-                edge = self.nodes.get(host.name)
-                alive = bool(edge and edge.alive())
-                entry["cassandra"] = ring.get(host.address, "?") if alive else "stopped"
-                entry["pid"] = edge.pid if edge else None
-            hosts.append(entry)
-        return hosts
-
-    def status_from(self, host: str) -> dict[str, str]:
-        """Every node's state (UN, DN, ...) as ``host``'s own Cassandra sees it, by host
-        name; {} when its nodetool does not answer (the node is down or starting)."""
-        names = {h.address: h.name for h in self.topology.edges}
-        try:
-            ring = parse_nodetool_status(self.nodetool(host, "status"))
-        except CommandError:
-            return {}
-        return {names.get(a, a): v for a, v in ring.items()}
-
-    def restart_node(self, name: str) -> float:
-        """Start edge node ``name``'s Cassandra again (after it was killed or stopped:
-        the same directory, data and command line) and wait until it serves CQL; returns
-        seconds. The netns backend only."""
-        if self.state is None or self.backend is None or self.settings is None:
-            raise StateError("testbed is not up, or runs no Cassandra")
-        if not capabilities(self.backend_name).restart_nodes or not (self.java and self.dist):
-            raise ConfigError(f"the {self.backend_name} backend cannot restart a node in place")
-        node = self.nodes[name]
-        if node.alive():
-            raise StateError(f"{name}: Cassandra is still running (pid {node.pid})")
-        t0 = time.monotonic()
-        # Dead is not yet gone: a killed JVM's threads may still be exiting, its ports bound.
-        if not node.wait_exit(60):
-            raise node.error("the old JVM is still exiting 60 s after it died")
-        node.log.new_lines()  # from here on: the old run's lines are not this start's
-        pid = node.start(
-            java=self.java,
-            dist=self.dist,
-            settings=self.settings,
-            exec_argv=self.backend.exec_argv,
-        )
-        self.state.processes[name] = {"pid": pid, "marker": node.marker}
-        self.state.save()
-        from .cassandra.readiness import wait_for_nodes
-
-        wait_for_nodes([node], self.deadlines, poll_s=0.2)  # its own stages; peers: the caller's
-        return time.monotonic() - t0
-
     # -- reattaching -----------------------------------------------------------------------
 
     @classmethod
@@ -688,36 +337,47 @@ class Testbed:
             backend_class(state.backend)
         except (ConfigError, TypeError) as exc:
             raise StateFileError(f"corrupt run state {state.path}: {exc}") from None
-        tb = cls.__new__(cls)
-        tb.topology = topology
-        tb.backend_name = state.backend
-        tb.settings = settings
-        tb.deadlines = Deadlines()
-        tb.cds_training = False
-        tb.progress = _quiet
-        tb.base = base
-        tb.name = state.name
-        tb.subnet_pool = None
-        tb.on_registered = None
-        tb.state = state
-        tb._owner = None
-        tb.backend_options = dict(state.options)
-        tb.backend = make_backend(state.backend, topology, state)
-        tb.timings = dict(state.timings)
-        tb.java = Java(state.java, 17, "") if state.java else None
-        tb.dist = None
-        if settings is not None:
-            try:
-                tb.dist = dist_mod.load()
-            except StateError:
-                tb.dist = None
-        tb.nodes = {}
-        for host in topology.edges:
-            proc = state.processes.get(host.name)
-            tb.nodes[host.name] = tb.backend.cassandra_node(host, proc["pid"] if proc else None)
+        tb = _reattached(cls.__new__(cls), state, topology, settings, base)
         if claim:
             tb.claim()
         return tb
+
+
+def _reattached(
+    tb: Testbed,
+    state: st.RunState,
+    topology: Topology,
+    settings: CassandraSettings | None,
+    base: Path | None,
+) -> Testbed:
+    """``tb`` (made without ``__init__``) given what ``attach`` read from ``state``."""
+    tb.topology = topology
+    tb.backend_name = state.backend
+    tb.settings = settings
+    tb.deadlines = Deadlines()
+    tb.cds_training = False
+    tb.progress = _quiet
+    tb.base = base
+    tb.name = state.name
+    tb.subnet_pool = None
+    tb.on_registered = None
+    tb.state = state
+    tb._owner = None
+    tb.backend_options = dict(state.options)
+    tb.backend = make_backend(state.backend, topology, state)
+    tb.timings = dict(state.timings)
+    tb.java = Java(state.java, 17, "") if state.java else None
+    tb.dist = None
+    if settings is not None:
+        try:
+            tb.dist = dist_mod.load()
+        except StateError:
+            tb.dist = None
+    tb.nodes = {}
+    for host in topology.edges:
+        proc = state.processes.get(host.name)
+        tb.nodes[host.name] = tb.backend.cassandra_node(host, proc["pid"] if proc else None)
+    return tb
 
 
 def state_problems(state: st.RunState) -> list[str]:
@@ -734,32 +394,3 @@ def state_problems(state: st.RunState) -> list[str]:
     if check is not None:
         found += check(state)
     return found
-
-
-def parse_nodetool_datacenters(text: str) -> dict[str, str]:
-    """Map address -> datacenter from `nodetool status` output (a "Datacenter: NAME"
-    line heads each datacenter's nodes)."""
-    result, dc = {}, None
-    for line in text.splitlines():
-        if line.startswith("Datacenter:"):
-            dc = line.split(":", 1)[1].strip()
-            continue
-        for address in parse_nodetool_status(line):
-            if dc is not None:
-                result[address] = dc
-    return result
-
-
-def parse_nodetool_status(text: str) -> dict[str, str]:
-    """Map address -> two-letter state (UN, DN, UJ, ...) from `nodetool status` output."""
-    result = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if (
-            len(fields) >= 2
-            and len(fields[0]) == 2
-            and fields[0][0] in "UD"
-            and fields[0][1] in "NLJM"
-        ):
-            result[fields[1]] = fields[0]
-    return result

@@ -25,12 +25,8 @@ from typing import Any
 from common.errors import ConfigError, TestbedError
 from common.files import append_to
 from testbed.backends import hostkeys, provision
-from testbed.backends.hosts import (
-    STORE_NAME,
-    USER_KNOWN_HOSTS,
-    read_inventory,
-    validate_inventory,
-)
+from testbed.backends.hostkeys import STORE_NAME, USER_KNOWN_HOSTS
+from testbed.backends.inventory import read_inventory, validate_inventory
 from testbed.backends.ssh import SSH, RemoteHost
 from testbed.state import home
 

@@ -18,7 +18,7 @@ from emulation.links import MAX_DELAY_MS, PROFILES, read_toml
 from emulation.trace import load as load_trace
 from testbed import resources
 from testbed.backends import backend_options
-from testbed.backends.libvirt import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
+from testbed.backends.libvirt_xml import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
 from testbed.cassandra.config import JVM_PROFILES, JvmProfile
 from testbed.cassandra.quiet import BUILDS, CassandraBuild
 from testbed.cassandra.readiness import Deadlines

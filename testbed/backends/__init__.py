@@ -191,7 +191,7 @@ def backend_options(
     if vm_vcpus is not None or vm_memory_mb is not None:
         if "edge_size" not in caps.options:
             raise ConfigError(f"--vm-vcpus/--vm-memory are for {_taken_by('edge_size')}")
-        from .libvirt import EDGE_SIZE
+        from .libvirt_xml import EDGE_SIZE
 
         opts["edge_size"] = {
             "vcpus": EDGE_SIZE.vcpus if vm_vcpus is None else vm_vcpus,

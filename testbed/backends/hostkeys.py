@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (key type, base64 key)
 SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
+USER_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+STORE_NAME = "known_hosts"  # in $EDGETB_HOME: keys recorded on first contact
 
 
 def host_pattern(address: str, port: int) -> str:

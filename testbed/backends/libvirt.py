@@ -16,8 +16,6 @@ import json
 import logging
 import os
 import time
-import xml.etree.ElementTree as ET
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,230 +25,31 @@ from common.runner import run
 
 from .. import images, subnets
 from ..accel import known_accel, record_accel
-from ..state import PREFIX, Record, RunState, run_of
+from ..state import Record, RunState
 from ..topology import Topology
 from . import provision, remote
+from .libvirt_objects import clean_leftovers, connect, leftovers, remove_run_objects
+from .libvirt_xml import (
+    EDGE_SIZE,
+    ENDPOINT_SIZE,
+    DomainDef,
+    NetworkDef,
+    OverlayDef,
+    PoolDef,
+    VMSize,
+    bridge_name,
+    domain_name,
+    kernel_cmdline,
+    mac_for,
+    network_name,
+    pool_name,
+)
 from .ssh import SSH, RemoteHost
 
 log = logging.getLogger(__name__)
 
 BOOT_TIMEOUT_S = 600.0  # TCG on two cores, several guests booting at once
 KVM_TRIAL_TIMEOUT_S = 90.0
-METADATA_NS = "https://github.com/edgetb/edgetb/libvirt/1"
-
-
-MAX_VCPUS = 64
-MIN_MEMORY_MB = 256
-MAX_MEMORY_MB = 65536
-
-
-@dataclass(frozen=True)
-class VMSize:
-    """vCPUs and memory of one VM."""
-
-    vcpus: int
-    memory_mb: int
-
-    def check(self, what: str) -> None:
-        if not _int_in(self.vcpus, 1, MAX_VCPUS):
-            raise ConfigError(
-                f"{what}: vcpus must be an integer from 1 to {MAX_VCPUS}, got {self.vcpus!r}"
-            )
-        if not _int_in(self.memory_mb, MIN_MEMORY_MB, MAX_MEMORY_MB):
-            raise ConfigError(
-                f"{what}: memory must be an integer from {MIN_MEMORY_MB} to {MAX_MEMORY_MB} "
-                f"MB, got {self.memory_mb!r}"
-            )
-
-
-def _int_in(value: object, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-# Sized like a small edge device (a 2-core, 2 GB board); the endpoint only runs a client.
-EDGE_SIZE = VMSize(vcpus=2, memory_mb=2048)
-ENDPOINT_SIZE = VMSize(vcpus=1, memory_mb=1024)
-
-
-@dataclass(frozen=True)
-class NetworkDef:
-    """An isolated libvirt network (no forwarding, no DHCP) with the host on ``address``."""
-
-    name: str
-    bridge: str
-    address: str
-    prefixlen: int
-
-    def to_xml(self) -> str:
-        net = ET.Element("network")
-        ET.SubElement(net, "name").text = self.name
-        ET.SubElement(net, "bridge", name=self.bridge, stp="off", delay="0")
-        ET.SubElement(net, "dns", enable="no")  # no DNS, no DHCP: addresses are static
-        ET.SubElement(
-            net,
-            "ip",
-            address=self.address,
-            netmask=str(ipaddress.IPv4Network(f"0.0.0.0/{self.prefixlen}").netmask),
-        )
-        return ET.tostring(net, encoding="unicode")
-
-
-@dataclass(frozen=True)
-class PoolDef:
-    """A directory storage pool holding the run's overlay volumes."""
-
-    name: str
-    path: Path
-
-    def to_xml(self) -> str:
-        pool = ET.Element("pool", type="dir")
-        ET.SubElement(pool, "name").text = self.name
-        ET.SubElement(ET.SubElement(pool, "target"), "path").text = str(self.path)
-        return ET.tostring(pool, encoding="unicode")
-
-
-@dataclass(frozen=True)
-class OverlayDef:
-    """A qcow2 copy-on-write volume over the (read-only, shared) base image."""
-
-    name: str
-    capacity_bytes: int
-    backing: Path
-
-    def to_xml(self) -> str:
-        vol = ET.Element("volume", type="file")
-        ET.SubElement(vol, "name").text = self.name
-        ET.SubElement(vol, "capacity", unit="bytes").text = str(self.capacity_bytes)
-        target = ET.SubElement(vol, "target")
-        ET.SubElement(target, "format", type="qcow2")
-        backing = ET.SubElement(vol, "backingStore")
-        ET.SubElement(backing, "path").text = str(self.backing)
-        ET.SubElement(backing, "format", type="qcow2")
-        return ET.tostring(vol, encoding="unicode")
-
-
-@dataclass(frozen=True)
-class DomainDef:
-    """One VM: direct kernel boot of the image's kernel, one virtio disk and NIC."""
-
-    name: str
-    run_id: str
-    host: str
-    domain_type: str  # "kvm" or "qemu" (TCG)
-    size: VMSize
-    kernel: Path
-    initrd: Path
-    cmdline: str
-    disk: Path
-    network: str
-    mac: str
-    console_log: Path
-
-    def to_xml(self) -> str:
-        dom = ET.Element("domain", type=self.domain_type)
-        ET.SubElement(dom, "name").text = self.name
-        meta = ET.SubElement(dom, "metadata")
-        ET.SubElement(meta, f"{{{METADATA_NS}}}run", host=self.host).text = self.run_id
-        ET.SubElement(dom, "memory", unit="MiB").text = str(self.size.memory_mb)
-        ET.SubElement(dom, "vcpu").text = str(self.size.vcpus)
-        os_ = ET.SubElement(dom, "os")
-        ET.SubElement(os_, "type", arch="x86_64", machine="pc").text = "hvm"
-        ET.SubElement(os_, "kernel").text = str(self.kernel)
-        ET.SubElement(os_, "initrd").text = str(self.initrd)
-        ET.SubElement(os_, "cmdline").text = self.cmdline
-        ET.SubElement(ET.SubElement(dom, "features"), "acpi")
-        if self.domain_type == "kvm":
-            ET.SubElement(dom, "cpu", mode="host-passthrough")
-        ET.SubElement(dom, "clock", offset="utc")
-        for event, action in (
-            ("on_poweroff", "destroy"),
-            ("on_reboot", "restart"),
-            ("on_crash", "destroy"),
-        ):
-            ET.SubElement(dom, event).text = action
-        dev = ET.SubElement(dom, "devices")
-        disk = ET.SubElement(dev, "disk", type="file", device="disk")
-        ET.SubElement(disk, "driver", name="qemu", type="qcow2", cache="unsafe")
-        ET.SubElement(disk, "source", file=str(self.disk))
-        ET.SubElement(disk, "target", dev="vda", bus="virtio")
-        nic = ET.SubElement(dev, "interface", type="network")
-        ET.SubElement(nic, "source", network=self.network)
-        ET.SubElement(nic, "mac", address=self.mac)
-        ET.SubElement(nic, "model", type="virtio")
-        serial = ET.SubElement(dev, "serial", type="file")
-        ET.SubElement(serial, "source", path=str(self.console_log))
-        ET.SubElement(serial, "target", port="0")
-        rng = ET.SubElement(dev, "rng", model="virtio")
-        ET.SubElement(rng, "backend", model="random").text = "/dev/urandom"
-        ET.SubElement(dev, "memballoon", model="none")
-        # qemu runs as root for this domain: the image lives in root's cache, not in a
-        # libvirt storage directory, and nothing is relabelled.
-        label = ET.SubElement(dom, "seclabel", type="static", model="dac", relabel="no")
-        ET.SubElement(label, "label").text = "+0:+0"
-        ET.register_namespace("edgetb", METADATA_NS)
-        return ET.tostring(dom, encoding="unicode")
-
-
-def domain_name(run_id: str, host: str) -> str:
-    return f"{PREFIX}-{run_id}-{host}"
-
-
-def network_name(run_id: str) -> str:
-    return f"{PREFIX}-{run_id}-net"
-
-
-def pool_name(run_id: str) -> str:
-    return f"{PREFIX}-{run_id}-disks"
-
-
-def bridge_name(run_id: str) -> str:
-    return f"{PREFIX}{run_id}br"  # <= 15 characters
-
-
-def mac_for(address: str) -> str:
-    """A stable locally administered MAC from the host's IPv4 address (QEMU's 52:54:00)."""
-    b = ipaddress.IPv4Address(address).packed
-    return f"52:54:00:{b[1]:02x}:{b[2]:02x}:{b[3]:02x}"
-
-
-def kernel_cmdline(name: str, cidr: str, public_key: str) -> str:
-    return " ".join(
-        [
-            "root=/dev/vda",
-            "rw",
-            "console=ttyS0",
-            "net.ifnames=0",
-            "quiet",
-            "systemd.show_status=false",
-            "random.trust_cpu=on",
-            f"edgetb.name={name}",
-            f"edgetb.addr={cidr}",
-            f"edgetb.key={images.ssh_key_argument(public_key)}",
-        ]
-    )
-
-
-def _quiet_libvirt() -> None:
-    """libvirt prints every error to stderr by default; ours are raised or logged."""
-    import libvirt
-
-    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
-
-
-def connect():
-    """An open libvirt connection; ConfigError saying how to fix it otherwise."""
-    try:
-        import libvirt
-    except ImportError as exc:
-        raise ConfigError("libvirt-python is not installed: run `make vms`") from exc
-    _quiet_libvirt()
-    try:
-        return libvirt.open(paths.libvirt_uri())
-    except libvirt.libvirtError as exc:
-        raise ConfigError(
-            f"cannot connect to libvirt at {paths.libvirt_uri()} ({exc}); is libvirtd "
-            f"running? `make vms` installs and starts it"
-        ) from exc
 
 
 def choose_domain_type() -> str | None:
@@ -396,44 +195,48 @@ class LibvirtBackend(remote.RemoteBackend):
                     OverlayDef(f"{h.name}.qcow2", capacity, image.disk).to_xml(), 0
                 )
                 disks[h.name] = Path(vol.path())
-            domain_type = choose_domain_type()
-            trial = domain_type is None
-            t0 = time.monotonic()
-            boot = self._boot_all(
-                conn,
-                image,
-                disks,
-                public_key,
-                domain_type or "kvm",
-                KVM_TRIAL_TIMEOUT_S if trial else BOOT_TIMEOUT_S,
-            )
-            if trial:
-                if boot is None:
-                    record_accel("tcg", "libvirt: a KVM guest did not reach SSH")
-                    self._destroy_domains(conn)
-                    domain_type = "qemu"
-                    t0 = time.monotonic()
-                    boot = self._boot_all(
-                        conn, image, disks, public_key, domain_type, BOOT_TIMEOUT_S
-                    )
-                else:
-                    record_accel("kvm", "libvirt: KVM guests reached SSH")
-                    domain_type = "kvm"
-            if boot is None:
-                raise TestbedError(
-                    f"the VMs did not reach SSH within {BOOT_TIMEOUT_S:.0f} s "
-                    f"(consoles: {vm_dir}/*.console.log)"
-                )
-            rec.domain_type = domain_type or "qemu"
-            rec.accel = "kvm" if domain_type == "kvm" else "tcg"
-            rec.boot_to_ssh_s = boot
-            rec.boot_all_s = round(time.monotonic() - t0, 1)
-            self.state.save()
+            self._boot(conn, image, disks, public_key, rec)
         except libvirt.libvirtError as exc:
             raise TestbedError(f"libvirt: {exc}") from exc
         finally:
             conn.close()
         self._provision()
+
+    def _boot(self, conn, image, disks, public_key: str, rec: LibvirtRecord) -> None:
+        """Boot every VM: under KVM where that is known to work, under TCG where it is
+        known not to, else KVM on trial (its verdict recorded for this machine), TCG after
+        a failed trial. How they booted goes into ``rec``."""
+        domain_type = choose_domain_type()
+        trial = domain_type is None
+        t0 = time.monotonic()
+        boot = self._boot_all(
+            conn,
+            image,
+            disks,
+            public_key,
+            domain_type or "kvm",
+            KVM_TRIAL_TIMEOUT_S if trial else BOOT_TIMEOUT_S,
+        )
+        if trial:
+            if boot is None:
+                record_accel("tcg", "libvirt: a KVM guest did not reach SSH")
+                self._destroy_domains(conn)
+                domain_type = "qemu"
+                t0 = time.monotonic()
+                boot = self._boot_all(conn, image, disks, public_key, domain_type, BOOT_TIMEOUT_S)
+            else:
+                record_accel("kvm", "libvirt: KVM guests reached SSH")
+                domain_type = "kvm"
+        if boot is None:
+            raise TestbedError(
+                f"the VMs did not reach SSH within {BOOT_TIMEOUT_S:.0f} s "
+                f"(consoles: {self.state.run_dir / 'vms'}/*.console.log)"
+            )
+        rec.domain_type = domain_type or "qemu"
+        rec.accel = "kvm" if domain_type == "kvm" else "tcg"
+        rec.boot_to_ssh_s = boot
+        rec.boot_all_s = round(time.monotonic() - t0, 1)
+        self.state.save()
 
     def _boot_all(
         self, conn, image, disks, public_key: str, domain_type: str, timeout_s: float
@@ -537,102 +340,3 @@ def provision_extravars(run_id: str, archive: Path, cassandra_archive: str = "")
         "edgetb_cassandra_archive": cassandra_archive,
         "edgetb_wheels": list(images.GUEST_WHEELS),
     }
-
-
-# -- finding and removing leftovers ------------------------------------------------------------
-
-
-def _owner(obj, kind: str) -> str | None:
-    """The run that made ``obj`` (a domain, network or pool), else None: its name must
-    follow the strict pattern, and a domain must also carry the run in its metadata, so
-    an object someone else named ``tb-...`` is never taken for ours."""
-    import libvirt
-
-    run_id = run_of(obj.name())
-    if run_id is None:
-        return None
-    if kind == "networks":
-        return run_id if obj.name() == network_name(run_id) else None
-    if kind == "pools":
-        return run_id if obj.name() == pool_name(run_id) else None
-    try:
-        meta = obj.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS)
-    except libvirt.libvirtError:
-        return None
-    text = ET.fromstring(meta).text if meta else None
-    return run_id if text == run_id else None
-
-
-def _mine(obj, kind: str, run_id: str | None, skip: Sequence[str] = ()) -> bool:
-    owner = _owner(obj, kind)
-    return owner is not None and run_id in (None, owner) and owner not in skip
-
-
-def leftovers(run_id: str | None = None) -> dict[str, list[str]]:
-    """libvirt objects carrying the testbed prefix (of one run or of any): domains,
-    networks, storage pools. Empty when libvirt is not installed or not running."""
-    found: dict[str, list[str]] = {"domains": [], "networks": [], "pools": []}
-    try:
-        import libvirt
-    except ImportError:
-        return found
-    try:
-        conn = libvirt.open(paths.libvirt_uri())
-    except libvirt.libvirtError:
-        return found
-    try:
-        for kind, objects in (
-            ("domains", conn.listAllDomains()),
-            ("networks", conn.listAllNetworks()),
-            ("pools", conn.listAllStoragePools()),
-        ):
-            found[kind] = sorted(o.name() for o in objects if _mine(o, kind, run_id))
-        return found
-    finally:
-        conn.close()
-
-
-def _delete_volumes(pool) -> None:
-    for vol in pool.listAllVolumes():
-        vol.delete(0)
-
-
-def remove_run_objects(conn, run_id: str | None = None, skip: Sequence[str] = ()) -> list[str]:
-    """Destroy (and undefine, if persistent) every prefixed domain, network and pool of
-    run ``run_id`` (or of every run but those in ``skip``); returns their names.
-    Domains go first (they use the pools' overlays and the networks)."""
-    import libvirt
-
-    _quiet_libvirt()
-    removed = []
-    for kind, objects, before_destroy in (
-        ("domains", conn.listAllDomains(), None),
-        ("pools", conn.listAllStoragePools(), _delete_volumes),
-        ("networks", conn.listAllNetworks(), None),
-    ):
-        for obj in objects:
-            if not _mine(obj, kind, run_id, skip):
-                continue
-            try:
-                persistent = obj.isPersistent()
-                if obj.isActive():
-                    if before_destroy:
-                        before_destroy(obj)
-                    obj.destroy()  # a transient object is gone after this
-                if persistent:
-                    obj.undefine()
-            except libvirt.libvirtError as exc:
-                log.warning("%s: %s", obj.name(), exc)
-            removed.append(obj.name())
-    return removed
-
-
-def clean_leftovers(run_id: str | None = None, skip: Sequence[str] = ()) -> list[str]:
-    """remove_run_objects on a fresh connection; [] when libvirt is absent or down."""
-    if not any(leftovers(run_id).values()):
-        return []
-    conn = connect()
-    try:
-        return remove_run_objects(conn, run_id, skip)
-    finally:
-        conn.close()

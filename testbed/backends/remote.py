@@ -189,10 +189,10 @@ class RemoteBackend:
         """What the `cassandra` playbook needs of a node: its directories, its rendered
         configuration as an archive, and the systemd unit's command line."""
         from ..cassandra import config as cfg
-        from ..cassandra import quiet
+        from ..cassandra import jvm, quiet
         from ..cassandra.node import _NO_MLOCK
 
-        jvm = cfg.jvm_args(
+        jvm_argv = jvm.jvm_args(
             settings=launch.settings,
             classpath=quiet.classpath(launch.dist, launch.settings.build),
             node_dir=node.node_dir,
@@ -207,7 +207,7 @@ class RemoteBackend:
             "dirs": [str(node.node_dir / sub) for sub in cfg.NODE_DIRS],
             "conf_archive": str(self._conf_archive(host, node.node_dir / "conf")),
             "argv": start_unit_argv(
-                [*_NO_MLOCK, self.java, *jvm],
+                [*_NO_MLOCK, self.java, *jvm_argv],
                 node.node_dir,
                 node.marker,
                 unit_name(self.state.run_id),

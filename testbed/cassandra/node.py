@@ -15,7 +15,7 @@ from common.files import tail
 from common.procs import pid_alive
 
 from ..topology import Host, Topology
-from . import config, quiet
+from . import config, jvm, quiet
 from .config import CassandraSettings
 from .dist import CassandraDist
 from .java import Java
@@ -116,7 +116,7 @@ class CassandraNode:
 
     @property
     def marker(self) -> str:
-        return config.marker_property(self.run_id, self.name)
+        return jvm.marker_property(self.run_id, self.name)
 
     def write_config(
         self,
@@ -168,7 +168,7 @@ class CassandraNode:
     ) -> int:
         """Launch the JVM inside the node's host, detached into its own session."""
         (self.node_dir / "tmp").mkdir(exist_ok=True)  # a node dir of an older version lacks it
-        args = config.jvm_args(
+        args = jvm.jvm_args(
             settings=settings,
             classpath=quiet.classpath(dist, settings.build),
             node_dir=self.node_dir,

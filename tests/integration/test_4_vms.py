@@ -26,6 +26,7 @@ import pytest
 from testbed import images, qdisc
 from testbed.backends import hostkeys
 from testbed.backends import libvirt as lv
+from testbed.backends import libvirt_objects as lvo
 from testbed.backends.hosts import HostsRecord
 from testbed.state import RunState, home
 from testbed.topology import Topology
@@ -86,10 +87,10 @@ def test_vms_boot_through_libvirt_and_report_their_accelerator(vms):
     assert set(rec.boot_to_ssh_s) == {"e0", "e1", "ep"}
     sites = {h.name: h.site for h in Topology.from_dict(state.topology).hosts}
     assert sites == {"e0": "dc1", "e1": "dc2", "ep": "dc1"}, sites  # --sites 1,1
-    found = lv.leftovers(run_id)
+    found = lvo.leftovers(run_id)
     assert found["domains"] == [f"tb-{run_id}-{h}" for h in ("e0", "e1", "ep")]
     assert found["networks"] == [f"tb-{run_id}-net"] and found["pools"] == [f"tb-{run_id}-disks"]
-    conn = lv.connect()
+    conn = lvo.connect()
     try:
         dom = conn.lookupByName(f"tb-{run_id}-e0")
         assert dom.info()[3] == VM_VCPUS  # as asked
@@ -509,7 +510,7 @@ def test_hosts_backend_refuses_a_changed_host_key(vms, tmp_path):
 
 
 def test_kill_9_during_boot_then_clean_leaves_nothing():
-    others = set(lv.leftovers()["domains"])  # other testbeds' VMs on this machine
+    others = set(lvo.leftovers()["domains"])  # other testbeds' VMs on this machine
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -531,8 +532,8 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
     run_id = None
     deadline = time.monotonic() + vm_budget(120)
     while time.monotonic() < deadline:  # until both domains of its run exist
-        ids = {d.split("-")[1] for d in set(lv.leftovers()["domains"]) - others}
-        mine = [i for i in ids if len(lv.leftovers(i)["domains"]) == 2]
+        ids = {d.split("-")[1] for d in set(lvo.leftovers()["domains"]) - others}
+        mine = [i for i in ids if len(lvo.leftovers(i)["domains"]) == 2]
         if len(mine) == 1:
             (run_id,) = mine
             break
@@ -540,7 +541,7 @@ def test_kill_9_during_boot_then_clean_leaves_nothing():
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert run_id, proc.stdout.read()
-    assert lv.leftovers(run_id)["domains"]  # the VMs outlive the killed command
+    assert lvo.leftovers(run_id)["domains"]  # the VMs outlive the killed command
     clean = run_cli("clean", run=run_id, timeout=vm_budget(300))  # not the session's shared cluster
     assert clean.returncode == 0, clean.stderr
     assert_no_residue(run_id)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from testbed import CassandraSettings, ConfigError, StateError, Topology
-from testbed.cassandra import auth, config
+from testbed.cassandra import auth, config, jvm
 
 
 def _yaml(tmp_path, **kw):
@@ -51,7 +51,7 @@ def test_auth_layer_wins_and_overrides_of_it_are_refused(tmp_path):
 
 
 def _jvm(**kw):
-    return config.jvm_args(
+    return jvm.jvm_args(
         settings=CassandraSettings(),
         classpath="/lib/a.jar",
         node_dir=Path("/run/x/nodes/e0"),
@@ -78,7 +78,7 @@ def test_jvm_args_system_auth_rf_and_local_jmx_only():
 
 
 def test_nodetool_talks_to_the_local_jmx_port():
-    args = config.nodetool_args("/lib/a.jar", Path("/l.xml"), "status")
+    args = jvm.nodetool_args("/lib/a.jar", Path("/l.xml"), "status")
     assert args[-5:] == ["-h", "127.0.0.1", "-p", "7199", "status"]
 
 

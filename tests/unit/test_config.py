@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from testbed import CassandraSettings, ConfigError, Topology
-from testbed.cassandra import config
+from testbed.cassandra import config, jvm
 from testbed.cassandra.config import DELETE, initial_token, merge
 
 
@@ -107,7 +107,7 @@ def test_node_overrides_for_unknown_host():
 
 
 def _jvm(settings: CassandraSettings, **kw) -> list[str]:
-    return config.jvm_args(
+    return jvm.jvm_args(
         settings=settings,
         classpath="/lib/a.jar:/lib/b.jar",
         node_dir=Path("/run/x/nodes/e0"),
@@ -125,7 +125,7 @@ def test_jvm_args_fast_profile():
     assert "-Dedgetb.run=abc123:e0" in args
     assert "-Dcassandra.jmx.local.port=7199" in args
     assert "-Dcassandra.config=file:///run/x/nodes/e0/conf/cassandra.yaml" in args
-    assert args[-3:] == ["-cp", "/lib/a.jar:/lib/b.jar", config.MAIN_CLASS]
+    assert args[-3:] == ["-cp", "/lib/a.jar:/lib/b.jar", jvm.MAIN_CLASS]
     # every --add-opens/--add-exports is followed by its module/package=target
     for flag, value in zip(args, args[1:], strict=False):
         if flag in ("--add-opens", "--add-exports"):

@@ -10,7 +10,7 @@ import pytest
 
 from common.errors import ConfigError
 from testbed import Topology, qdisc
-from testbed.backends import hosts, provision, remote
+from testbed.backends import hosts, inventory, provision, remote
 from testbed.backends.ssh import SSH
 
 
@@ -29,11 +29,11 @@ def _good(key):
 
 
 def test_a_good_inventory_passes(key):
-    hosts.validate_inventory(_good(key), ["e0", "ep"])
+    inventory.validate_inventory(_good(key), ["e0", "ep"])
     inv = _good(key)
     inv["e0"].update(ansible_port="2222", ansible_user="pi", edgetb_address="10.77.0.11")
     inv["ep"].update(ansible_port=22, ansible_user="root", edgetb_known_hosts=str(key))
-    hosts.validate_inventory(inv, ["e0", "ep"])
+    inventory.validate_inventory(inv, ["e0", "ep"])
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_bad_values_are_one_line_naming_host_variable_and_value(key, var, value,
     inv = _good(key)
     inv["e0"][var] = value
     with pytest.raises(ConfigError) as err:
-        hosts.validate_inventory(inv, ["e0", "ep"], "inv.yml")
+        inventory.validate_inventory(inv, ["e0", "ep"], "inv.yml")
     text = str(err.value)
     assert message in text and text.startswith("inv.yml: ") and "\n" not in text
 
@@ -74,7 +74,7 @@ def test_every_problem_reported_at_once_and_missing_values_named(key):
     inv["ep"]["ansible_port"] = 99999
     inv["ep"].pop("ansible_ssh_private_key_file")
     with pytest.raises(ConfigError) as err:
-        hosts.validate_inventory(inv, ["e0", "ep"])
+        inventory.validate_inventory(inv, ["e0", "ep"])
     text = str(err.value)
     assert "e0: ansible_host is missing" in text
     assert "ep: ansible_port '99999' is not a port" in text
@@ -83,7 +83,7 @@ def test_every_problem_reported_at_once_and_missing_values_named(key):
 
 def test_hosts_the_run_does_not_use_are_not_checked(key):
     inv = {**_good(key), "spare": {"ansible_host": "not-an-address"}}
-    hosts.validate_inventory(inv, ["e0", "ep"])
+    inventory.validate_inventory(inv, ["e0", "ep"])
 
 
 def test_load_validates_before_matching_the_topology(tmp_path, key):
@@ -96,7 +96,7 @@ def test_load_validates_before_matching_the_topology(tmp_path, key):
     inv["ep"]["ansible_user"] = "pi"
     inv["e0"]["edgetb_known_hosts"] = str(key)
     path.write_text(json.dumps({"all": {"hosts": inv}}))
-    loaded = hosts.load(Topology(edge_nodes=1), {"inventory": str(path)})
+    loaded = inventory.load(Topology(edge_nodes=1), {"inventory": str(path)})
     assert loaded.known_hosts == key and loaded.hosts["ep"].user == "pi"
 
 
@@ -213,10 +213,10 @@ def test_group_variables_count_and_a_hosts_own_win(tmp_path, key):
         "[edge]\ne0 ansible_host=10.77.0.11\ne1 ansible_host=10.77.0.12 ansible_port=2200\n"
         f"[edge:vars]\nansible_ssh_private_key_file={key}\nansible_port=22\n"
     )
-    inv = hosts.read_inventory(path)
+    inv = inventory.read_inventory(path)
     assert inv["e0"]["ansible_ssh_private_key_file"] == str(key)
     assert str(inv["e0"]["ansible_port"]) == "22" and str(inv["e1"]["ansible_port"]) == "2200"
-    hosts.validate_inventory(inv, ["e0", "e1"])
+    inventory.validate_inventory(inv, ["e0", "e1"])
 
 
 def _hosts_testbed(inv, home, cassandra, progress=None):
@@ -269,8 +269,8 @@ def _sited(key, sites):
 
 def test_the_inventorys_sites_must_be_the_topologys(key):
     inv = _sited(key, ["dc1", "dc1", "dc2"])
-    hosts.check_sites(Topology(edge_nodes=3, sites=(2, 1)), inv)  # as placed: fine
-    hosts.check_sites(Topology(edge_nodes=3), _sited(key, [None, None, None]))  # none named
+    inventory.check_sites(Topology(edge_nodes=3, sites=(2, 1)), inv)  # as placed: fine
+    inventory.check_sites(Topology(edge_nodes=3), _sited(key, [None, None, None]))  # none named
     cases = [
         (Topology(edge_nodes=3), inv, "give --sites 2,1"),
         (Topology(edge_nodes=3, sites=(1, 2)), inv, "give --sites 2,1"),
@@ -278,9 +278,9 @@ def test_the_inventorys_sites_must_be_the_topologys(key):
         (Topology(edge_nodes=3), _sited(key, ["dc1", "dc2", "dc1"]), "site by site"),
         (Topology(edge_nodes=3), _sited(key, ["north", "north", "south"]), "dc1, dc2 in order"),
     ]
-    for topo, inventory, message in cases:
+    for topo, inv_case, message in cases:
         with pytest.raises(ConfigError, match=message) as err:
-            hosts.check_sites(topo, inventory)
+            inventory.check_sites(topo, inv_case)
         assert "\n" not in str(err.value)
 
 
@@ -332,7 +332,7 @@ def test_an_inventory_ansible_reads_only_in_part_is_refused_naming_the_line(
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
-        hosts.read_inventory(path)
+        inventory.read_inventory(path)
     assert "Ansible did not read all of it" in str(info.value) and "\n" not in str(info.value)
 
 
@@ -355,7 +355,7 @@ def test_inventory_values_are_data_never_templates(tmp_path, name, text, where):
     path = tmp_path / name
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(where)) as info:
-        hosts.read_inventory(path)
+        inventory.read_inventory(path)
     assert ", line " in str(info.value)
 
 
@@ -395,4 +395,4 @@ def test_a_host_and_a_group_of_one_name_is_not_a_partial_read(tmp_path, key):
         f"[edge]\ne0 ansible_host=10.77.0.11 ansible_ssh_private_key_file={key}\n"
         f"[ep]\nep ansible_host=10.77.0.10 ansible_ssh_private_key_file={key}\n"
     )
-    assert sorted(hosts.read_inventory(path)) == ["e0", "ep"]
+    assert sorted(inventory.read_inventory(path)) == ["e0", "ep"]

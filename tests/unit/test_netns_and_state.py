@@ -11,11 +11,11 @@ import pytest
 from common.errors import ConfigError, RunSelectionError, StateFileError
 from common.tags import tag_of
 from testbed import StateError, Topology
+from testbed.access import parse_nodetool_status
 from testbed.backends import make_backend
 from testbed.backends.netns import build_commands, planned_namespaces
 from testbed.ownership import RunLock, registered_runs, unregister
 from testbed.state import RunState, create_run, known_runs, run_of, select_run
-from testbed.testbed import parse_nodetool_status
 
 
 def test_build_commands_names_and_addresses():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import ConfigError, StateError
-from testbed.cassandra import config, quiet
+from testbed.cassandra import config, jvm, quiet
 from testbed.cassandra.config import CassandraSettings
 from testbed.cassandra.dist import CassandraDist
 from testbed.topology import Topology
@@ -65,7 +65,7 @@ def test_jvm_args_carry_the_build_and_refuse_a_mismatched_classpath(tmp_path):
     dist = _dist(tmp_path)
 
     def args(build, classpath):
-        return config.jvm_args(
+        return jvm.jvm_args(
             settings=CassandraSettings(build=build),
             classpath=classpath,
             node_dir=Path("/n"),

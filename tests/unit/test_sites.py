@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from common.errors import ConfigError
-from testbed.cassandra import config
+from testbed.cassandra import config, jvm
 from testbed.topology import Topology, format_sites, parse_sites
 
 RING = 2**64
@@ -112,7 +112,7 @@ def test_a_node_of_a_site_gets_the_gossiping_snitch_and_its_rackdc_file(tmp_path
     values = config.node_settings(config.CassandraSettings(), plain, plain.host("e0"), tmp_path)
     assert values["endpoint_snitch"] == "SimpleSnitch"
     assert config.rackdc_properties(plain.host("e0")).startswith("dc=datacenter1\n")
-    args = config.jvm_args(
+    args = jvm.jvm_args(
         settings=config.CassandraSettings(),
         classpath="cp",
         node_dir=tmp_path,
@@ -173,7 +173,7 @@ DN  10.1.2.14   ?          1       50.0%             5c3f1d7b-0d86-4d6c-c098-3f5
 
 
 def test_nodetool_status_of_two_datacenters_is_read_per_node():
-    from testbed.testbed import parse_nodetool_datacenters, parse_nodetool_status
+    from testbed.access import parse_nodetool_datacenters, parse_nodetool_status
 
     assert parse_nodetool_datacenters(NODETOOL_STATUS_2DC) == {
         "10.1.2.11": "dc1", "10.1.2.12": "dc1", "10.1.2.13": "dc2", "10.1.2.14": "dc2",

@@ -404,7 +404,7 @@ def test_the_vm_size_shown_is_the_backends_default():
     """`sweep --help` and `up --help` show the same VM size: libvirt's EDGE_SIZE (the
     sweep once said "default none" for --vm-memory)."""
     from experiments.settings.config import shown_default
-    from testbed.backends.libvirt import EDGE_SIZE
+    from testbed.backends.libvirt_xml import EDGE_SIZE
 
     assert shown_default("vm_vcpus") == str(EDGE_SIZE.vcpus)
     assert shown_default("vm_memory_mb") == str(EDGE_SIZE.memory_mb)

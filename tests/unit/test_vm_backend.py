@@ -15,8 +15,9 @@ import pytest
 from common.errors import ConfigError
 from common.keyed_cache import input_key
 from testbed import Topology, images
-from testbed.backends import hosts, provision
-from testbed.backends import libvirt as lv
+from testbed.backends import hosts, inventory, provision
+from testbed.backends import libvirt_objects as lvo
+from testbed.backends import libvirt_xml as lvx
 from testbed.backends.ssh import SSH, RemoteHost
 from testbed.cassandra import dist as dist_mod
 
@@ -27,17 +28,17 @@ def domain(**kw):
         run_id="abc123",
         host="e0",
         domain_type="qemu",
-        size=lv.VMSize(2, 2048),
+        size=lvx.VMSize(2, 2048),
         kernel=Path("/img/vmlinuz"),
         initrd=Path("/img/initrd.img"),
-        cmdline=lv.kernel_cmdline("e0", "10.77.0.11/24", "ssh-ed25519 AAAA k"),
+        cmdline=lvx.kernel_cmdline("e0", "10.77.0.11/24", "ssh-ed25519 AAAA k"),
         disk=Path("/run/e0.qcow2"),
         network="tb-abc123-net",
         mac="52:54:00:77:00:0b",
         console_log=Path("/run/e0.console.log"),
     )
     base.update(kw)
-    return lv.DomainDef(**base)
+    return lvx.DomainDef(**base)
 
 
 def el(root: ET.Element, path: str) -> ET.Element:
@@ -74,7 +75,7 @@ def test_hostile_values_stay_data_not_markup():
 def test_kernel_cmdline_carries_name_address_and_key():
     key = "ssh-ed25519 AAAAC3Nza edgetb-abc123"
     args = dict(
-        a.split("=", 1) for a in lv.kernel_cmdline("ep", "10.77.0.10/24", key).split() if "=" in a
+        a.split("=", 1) for a in lvx.kernel_cmdline("ep", "10.77.0.10/24", key).split() if "=" in a
     )
     assert args["edgetb.name"] == "ep" and args["edgetb.addr"] == "10.77.0.10/24"
     assert base64.b64decode(args["edgetb.key"]).decode() == key
@@ -82,12 +83,12 @@ def test_kernel_cmdline_carries_name_address_and_key():
 
 
 def test_network_pool_and_overlay_definitions():
-    net = ET.fromstring(lv.NetworkDef("tb-abc123-net", "tbabc123br", "10.77.0.1", 24).to_xml())
+    net = ET.fromstring(lvx.NetworkDef("tb-abc123-net", "tbabc123br", "10.77.0.1", 24).to_xml())
     assert el(net, "ip").get("netmask") == "255.255.255.0"
     assert net.find("forward") is None  # isolated: nothing leaves the subnet
     assert el(net, "dns").get("enable") == "no" and net.find("ip/dhcp") is None
-    assert len(lv.bridge_name("abc123")) <= 15
-    vol = ET.fromstring(lv.OverlayDef("e0.qcow2", 6 << 30, Path("/img/base.qcow2")).to_xml())
+    assert len(lvx.bridge_name("abc123")) <= 15
+    vol = ET.fromstring(lvx.OverlayDef("e0.qcow2", 6 << 30, Path("/img/base.qcow2")).to_xml())
     assert vol.findtext("backingStore/path") == "/img/base.qcow2"
     assert el(vol, "target/format").get("type") == "qcow2"
     assert vol.findtext("capacity") == str(6 << 30)
@@ -95,16 +96,16 @@ def test_network_pool_and_overlay_definitions():
 
 def test_mac_is_stable_and_distinct_per_address():
     topo = Topology(edge_nodes=5)
-    macs = [lv.mac_for(h.address) for h in topo.hosts]
+    macs = [lvx.mac_for(h.address) for h in topo.hosts]
     assert len(set(macs)) == len(macs) and all(m.startswith("52:54:00:") for m in macs)
-    assert lv.mac_for("10.77.0.11") == "52:54:00:4d:00:0b"
+    assert lvx.mac_for("10.77.0.11") == "52:54:00:4d:00:0b"
 
 
 def test_vm_sizes_are_checked():
     with pytest.raises(ConfigError, match="vcpus"):
-        lv.VMSize(0, 1024).check("edge VM")
+        lvx.VMSize(0, 1024).check("edge VM")
     with pytest.raises(ConfigError, match="memory"):
-        lv.VMSize(1, 64).check("edge VM")
+        lvx.VMSize(1, 64).check("edge VM")
 
 
 class FakeObject:
@@ -119,18 +120,18 @@ class FakeObject:
     def metadata(self, _kind, namespace):
         import libvirt
 
-        if self._meta_run is None or namespace != lv.METADATA_NS:
+        if self._meta_run is None or namespace != lvx.METADATA_NS:
             raise libvirt.libvirtError("no metadata")
         return f'<run xmlns="{namespace}" host="e0">{self._meta_run}</run>'
 
 
 def test_names_carry_the_run_for_clean():
-    ours = lv.DomainDef(
+    ours = lvx.DomainDef(
         "tb-abc123-e0",
         "abc123",
         "e0",
         "qemu",
-        lv.VMSize(1, 512),
+        lvx.VMSize(1, 512),
         Path("/k"),
         Path("/i"),
         "c",
@@ -141,14 +142,14 @@ def test_names_carry_the_run_for_clean():
     )
     meta = el(ET.fromstring(ours.to_xml()), "metadata")[0]
     assert meta.text == "abc123"  # what _owner reads back through virDomainGetMetadata
-    assert lv._owner(FakeObject(lv.domain_name("abc123", "e0"), "abc123"), "domains") == "abc123"
-    assert lv._owner(FakeObject(lv.network_name("abc123")), "networks") == "abc123"
-    assert lv._owner(FakeObject(lv.pool_name("abc123")), "pools") == "abc123"
+    assert lvo._owner(FakeObject(lvx.domain_name("abc123", "e0"), "abc123"), "domains") == "abc123"
+    assert lvo._owner(FakeObject(lvx.network_name("abc123")), "networks") == "abc123"
+    assert lvo._owner(FakeObject(lvx.pool_name("abc123")), "pools") == "abc123"
     # someone else's objects: a name that only looks like ours, no metadata, other suffix
-    assert lv._owner(FakeObject("tb-x-y", "x"), "domains") is None
-    assert lv._owner(FakeObject(lv.domain_name("abc123", "e0")), "domains") is None
-    assert lv._owner(FakeObject("tb-abc123-e0"), "networks") is None
-    assert lv._owner(FakeObject("default"), "networks") is None
+    assert lvo._owner(FakeObject("tb-x-y", "x"), "domains") is None
+    assert lvo._owner(FakeObject(lvx.domain_name("abc123", "e0")), "domains") is None
+    assert lvo._owner(FakeObject("tb-abc123-e0"), "networks") is None
+    assert lvo._owner(FakeObject("default"), "networks") is None
 
 
 def test_image_definition_reads_and_is_keyed_on_its_files(tmp_path, monkeypatch):
@@ -301,7 +302,7 @@ def test_inventory_ports_and_users_that_are_fine(tmp_path):
         "e0": {"ansible_host": "10.77.0.11", "ansible_port": "2222", "ansible_user": "pi"},
         "ep": {"ansible_host": "10.77.0.10", "ansible_port": 22},
     }
-    found = hosts.remote_hosts(Topology(edge_nodes=1), inv)
+    found = inventory.remote_hosts(Topology(edge_nodes=1), inv)
     assert (found["e0"].port, found["e0"].user) == (2222, "pi")
     assert (found["ep"].port, found["ep"].user) == (22, "root")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import ConfigError
-from testbed.cassandra import config as cfg
+from testbed.cassandra import jvm
 from testbed.cassandra.config import SIMPLE_SNITCH_DC
 from testbed.testbed import Testbed
 
@@ -44,7 +44,7 @@ def client_jvm_options(profile: str) -> tuple[str, ...]:
     quick-start JIT and GC (a phase in a 1-vCPU TCG guest started in 29 s against 49
     with the defaults, medians of 2; its operations wait on the network, not on compiled
     code), under "standard" the JVM's own defaults."""
-    return cfg.PROFILE_OPTIONS["fast"] if profile == "fast" else ()
+    return jvm.PROFILE_OPTIONS["fast"] if profile == "fast" else ()
 
 
 class Ycsb:
