@@ -4,6 +4,8 @@ drawn, so that commands that draw nothing do not load matplotlib."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,7 @@ class Look:
 
 
 _look = Look()
+_footer = ""  # the caveat under every figure of measured cells (``footer``)
 # One style per series (an RF, a loss level): the Okabe-Ito colours, which stay apart
 # for colour-blind readers, each with a marker and a dash pattern of its own, so that
 # the lines also stay apart in greyscale and where they overlap.
@@ -69,7 +72,8 @@ DASHES = ("-", (0, (5, 1.5)), (0, (8, 2, 1.5, 2)), (0, (2.5, 1.5)),
 MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
 __all__ = [
-    "FORMATS", "MODEL_STYLE", "STYLES", "Look", "add_look_flags", "label_overlaps", "log_ticks",
+    "FORMATS", "MODEL_STYLE", "STYLES", "Look", "add_look_flags", "footer", "label_overlaps",
+    "log_ticks",
     "look_from", "matplotlib", "plt", "pt", "save_figure", "series_style", "set_look",
 ]  # fmt: skip
 
@@ -144,9 +148,21 @@ def set_look(look: Look) -> None:
     _look = look
 
 
+@contextmanager
+def footer(text: str) -> Iterator[None]:
+    """Figures saved inside carry ``text`` in small grey type under their drawing (the
+    sample's caveat: ``analysis.results.Results.caveat``)."""
+    global _footer
+    before, _footer = _footer, text
+    try:
+        yield
+    finally:
+        _footer = before
+
+
 def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
     """``fig`` as OUT/NAME in each format of the look (PNG, SVG and PDF by default),
-    then closed; the paths written."""
+    with the ``footer`` in force under it, then closed; the paths written."""
     box: str | None = "tight"  # the drawing's own box, whitespace trimmed
     if _look.size is not None:  # the asked size exactly (a journal's column), laid out
         w, h = fig.get_size_inches()  # in it; a grid's panels scaled as a one-panel figure
@@ -154,8 +170,12 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
         fig.set_size_inches(w * sx, h * sy)
         for text in fig.findobj(matplotlib.text.Annotation):  # captions under an axis
             text.set_wrap(True)  # wrap at the figure's edge, not run past it
-        fig.set_layout_engine("constrained")
+        strip = _footer_strip(fig)  # the rect: left, bottom, width, height
+        fig.set_layout_engine("constrained", rect=(0, strip, 1, 1 - strip))
         box = None
+    else:  # under everything drawn (captions included): the tight box grows to hold it
+        _add_footer(fig, below=True)
+    paths = []
     paths = []
     for fmt in _look.formats:
         path = out / f"{name}.{fmt}"
@@ -164,6 +184,32 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def _add_footer(fig: Any, below: bool) -> Any:
+    """The ``footer`` as a text of ``fig``: ``below`` everything drawn so far, else on
+    the bottom edge, wrapped at the figure's width; None without a footer."""
+    if not _footer:
+        return None
+    style = {"ha": "left", "fontsize": pt(7), "color": "0.35"}
+    if not below:
+        return fig.text(0.005, 0.005, _footer, va="bottom", wrap=True, **style)
+    fig.canvas.draw()
+    drawn = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    w, h = fig.get_size_inches()
+    return fig.text(drawn.x0 / w, (drawn.y0 - 0.05) / h, _footer, va="top", **style)
+
+
+def _footer_strip(fig: Any) -> float:
+    """The share of a fixed-size figure's height kept free at its bottom for the footer
+    (its wrapped lines and a margin), 0 without one; the footer drawn there."""
+    text = _add_footer(fig, below=False)
+    if text is None:
+        return 0.0
+    fig.canvas.draw()
+    w, h = fig.get_size_inches()
+    one_line = text.get_window_extent(fig.canvas.get_renderer())  # drawn wrapped: its lines
+    return min(0.3, (one_line.height / fig.dpi + 0.06) / h)
 
 
 def label_overlaps(fig: Any) -> list[str]:

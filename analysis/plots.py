@@ -34,6 +34,7 @@ from . import ycsb as ycsb_mod
 from .figsave import (
     FORMATS,
     add_look_flags,
+    footer,
     look_from,
     set_look,
 )
@@ -142,9 +143,10 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         traces = faults_mod.trace_table(results.faults)
         write_file(out / "faults.txt", table + "\n" + (f"\n{traces}\n" if traces else ""))
     made: list[dict[str, Any]] = []
-    for drawer in DRAWERS:
-        if getattr(results, drawer.needs):
-            made += drawer.draw(inputs)
+    with footer(results.caveat()):
+        for drawer in DRAWERS:
+            if getattr(results, drawer.needs):
+                made += drawer.draw(inputs)
     index = {
         "runs": results.run_ids,
         "figures": [m["name"] for m in made],

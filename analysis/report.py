@@ -36,7 +36,8 @@ pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:12px}
 figure{display:inline-block;width:520px;margin:.5em;vertical-align:top}
 figure.wide{display:block;width:auto}img{max-width:100%}
 details{margin:.5em 0}table.claims td.c,table.claims td.v{text-align:left}
-table.claims td.v{max-width:260px}"""
+table.claims td.v{max-width:260px}.caveat{color:#555;font-size:13px;border-left:3px solid
+#E69F00;padding-left:.6em}footer.caveat{margin-top:2em}"""
 
 
 def _fmt(v) -> str:
@@ -249,6 +250,7 @@ def write_report(results: Results) -> Path:
         _per_cell(results),
         *_ycsb_and_faults(results),
         *_runs_used(results),
+        *_caveat(results, "footer"),
     ]
     write_file(out, "\n".join(parts))
     return out
@@ -271,7 +273,13 @@ def _opening(results: Results) -> list[str]:
             f"<p>Not included: {html.escape(', '.join(results.others))} "
             f"(<code>--run RUN_ID</code> chooses runs).</p>"
         )
-    return parts
+    return parts + _caveat(results, "p")
+
+
+def _caveat(results: Results, tag: str) -> list[str]:
+    """The sample's caveat (``Results.caveat``) as the page's opening line and footer."""
+    line = results.caveat()
+    return [f"<{tag} class='caveat'>Sample: {html.escape(line)}.</{tag}>"] if line else []
 
 
 def _figures_section(results: Results, index: dict | None, rerun: str) -> list[str]:

@@ -25,13 +25,15 @@ from common.errors import ConfigError
 from common.files import write_file
 from experiments.store.db import RunInfo, Store, check_writable_dir
 
-from .stats import per_cell
+from .stats import TAIL_WRITES, per_cell
 
 DEFAULT_SELECTION = "the newest complete run and every complete run of its configuration"
 # a cell's statistics (analysis.stats.cell_stats) under summary.csv's column names
 AS_SUMMARY = {"n": "writes", "mean": "mean_ms", "ci_low": "ci_low_ms", "ci_high": "ci_high_ms",
               "median": "median_ms", "p95": "p95_ms", "p99": "p99_ms", "std": "std_ms",
               "lost": "acknowledged_lost"}  # fmt: skip
+# what tells two cells of a run's grid apart but their repetition
+POINT_KEYS = ("nodes", "rf", "latency_ms", "loss_pct", "cl", "policy", "profile", "sites")
 
 
 @dataclass
@@ -77,6 +79,34 @@ class Results:
     def run_ids(self) -> list[str]:
         return [r["run_id"] for r in self.runs]
 
+    def caveat(self) -> str:
+        """The line a reader needs beside every figure and table of these cells: writes
+        timed per cell, repetitions per grid point, the sweep's name (a preset's, or the
+        user's; not the default "custom"), and that tails of fewer
+        than ``TAIL_WRITES`` writes are indicative; "" without cells."""
+        cells = [*self.cells, *self.levels, *self.faults]
+        if not cells:
+            return ""
+        writes = sorted({int(c.get("writes") or len(c.get("rtt_ms", ()))) for c in cells})
+        points: defaultdict[tuple, int] = defaultdict(int)
+        for c in cells:
+            points[tuple(c.get(k) for k in POINT_KEYS)] += 1
+        reps = sorted(set(points.values()))
+        names = sorted({str(r["config"].get("name")) for r in self.runs} - {"custom", "None"})
+
+        def span(values: list[int], one: str, many: str) -> str:
+            shown = f"{values[0]}" if len(values) == 1 else f"{values[0]}-{values[-1]}"
+            return f"{shown} {one if values == [1] else many}"
+
+        line = (
+            f"{span(writes, 'write', 'writes')} per cell, "
+            f"{span(reps, 'repetition', 'repetitions')}"
+            + (f" (sweep {', '.join(names)})" if names else "")
+        )
+        if writes[0] < TAIL_WRITES:
+            line += f"; p95/p99 of under {TAIL_WRITES} writes: indicative"
+        return line
+
     def describe(self) -> str:
         """Which runs this analysis uses and why, for the user (a few lines)."""
         count: defaultdict[str, int] = defaultdict(int)
@@ -92,6 +122,8 @@ class Results:
             )
         if len({r["fingerprint"] for r in self.runs}) > 1:
             lines.append("  note: these runs have different configurations; their cells are pooled")
+        if self.caveat():
+            lines.append(f"sample: {self.caveat()}")
         if self.others:
             shown = ", ".join(self.others[-5:])
             more = f" and {len(self.others) - 5} earlier" if len(self.others) > 5 else ""

@@ -1,0 +1,52 @@
+"""The sample's caveat (issue 43, item 2): every console page, the report (opening and
+footer) and every figure of measured cells say how many writes each cell timed and how
+many repetitions each grid point has, and that tails of fewer than 1000 writes are
+indicative. Synthetic stores whose samples are known."""
+
+from analysis import plots, report
+from analysis.results import load
+from analysis.synthetic import make_store
+
+GRID = {"nodes": (3,), "losses": (0.5,), "latencies": (0, 20)}
+
+
+def test_a_quick_sample_says_its_size_and_that_its_tails_are_indicative(tmp_path):
+    make_store(tmp_path, writes=100, **GRID)
+    line = load(tmp_path).caveat()
+    assert line == (
+        "100 writes per cell, 1 repetition (sweep synthetic); "
+        "p95/p99 of under 1000 writes: indicative"
+    )
+
+
+def test_repetitions_are_counted_per_grid_point_and_full_cells_carry_no_tail_note(tmp_path):
+    make_store(tmp_path, writes=1000, repetitions=3, **GRID)
+    assert load(tmp_path).caveat() == "1000 writes per cell, 3 repetitions (sweep synthetic)"
+
+
+def test_two_runs_of_one_configuration_are_two_repetitions(tmp_path):
+    make_store(tmp_path, writes=1000, run_id="a", **GRID)
+    make_store(tmp_path, writes=1200, run_id="b", seed=1, **GRID)
+    assert load(tmp_path).caveat().startswith("1000-1200 writes per cell, 2 repetitions")
+
+
+def test_every_page_and_figure_carries_it(tmp_path):
+    make_store(tmp_path, writes=100, **GRID)
+    results = load(tmp_path)
+    line = results.caveat()
+    assert f"sample: {line}" in results.describe().splitlines()  # plots, compare, model
+    made = plots.make_all(results)
+    assert made
+    for fig in made:  # the SVGs keep their text as text
+        svg = fig["paths"][0].with_suffix(".svg").read_text()
+        assert "100 writes per cell, 1 repetition" in svg, fig["name"]
+    html = report.write_report(results).read_text()
+    assert html.count(f"Sample: {line}.") == 2  # under the opening, and the footer
+
+
+def test_a_store_without_writes_cells_has_none(tmp_path):
+    make_store(tmp_path, writes=100, **GRID)
+    results = load(tmp_path)
+    results.cells = []
+    assert results.caveat() == ""
+    assert not any(x.startswith("sample:") for x in results.describe().splitlines())
