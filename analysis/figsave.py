@@ -176,7 +176,6 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
     else:  # under everything drawn (captions included): the tight box grows to hold it
         _add_footer(fig, below=True)
     paths = []
-    paths = []
     for fmt in _look.formats:
         path = out / f"{name}.{fmt}"
         with replacing(path, "wb") as f:  # never through a name planted in OUT
@@ -197,7 +196,7 @@ def _add_footer(fig: Any, below: bool) -> Any:
     fig.canvas.draw()
     drawn = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
     w, h = fig.get_size_inches()
-    return fig.text(drawn.x0 / w, (drawn.y0 - 0.05) / h, _footer, va="top", **style)
+    return fig.text(drawn.x0 / w, (drawn.y0 - 0.05) / h, _footer, va="top", wrap=True, **style)
 
 
 def _footer_strip(fig: Any) -> float:

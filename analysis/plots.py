@@ -143,9 +143,10 @@ def make_all(results: Results) -> list[dict[str, Any]]:
         traces = faults_mod.trace_table(results.faults)
         write_file(out / "faults.txt", table + "\n" + (f"\n{traces}\n" if traces else ""))
     made: list[dict[str, Any]] = []
-    with footer(results.caveat()):
-        for drawer in DRAWERS:
-            if getattr(results, drawer.needs):
+    caveat = results.caveat()  # of the writes cells: YCSB's figures count operations
+    for drawer in DRAWERS:
+        if getattr(results, drawer.needs):
+            with footer(caveat if drawer.needs != "ycsb" else ""):
                 made += drawer.draw(inputs)
     index = {
         "runs": results.run_ids,

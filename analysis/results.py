@@ -33,7 +33,8 @@ AS_SUMMARY = {"n": "writes", "mean": "mean_ms", "ci_low": "ci_low_ms", "ci_high"
               "median": "median_ms", "p95": "p95_ms", "p99": "p99_ms", "std": "std_ms",
               "lost": "acknowledged_lost"}  # fmt: skip
 # what tells two cells of a run's grid apart but their repetition
-POINT_KEYS = ("nodes", "rf", "latency_ms", "loss_pct", "cl", "policy", "profile", "sites")
+POINT_KEYS = ("nodes", "rf", "latency_ms", "loss_pct", "cl", "policy", "profile", "sites",
+              "fault", "trace", "workload")  # fmt: skip
 
 
 @dataclass
@@ -82,17 +83,22 @@ class Results:
     def caveat(self) -> str:
         """The line a reader needs beside every figure and table of these cells: writes
         timed per cell, repetitions per grid point, the sweep's name (a preset's, or the
-        user's; not the default "custom"), and that tails of fewer
-        than ``TAIL_WRITES`` writes are indicative; "" without cells."""
+        user's; not the default "custom"), and that tails of grid points of fewer than
+        ``TAIL_WRITES`` writes (repetitions pooled, as the figures do) are indicative; ""
+        without cells."""
         cells = [*self.cells, *self.levels, *self.faults]
         if not cells:
             return ""
-        writes = sorted({int(c.get("writes") or len(c.get("rtt_ms", ()))) for c in cells})
-        points: defaultdict[tuple, int] = defaultdict(int)
+
+        def timed(c: dict[str, Any]) -> int:
+            return int(c.get("writes") or len(c.get("rtt_ms", ())))
+
+        writes = sorted({timed(c) for c in cells})
+        points: defaultdict[tuple, list[int]] = defaultdict(list)  # a point's cells' writes
         for c in cells:
-            points[tuple(c.get(k) for k in POINT_KEYS)] += 1
-        reps = sorted(set(points.values()))
-        names = sorted({str(r["config"].get("name")) for r in self.runs} - {"custom", "None"})
+            points[tuple(c.get(k) for k in POINT_KEYS)].append(timed(c))
+        reps = sorted({len(w) for w in points.values()})
+        names = {str((r["config"] or {}).get("name")) for r in self.runs} - {"custom", "None"}
 
         def span(values: list[int], one: str, many: str) -> str:
             shown = f"{values[0]}" if len(values) == 1 else f"{values[0]}-{values[-1]}"
@@ -101,10 +107,10 @@ class Results:
         line = (
             f"{span(writes, 'write', 'writes')} per cell, "
             f"{span(reps, 'repetition', 'repetitions')}"
-            + (f" (sweep {', '.join(names)})" if names else "")
+            + (f" (sweep {', '.join(sorted(names))})" if names else "")
         )
-        if writes[0] < TAIL_WRITES:
-            line += f"; p95/p99 of under {TAIL_WRITES} writes: indicative"
+        if min(sum(w) for w in points.values()) < TAIL_WRITES:  # figures pool repetitions
+            line += f"; p95/p99 of points under {TAIL_WRITES} writes: indicative"
         return line
 
     def describe(self) -> str:

@@ -83,7 +83,7 @@ def descendants(pid: int) -> list[int]:
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            except (OSError, ValueError, IndexError):
                 continue
             children[ppid].append(int(entry))
     found, todo = [], [pid]

@@ -27,11 +27,11 @@ from . import state as st
 from .access import HostAccess
 from .backends import Backend, capabilities
 from .cassandra import auth as auth_mod
-from .cassandra import logscan
+from .cassandra import logscan, readiness
 from .cassandra import tls as tls_mod
 from .cassandra.config import CassandraSettings
 from .cassandra.launch import CassandraLaunch
-from .cassandra.readiness import Deadlines, wait_for_nodes
+from .cassandra.readiness import Deadlines
 from .topology import Topology
 
 Progress = Callable[[str], None]
@@ -197,7 +197,8 @@ class Cluster(HostAccess):
         )
         self.state.processes[name] = {"pid": pid, "marker": node.marker}
         self.state.save()
-        wait_for_nodes([node], self.deadlines, poll_s=0.2)  # its own stages; peers: the caller's
+        # its own stages; peers: the caller's
+        readiness.wait_for_nodes([node], self.deadlines, poll_s=0.2)
         return time.monotonic() - t0
 
     def _scan_logs(self, backend: Backend, faulted: bool) -> list[logscan.Finding]:

@@ -3,11 +3,17 @@ footer) and every figure of measured cells say how many writes each cell timed a
 many repetitions each grid point has, and that tails of fewer than 1000 writes are
 indicative. Synthetic stores whose samples are known."""
 
+from typing import Any
+
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
 from analysis import plots, report
+from analysis.figsave import DEFAULT_SIZE, Look, footer, plt, save_figure, set_look
 from analysis.results import load
 from analysis.synthetic import make_store
 
-GRID = {"nodes": (3,), "losses": (0.5,), "latencies": (0, 20)}
+GRID: dict[str, Any] = {"nodes": (3,), "losses": (0.5,), "latencies": (0, 20)}
 
 
 def test_a_quick_sample_says_its_size_and_that_its_tails_are_indicative(tmp_path):
@@ -15,13 +21,13 @@ def test_a_quick_sample_says_its_size_and_that_its_tails_are_indicative(tmp_path
     line = load(tmp_path).caveat()
     assert line == (
         "100 writes per cell, 1 repetition (sweep synthetic); "
-        "p95/p99 of under 1000 writes: indicative"
+        "p95/p99 of points under 1000 writes: indicative"
     )
 
 
-def test_repetitions_are_counted_per_grid_point_and_full_cells_carry_no_tail_note(tmp_path):
-    make_store(tmp_path, writes=1000, repetitions=3, **GRID)
-    assert load(tmp_path).caveat() == "1000 writes per cell, 3 repetitions (sweep synthetic)"
+def test_repetitions_are_counted_per_grid_point_and_full_points_carry_no_tail_note(tmp_path):
+    make_store(tmp_path, writes=400, repetitions=3, **GRID)  # 1200 writes a point, pooled
+    assert load(tmp_path).caveat() == "400 writes per cell, 3 repetitions (sweep synthetic)"
 
 
 def test_two_runs_of_one_configuration_are_two_repetitions(tmp_path):
@@ -50,3 +56,32 @@ def test_a_store_without_writes_cells_has_none(tmp_path):
     results.cells = []
     assert results.caveat() == ""
     assert not any(x.startswith("sample:") for x in results.describe().splitlines())
+
+
+@pytest.mark.parametrize("size", [None, (3.4, 2.4)])
+def test_the_footer_sits_under_everything_drawn_at_any_size(tmp_path, size):
+    """Under the captions an axis carries (tight box), or in a strip of its own (a fixed
+    --size, constrained layout): never over a drawn text, and inside what is saved."""
+    set_look(Look(size=size, formats=("png",)))
+    try:
+        fig, ax = plt.subplots(figsize=DEFAULT_SIZE)
+        ax.plot([0, 50, 100], [10, 60, 110])
+        ax.set_xlabel("one-way latency (ms)")
+        caption = ax.annotate("LOCAL_QUORUM, round-robin, profile paper; bands: 95 % CI",
+                              (0, -0.22), xycoords="axes fraction", fontsize=8)  # fmt: skip
+        with footer("100 writes per cell, 1 repetition (sweep quick); p95/p99 of points "
+                    "under 1000 writes: indicative"):  # fmt: skip
+            save_figure(fig, tmp_path, "f")
+        canvas = FigureCanvasAgg(fig)  # save_figure closed it: a canvas to measure on
+        canvas.draw()
+        r = canvas.get_renderer()
+        text = fig.texts[-1].get_window_extent(r)
+        drawn = ax.get_tightbbox(r)
+        assert drawn is not None
+        for other in (caption.get_window_extent(r), drawn):
+            assert text.y1 <= other.y0 + 0.5, (text, other)  # below, not over
+        if size is not None:  # the asked size exactly, the footer inside it
+            assert tuple(fig.get_size_inches()) == pytest.approx(size)
+            assert text.y0 >= 0 and text.x1 <= fig.bbox.x1 + 0.5
+    finally:
+        set_look(Look())
