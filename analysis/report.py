@@ -29,15 +29,7 @@ from .findings import MIN_LATENCY_MS
 from .results import Results, command_parser, open_results
 from .stats import per_cell, slopes, std_across_nodes, tail_note
 
-CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
-color:#222}table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3f3}
-pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:12px}
-figure{display:inline-block;width:520px;margin:.5em;vertical-align:top}
-figure.wide{display:block;width:auto}img{max-width:100%}
-details{margin:.5em 0}table.claims td.c,table.claims td.v{text-align:left}
-table.claims td.v{max-width:260px}.caveat{color:#555;font-size:13px;border-left:3px solid
-#E69F00;padding-left:.6em}footer.caveat{margin-top:2em}"""
+CSS = (Path(__file__).resolve().parent / "data" / "report.css").read_text()  # the page's style
 
 
 def _fmt(v) -> str:

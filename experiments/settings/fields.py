@@ -18,6 +18,7 @@ from testbed.topology import MAX_EDGE_NODES
 MAX_LIST_VALUES = 1000  # values one list flag may expand to (a grid larger is a typo)
 
 
+AT_DEFAULT: Any = object()  # a Knob's absent_at: its default
 LIST_SYNTAX = "use e.g. 0,20,40 or an ascending range 0..100..10"
 
 
@@ -29,9 +30,9 @@ class Knob:
     ``kind`` is the type of the value, or of each value of a list (``many``): int, float,
     str, bool, or "rf" / "fault" (parsed by their own rules). ``flag`` "" is --NAME with
     dashes, None no flag (TOML only, or a flag another module defines). ``fingerprint``:
-    "always", "unless-default" (absent while at its default, so that runs stored before
-    the setting existed still resume) or "never" (where or in which order, not what is
-    measured)."""
+    "always", "unless-default" (absent while at ``absent_at``, by default its default: runs
+    stored before the setting existed still resume; a default that changed later keeps
+    the old one there) or "never" (where or in which order, not what is measured)."""
 
     help: str
     kind: type | str
@@ -49,6 +50,12 @@ class Knob:
     path: bool = False  # a file: made absolute (relative to the config file that names it)
     group: str = "sweep"  # testbed: how testbeds are built; ycsb: YCSB cells; run: where
     fingerprint: str = "always"
+    absent_at: Any = AT_DEFAULT  # "unless-default": the value left out of the fingerprint
+
+    def left_out(self, default: Any) -> Any:
+        """The value the fingerprint leaves out ("unless-default"): ``absent_at``, else
+        the setting's ``default``."""
+        return default if self.absent_at is AT_DEFAULT else self.absent_at
 
 
 def knob(default: Any, help: str, kind: type | str, **kw: Any) -> Any:

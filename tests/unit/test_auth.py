@@ -52,7 +52,7 @@ def test_auth_layer_wins_and_overrides_of_it_are_refused(tmp_path):
 
 def _jvm(**kw):
     return jvm.jvm_args(
-        settings=CassandraSettings(),
+        settings=CassandraSettings(build="stock"),  # the classpath below is stock's
         classpath="/lib/a.jar",
         node_dir=Path("/run/x/nodes/e0"),
         run_id="abc123",

@@ -30,7 +30,7 @@ def manifest(bringups: dict[str, tuple[int, float]], teardowns=None, shaper="hos
     }  # fmt: skip
 
 
-def stored(shaper: str, build: str = "stock") -> dict:
+def stored(shaper: str, build: str = "quiet") -> dict:  # the default build
     found = calibration.entry(shaper, build, 2)
     assert found is not None
     return found
@@ -52,7 +52,7 @@ def test_a_run_teaches_bringups_teardowns_and_how_cells_compare_with_the_model(h
     modelled = estimate.sweep_s(config)
     m = manifest({"a": (3, 30.0), "b": (5, 50.0)}, {"a": (3, 4.0)})
     calibration.learn(config, "host", 2, m, rows(config, 1.5), fitted=None)
-    found = calibration.entry("host", "stock", 2)
+    found = calibration.entry("host", "quiet", 2)
     assert found is not None
     assert found["bringup_s"] == {"3": [30.0], "5": [50.0]}
     assert found["cell_scale"] == pytest.approx(1.5, abs=1e-3) and found["scale_cells"] == len(
@@ -78,14 +78,14 @@ def test_samples_are_kept_per_shaper_build_and_cores_and_a_median_is_used(home):
     config = SweepConfig(nodes=(3,))
     for i, s in enumerate((20.0, 40.0, 22.0)):
         calibration.learn(config, "host", 2, manifest({f"c{i}": (3, s)}), [], fitted=None)
-    found = calibration.entry("host", "stock", 2)
+    found = calibration.entry("host", "quiet", 2)
     assert found is not None and found["bringup_s"]["3"] == [20.0, 40.0, 22.0]
     assert "cell_scale" not in found  # no cells of one testbed: no scale
     estimate.use(calibration.apply(estimate.defaults("host"), found))
     assert estimate.bringup_s(3) == pytest.approx(22.0 + 2.0)  # median; default teardown
     # another build, another shaper's clusters, another machine's cores: nothing of this
-    assert calibration.entry("host", "quiet", 2) is None
-    assert calibration.entry("host", "stock", 4) is None
+    assert calibration.entry("host", "stock", 2) is None
+    assert calibration.entry("host", "quiet", 4) is None
     calibration.learn(config, "gateway", 2, manifest({"g": (3, 99.0)}, shaper="gateway"), [], None)
     assert stored("gateway")["bringup_s"]["3"] == [99.0]
     assert stored("host")["bringup_s"]["3"] == [20.0, 40.0, 22.0]
@@ -100,7 +100,7 @@ def test_a_damaged_or_hostile_file_is_as_if_nothing_was_measured(home):
     path = calibration.path()
     for text in ("{", "[]", json.dumps({"version": 99, "entries": {}})):
         path.write_text(text)
-        assert calibration.entry("host", "stock", 2) is None
+        assert calibration.entry("host", "quiet", 2) is None
     bad = {"cores": 2, "bringup_s": {"3": ["x", -1, 1e9], "z": [5]}, "cell_scale": 40.0}
     path.write_text(json.dumps({"version": 1, "entries": {"host": bad}}))
     found = calibration.entry("host", "stock", 2)

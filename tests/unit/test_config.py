@@ -118,7 +118,7 @@ def _jvm(settings: CassandraSettings, **kw) -> list[str]:
 
 
 def test_jvm_args_fast_profile():
-    args = _jvm(CassandraSettings(heap_mb=300), cds_archive=Path("/c.jsa"))
+    args = _jvm(CassandraSettings(heap_mb=300, build="stock"), cds_archive=Path("/c.jsa"))
     assert args[:2] == ["-Xms300m", "-Xmx300m"]
     assert "-XX:+UseSerialGC" in args and "-XX:TieredStopAtLevel=1" in args
     assert "-XX:SharedArchiveFile=/c.jsa" in args
@@ -133,7 +133,9 @@ def test_jvm_args_fast_profile():
 
 
 def test_jvm_args_standard_profile_and_training():
-    args = _jvm(CassandraSettings(jvm_profile="standard"), cds_dump_to=Path("/t.jsa.tmp"))
+    args = _jvm(
+        CassandraSettings(jvm_profile="standard", build="stock"), cds_dump_to=Path("/t.jsa.tmp")
+    )
     assert "-XX:+UseG1GC" in args and "-XX:TieredStopAtLevel=1" not in args
     assert "-XX:ArchiveClassesAtExit=/t.jsa.tmp" in args
     assert not any(a.startswith("-XX:SharedArchiveFile") for a in args)
@@ -141,7 +143,7 @@ def test_jvm_args_standard_profile_and_training():
 
 def test_jvm_args_the_coarser_approximate_clock_in_every_profile():
     for profile in config.JVM_PROFILES:
-        args = _jvm(CassandraSettings(jvm_profile=profile))  # type: ignore[arg-type]
+        args = _jvm(CassandraSettings(jvm_profile=profile, build="stock"))  # type: ignore[arg-type]
         assert "-Dcassandra.approximate_time_precision_ms=20" in args, profile
         clock = [a for a in args if "approximate_time_precision_ms" in a]
         assert len(clock) == 1, clock  # one value, not two for the JVM to choose from
@@ -152,7 +154,7 @@ def test_jvm_temporary_files_stay_in_the_node_dir_every_backend_makes():
     JVM leaves it behind: it must go to the node's own directory, which every backend
     creates (config.NODE_DIRS: made by the netns node itself, and by the cassandra
     playbook from the list each remote node is given) and removes."""
-    assert "-Djava.io.tmpdir=/run/x/nodes/e0/tmp" in _jvm(CassandraSettings())
+    assert "-Djava.io.tmpdir=/run/x/nodes/e0/tmp" in _jvm(CassandraSettings(build="stock"))
     assert "tmp" in config.NODE_DIRS
     book = Path(config.__file__).parents[1] / "playbooks" / "cassandra.yml"
     (play,) = yaml.safe_load(book.read_text())

@@ -95,7 +95,8 @@ def test_quiet_nodes_update_the_dynamic_snitch_every_second_unless_the_user_says
         values = config.node_settings(CassandraSettings(**kw), topo, host, tmp_path)
         return values.get("dynamic_snitch_update_interval")
 
-    assert snitch() is None  # stock: Cassandra's own 100 ms
+    assert snitch(build="stock") is None  # Cassandra's own 100 ms
+    assert snitch() == "1000ms"  # quiet, the default
     assert snitch(build="quiet") == "1000ms"
     assert snitch(build="quiet", overrides={"dynamic_snitch_update_interval": "50ms"}) == "50ms"
 
@@ -107,9 +108,10 @@ def test_each_build_has_its_own_class_data_archive(tmp_path):
 
 
 def test_settings_name_the_build_and_refuse_others():
-    assert CassandraSettings().build == "stock"
-    assert CassandraSettings(build="quiet").to_dict()["build"] == "quiet"
+    assert CassandraSettings().build == "quiet"  # the default since the interleaved A/B
+    assert CassandraSettings(build="stock").to_dict()["build"] == "stock"
     assert CassandraSettings.from_dict({"heap_mb": 256}).build == "stock"  # older manifests
+    assert CassandraSettings.from_dict(CassandraSettings().to_dict()).build == "quiet"
     with pytest.raises(ConfigError, match="unknown Cassandra build 'loud'"):
         CassandraSettings(build="loud")  # type: ignore[arg-type]
 
@@ -131,3 +133,22 @@ def test_check_names_a_missing_or_changed_jar(tmp_path):
 def test_install_refuses_another_version(tmp_path):
     with pytest.raises(StateError, match="5.0.6's sources; this is 5.0.5"):
         quiet.install(CassandraDist("5.0.5", tmp_path, "maven", {}))
+
+
+def test_runs_stored_while_stock_was_the_default_resume_as_stock():
+    """The default build changed (stock -> quiet): a stock run stored before left the
+    build out of its fingerprint and must still resume as stock; a quiet run is another
+    configuration."""
+    from experiments.settings.config import SweepConfig
+
+    base = {"nodes": [3], "rf": [1], "latency_ms": [0], "loss_pct": [0.5], "writes": 10}
+    stock = SweepConfig.from_dict({**base, "cassandra_build": "stock"})
+    quiet = SweepConfig.from_dict(base)
+    assert quiet.cassandra_build == "quiet"
+    assert "cassandra_build" not in stock.to_dict() or stock.fingerprint() != quiet.fingerprint()
+    older = dict(stock.to_dict())
+    older.pop("cassandra_build")  # a configuration stored before the knob existed
+    assert SweepConfig.from_dict({**older, "cassandra_build": "stock"}).fingerprint() == (
+        stock.fingerprint()
+    )
+    assert stock.fingerprint() != quiet.fingerprint()

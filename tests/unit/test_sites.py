@@ -113,7 +113,7 @@ def test_a_node_of_a_site_gets_the_gossiping_snitch_and_its_rackdc_file(tmp_path
     assert values["endpoint_snitch"] == "SimpleSnitch"
     assert config.rackdc_properties(plain.host("e0")).startswith("dc=datacenter1\n")
     args = jvm.jvm_args(
-        settings=config.CassandraSettings(),
+        settings=config.CassandraSettings(build="stock"),  # a stock classpath below
         classpath="cp",
         node_dir=tmp_path,
         run_id="r",

@@ -333,11 +333,11 @@ def test_the_settings_reference_is_current():
     # given another default without it fails here
     from pathlib import Path
 
-    from experiments.settings.config import settings_reference
+    from experiments.settings.reference import settings_reference
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "sweep-settings.md"
     assert doc.read_text() == settings_reference(), (
-        "regenerate it: python -c 'from experiments.settings.config import settings_reference; "
+        "regenerate it: python -c 'from experiments.settings.reference import settings_reference; "
         'print(settings_reference(), end="")\' > docs/sweep-settings.md'
     )
 
