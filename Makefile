@@ -100,18 +100,21 @@ test: install system-tests
 unit: python-all system-tests
 	$(PY) -m pytest -ra tests/unit
 
-# The main job: the seed paper's sweep (396 cells, ~14 h here on 1 testbed; resumable:
+# The main job: the seed paper's sweep (396 cells, ~14 h on 2 cores, 1 testbed; resumable:
 # rerun to continue), then the figures, the comparison with φ and the HTML report. It
-# starts with a ~10-minute preview (every RF and loss at 0/50/100 ms, 30 writes a cell:
+# starts with a ~11-minute preview (every RF and loss at 0/50/100 ms, 30 writes a cell:
 # results/preview/report.html), then measures 0/50/100 ms first and writes
 # results/report.html once those are stored, refreshed every 15 minutes.
-# `make sweep SWEEP_ARGS=--quick` runs the ~10-minute preset instead.
+# `make sweep SWEEP_ARGS=--quick` runs the ~13-minute preset instead (times measured on
+# 2 cores: docs/measured.md, "Times"; SWEEP_ARGS="... --dry-run": yours, no figures).
 SWEEP_ARGS ?= --config experiments/configs/paper.toml --preview
 RESULTS ?= results
 sweep: core
 	$(PY) -m experiments.sweep $(SWEEP_ARGS) --out $(RESULTS)
-	$(PY) -m analysis.plots $(RESULTS) --no-report
-	$(PY) -m analysis.compare $(RESULTS)
+	@case " $(SWEEP_ARGS) " in *" --dry-run "*|*" --help "*|*" -h "*) exit 0;; esac; \
+	  echo "$(PY) -m analysis.plots $(RESULTS) --no-report"; \
+	  $(PY) -m analysis.plots $(RESULTS) --no-report && \
+	  echo "$(PY) -m analysis.compare $(RESULTS)" && $(PY) -m analysis.compare $(RESULTS)
 
 bench: core
 	$(PY) benchmarks/bringup.py

@@ -1,6 +1,6 @@
 """`python -m experiments.sweep`: the seed paper's experiment, cell by cell, into a store.
 
-    python -m experiments.sweep --quick                 # 3 and 5 nodes, ~15 min
+    python -m experiments.sweep --quick                 # 3 and 5 nodes, ~13 min
     python -m experiments.sweep --config experiments/configs/paper.toml
     python -m experiments.sweep --nodes 3 --rf 1,2,3 --latency 0,20 --loss 0.5 --writes 50
     python -m experiments.sweep --quick --dry-run       # the cells and an estimated duration
