@@ -206,9 +206,8 @@ def _footer_strip(fig: Any) -> float:
     if text is None:
         return 0.0
     fig.canvas.draw()
-    w, h = fig.get_size_inches()
-    one_line = text.get_window_extent(fig.canvas.get_renderer())  # drawn wrapped: its lines
-    return min(0.3, (one_line.height / fig.dpi + 0.06) / h)
+    lines = text.get_window_extent(fig.canvas.get_renderer())  # drawn wrapped: all its lines
+    return min(0.3, (lines.height / fig.dpi + 0.06) / fig.get_size_inches()[1])
 
 
 def label_overlaps(fig: Any) -> list[str]:

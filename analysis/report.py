@@ -231,8 +231,10 @@ def write_report(results: Results) -> Path:
     runs = results.run_ids
     rerun = " ".join(f"--run {r}" for r in runs)
     index = _made_from(results.output_dir / "figures.json", runs)
+    caveat = results.caveat()
     parts = [
         *_opening(results),
+        *_caveat(caveat, "p"),
         _findings(results),
         *_figures_section(results, index, rerun),
         *_phi_and_comparison(results, rerun),
@@ -242,7 +244,7 @@ def write_report(results: Results) -> Path:
         _per_cell(results),
         *_ycsb_and_faults(results),
         *_runs_used(results),
-        *_caveat(results, "footer"),
+        *_caveat(caveat, "footer"),
     ]
     write_file(out, "\n".join(parts))
     return out
@@ -265,12 +267,11 @@ def _opening(results: Results) -> list[str]:
             f"<p>Not included: {html.escape(', '.join(results.others))} "
             f"(<code>--run RUN_ID</code> chooses runs).</p>"
         )
-    return parts + _caveat(results, "p")
+    return parts
 
 
-def _caveat(results: Results, tag: str) -> list[str]:
+def _caveat(line: str, tag: str) -> list[str]:
     """The sample's caveat (``Results.caveat``) as the page's opening line and footer."""
-    line = results.caveat()
     return [f"<{tag} class='caveat'>Sample: {html.escape(line)}.</{tag}>"] if line else []
 
 

@@ -32,9 +32,6 @@ DEFAULT_SELECTION = "the newest complete run and every complete run of its confi
 AS_SUMMARY = {"n": "writes", "mean": "mean_ms", "ci_low": "ci_low_ms", "ci_high": "ci_high_ms",
               "median": "median_ms", "p95": "p95_ms", "p99": "p99_ms", "std": "std_ms",
               "lost": "acknowledged_lost"}  # fmt: skip
-# what tells two cells of a run's grid apart but their repetition
-POINT_KEYS = ("nodes", "rf", "latency_ms", "loss_pct", "cl", "policy", "profile", "sites",
-              "fault", "trace", "workload")  # fmt: skip
 
 
 @dataclass
@@ -94,9 +91,11 @@ class Results:
             return int(c.get("writes") or len(c.get("rtt_ms", ())))
 
         writes = sorted({timed(c) for c in cells})
-        points: defaultdict[tuple, list[int]] = defaultdict(list)  # a point's cells' writes
+        # a grid point: its cells' id without the repetition (the grid's own identity, by
+        # which two runs of one configuration are two repetitions of each point)
+        points: defaultdict[str, list[int]] = defaultdict(list)  # a point's cells' writes
         for c in cells:
-            points[tuple(c.get(k) for k in POINT_KEYS)].append(timed(c))
+            points[c["cell_id"].removesuffix(f"-r{c.get('repetition', 1)}")].append(timed(c))
         reps = sorted({len(w) for w in points.values()})
         names = {str((r["config"] or {}).get("name")) for r in self.runs} - {"custom", "None"}
 
@@ -128,8 +127,9 @@ class Results:
             )
         if len({r["fingerprint"] for r in self.runs}) > 1:
             lines.append("  note: these runs have different configurations; their cells are pooled")
-        if self.caveat():
-            lines.append(f"sample: {self.caveat()}")
+        caveat = self.caveat()
+        if caveat:
+            lines.append(f"sample: {caveat}")
         if self.others:
             shown = ", ".join(self.others[-5:])
             more = f" and {len(self.others) - 5} earlier" if len(self.others) > 5 else ""

@@ -132,11 +132,7 @@ class Cluster(HostAccess):
             args = ["auth-setup", *(["--per-dc", ",".join(per_dc)] if per_dc else [])]
             out = self.client(args, timeout_s=self.deadlines.auth_s)
         except CommandError as exc:
-            raise NodeError(
-                self.topology.endpoint.name,
-                f"stage 'run role replaces the default superuser' failed: "
-                f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
-            ) from exc
+            raise self._stage_failed("run role replaces the default superuser", exc) from exc
         result = json.loads(out.stdout.strip().splitlines()[-1])
         self.timings["auth setup"] = time.monotonic() - t0
         self.progress(
@@ -145,16 +141,17 @@ class Cluster(HostAccess):
             f"{self.timings['auth setup']:.1f} s"
         )
 
+    def _stage_failed(self, stage: str, exc: CommandError) -> NodeError:
+        """A readiness stage run on the endpoint failed: its last line of stderr."""
+        said = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc
+        return NodeError(self.topology.endpoint.name, f"stage '{stage}' failed: {said}")
+
     def _driver_probe(self) -> None:
         probe_start = time.monotonic()
         try:
             self.driver_probe(timeout_s=self.deadlines.driver_s)
         except CommandError as exc:
-            raise NodeError(
-                self.topology.endpoint.name,
-                f"stage 'driver session from the endpoint' failed: "
-                f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}",
-            ) from exc
+            raise self._stage_failed("driver session from the endpoint", exc) from exc
         self.timings["driver connects"] = time.monotonic() - probe_start
         self.progress(
             f"  driver session from {self.topology.endpoint.name}: "
