@@ -23,6 +23,8 @@ been measured) and replaced by the next ``learn``.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import statistics
 import time
 from dataclasses import replace
@@ -76,6 +78,33 @@ def _samples(found: dict[str, Any], name: str) -> dict[int, float]:
     return out
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as /proc/cpuinfo gives it (None where it does not)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def machine_facts() -> dict[str, Any]:
+    """This machine as a manifest records it (hostname, CPU model, cores)."""
+    return {"hostname": platform.node(), "cpu_model": cpu_model(), "cpus": os.cpu_count()}
+
+
+def machine_of(manifest: dict[str, Any]) -> str:
+    """A machine as a dry run names it, from a run's manifest (its hostname, CPU model and
+    cores): "lab7 (AMD EPYC 7B13, 2 cores)"."""
+    host = str(manifest.get("hostname") or "a machine")
+    cpu, cores = manifest.get("cpu_model"), manifest.get("cpus")
+    about = [str(cpu)] if cpu else []
+    about += [f"{cores} cores"] if isinstance(cores, int) and not isinstance(cores, bool) else []
+    return f"{host} ({', '.join(about)})" if about else host
+
+
 def apply(costs: estimate.Costs, found: dict[str, Any] | None) -> estimate.Costs:
     """``costs`` with what ``found`` (an ``entry``) measured laid over them."""
     if not found:
@@ -105,9 +134,12 @@ def apply(costs: estimate.Costs, found: dict[str, Any] | None) -> estimate.Costs
         costs = replace(costs, teardown_s=round(statistics.median(down.values()), 2))
     if not parts:
         return costs
+    machine = found.get("machine")
     return replace(
         costs,
         source=f"this machine's calibration ({found.get('updated', '?')}: {'; '.join(parts)})",
+        calibrated_on=f"{machine if isinstance(machine, str) else 'this machine'}, "
+        f"last {found.get('updated', '?')}",
     )
 
 
@@ -165,6 +197,7 @@ def learn(
     scaled = cell_scale(config, cells)
     if scaled is not None:
         found["cell_scale"], found["scale_cells"] = round(scaled[0], 3), scaled[1]
+    found["machine"] = machine_of(manifest)
     found["updated"] = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     entries[name] = found
     _write(data)

@@ -64,11 +64,16 @@ class Costs:
     teardown_s: float = 2.0
     # the figures above measured on this machine (the others: the development machine's)
     measured: frozenset[str] = frozenset()
+    # the machine the measured figures come from (``calibration.machine_of``), "" for none
+    calibrated_on: str = ""
 
 
 # The costs a results directory's cells refit (``calibrate``)
 FITTED = ("base_write_ms", "cpu_ms_per_write", "idle_cores_per_node", "idle_cores_shaper")
 
+
+# The machine the default figures were measured on, as a dry run names it.
+DEVELOPMENT_MACHINE = "the development machine (2 cores, 24 GB, QEMU TCG guests, no netem)"
 
 # What each shaper costs on the 2-core development machine (TCG, no netem), until a
 # results directory's own cells recalibrate it (``calibrate``).

@@ -4,7 +4,6 @@ Cassandra it runs (version, Java, heap, JVM profile, build) and how its hosts we
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from testbed import Testbed
 from testbed.backends.libvirt import LibvirtRecord
 from testbed.cassandra import quiet
 
+from ..plan.calibration import machine_facts
 from ..settings.config import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[2]  # the project's checkout
@@ -54,18 +54,6 @@ def project_commit(root: Path = ROOT) -> str | None:
     return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
 
 
-def cpu_model() -> str | None:
-    """The CPU's model name as /proc/cpuinfo gives it (None where it does not)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
 def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
     return {
         "command": ["python", "-m", "experiments.sweep", *argv],
@@ -74,9 +62,7 @@ def static_manifest(config: SweepConfig, argv: Sequence[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "machine": platform.machine(),
-        "cpu_model": cpu_model(),
-        "cpus": os.cpu_count(),
-        "hostname": platform.node(),
+        **machine_facts(),
         "clusters": {},
         "baseline": {},
         # what model.rtt takes from the measuring host (not the analysing one)

@@ -11,7 +11,7 @@ import numpy as np
 
 from workloads.readback import lost
 
-from ..plan import estimate
+from ..plan import calibration, estimate
 from ..settings.config import SweepConfig
 from ..store.db import Store
 from .figures import REFRESH_EVERY_S
@@ -203,7 +203,32 @@ def dry_run_plan(
         else None,
         "figures": model_figures(max(config.nodes)),
         "costs": estimate.COSTS.source,
+        "calibrated_on": calibrated_on(),
+        "this_machine": calibration.machine_of(calibration.machine_facts()),
     }
+
+
+def calibrated_on() -> str:
+    """Where the model's measured figures come from: the machine a calibration names, the
+    results directory's own cells, or (nothing measured) the development machine."""
+    costs = estimate.COSTS
+    if costs.calibrated_on:
+        return costs.calibrated_on
+    if costs.measured:
+        return "the cells stored in this results directory"
+    return estimate.DEVELOPMENT_MACHINE
+
+
+def _calibration_line(plan: dict[str, Any]) -> str:
+    """Which machine the estimate's figures were measured on, and whether it is this one."""
+    source, here = plan["calibrated_on"], plan["this_machine"]
+    if source == estimate.DEVELOPMENT_MACHINE:
+        return (
+            f"  calibrated on: {source}; this machine, {here}, has stored no sweep yet "
+            "(the first one calibrates it)"
+        )
+    same = source.startswith(f"{here}, ")
+    return f"  calibrated on: {source}" + ("" if same else f" (this machine is {here})")
 
 
 def dry_run(config: SweepConfig, plan: dict[str, Any], verbose: bool = False) -> str:
@@ -229,6 +254,7 @@ def dry_run(config: SweepConfig, plan: dict[str, Any], verbose: bool = False) ->
     ]
     if why and not machines:
         lines.append(f"  P={plan['parallel']}: {why}")
+    lines.append(_calibration_line(plan))
     lines.append(
         "  figures: "
         + "; ".join(

@@ -156,3 +156,33 @@ def test_the_dry_run_leaves_stored_cells_out_and_names_each_figures_origin(home)
     assert "3 stored already, 3 to measure" in text and "(measured here)" in text
     assert len(text.splitlines()) <= 6 and "--verbose" in text
     assert len(dry_run(config, half, verbose=True).splitlines()) > 6
+
+
+def test_the_dry_run_names_the_machine_its_figures_were_measured_on(home, monkeypatch):
+    """Issue 43: the estimate says which machine calibrated it (a run's hostname, CPU and
+    cores, kept with the calibration), and says so when that is not this machine."""
+    from experiments.run.summary import dry_run, dry_run_plan
+
+    config = SweepConfig(nodes=(3,), latency_ms=(0.0,), loss_pct=(0.5,))
+    here = calibration.machine_of(calibration.machine_facts())
+    estimate.use(estimate.defaults("host"))
+    text = dry_run(config, dry_run_plan(config, 1, "as asked", 2))
+    assert f"calibrated on: {estimate.DEVELOPMENT_MACHINE}; this machine, {here}," in text
+    lab = {"hostname": "lab7", "cpu_model": "Xeon E-2288G", "cpus": 2}
+    found = calibration.learn(config, "host", 2, manifest({"a": (3, 30.0)}) | lab, [], None)
+    assert found["machine"] == "lab7 (Xeon E-2288G, 2 cores)"
+    estimate.use(calibration.apply(estimate.defaults("host"), found))
+    plan = dry_run_plan(config, 1, "as asked", 2)
+    assert plan["calibrated_on"] == f"lab7 (Xeon E-2288G, 2 cores), last {found['updated']}"
+    line = next(x for x in dry_run(config, plan).splitlines() if "calibrated on" in x)
+    assert line.endswith(f"(this machine is {here})")  # a home copied from lab7
+    found = calibration.learn(
+        config, "host", 2, manifest({"a": (3, 30.0)}) | calibration.machine_facts(), [], None
+    )
+    estimate.use(calibration.apply(estimate.defaults("host"), found))
+    line = next(
+        x
+        for x in dry_run(config, dry_run_plan(config, 1, "as asked", 2)).splitlines()
+        if "calibrated on" in x
+    )
+    assert line == f"  calibrated on: {here}, last {found['updated']}"

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from analysis import provenance
-from experiments.run.manifest import ROOT, cpu_model, project_commit, static_manifest
+from experiments.plan.calibration import cpu_model
+from experiments.run.manifest import ROOT, project_commit, static_manifest
 from experiments.settings.config import SweepConfig
 
 
