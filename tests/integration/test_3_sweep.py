@@ -95,6 +95,7 @@ def test_every_cell_is_stored_whole(small_grid):
     for c in cells:
         assert len(store.rtts_ns(run.run_id, c["cell_id"])) == 50
     assert "results:" in proc.stdout and "mean ms" in proc.stdout  # the summary table
+    assert "python -m" not in proc.stdout + proc.stderr  # hints name `edgetb ...` (issue 43)
     assert set(run.manifest["baseline"]) == {"3"}
     assert run.manifest["baseline"]["3"]["n"] == 200
     clusters = list(run.manifest["clusters"].values())
@@ -215,6 +216,7 @@ def test_the_model_predicts_the_measured_cells(small_grid):
     assert (group["nodes"], group["cells"], group["profile"]) == (NODES, 3, "uniform")
     report = (out / "report.html").read_text()
     assert "Predicted vs measured RTT" in report and "predicted mean" in report
+    assert "python -m" not in report  # its hints name `edgetb ...` (issue 43)
 
 
 def test_export_to_csv(small_grid):

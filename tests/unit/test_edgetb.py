@@ -168,3 +168,60 @@ def test_stop_signals_counts_each_signal_and_puts_the_handlers_back():
             time.sleep(0.01)
     assert count == [2] and stopped == [1, 1]
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+# What `edgetb` prints, searched for module names (issue 43): each command's and
+# subcommand's help (found from the usage's {choice,...} lists), and the errors of
+# commands run without results, without a testbed, or with a mistyped flag. Only the
+# alias table of `edgetb --help` may name `python -m`.
+_PRINTED = textwrap.dedent(
+    """
+    import contextlib, io, re, sys
+    from edgetb.cli import COMMANDS, main
+
+    def run(args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                main(args)
+            except SystemExit:
+                pass
+        return out.getvalue()
+
+    seen, todo = {}, [[c] for c in COMMANDS]
+    while todo:
+        args = todo.pop()
+        text = seen[" ".join(args) + " --help"] = run([*args, "--help"])
+        usage = text.split("\\n\\n", 1)[0]
+        for choices in re.findall(r"\\{([a-z][a-z,_-]*)\\}", usage):
+            todo += [[*args, c] for c in choices.split(",") if len(args) < 3]
+    for args in (["plots", "none"], ["report", "none"], ["compare", "none"],
+                 ["model", "none"], ["export", "none"], ["sweep", "--quik"], ["status"],
+                 ["down"], ["exec", "e0", "--", "true"], ["node", "e0", "logs"],
+                 ["net", "show"], ["net", "verify"], ["ycsb", "run"], ["inventory"],
+                 ["list"], ["dist"], ["image"], ["model", "predict", "--nodes", "0"],
+                 ["sweep", "--writes", "x"], ["nosuch"], ["up", "--nodes", "0"]):
+        seen[" ".join(args)] = run(args)
+    found = [f"{k}: {line.strip()}" for k, text in seen.items()
+             for line in text.splitlines() if "python -m" in line]
+    print(len(seen), *found, sep="\\n")
+    """
+)
+
+
+def test_nothing_printed_names_a_module_but_the_alias_table(tmp_path):
+    env = {**os.environ, "EDGETB_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PRINTED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count, *found = proc.stdout.splitlines()
+    assert int(count) > 40  # every command's help, the subcommands' and the errors
+    assert found == []
+    table = edgetb("--help").stdout
+    assert all(f"python -m {m.split('.')[0]}" in table for m, _, _ in COMMANDS.values())

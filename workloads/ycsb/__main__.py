@@ -1,4 +1,4 @@
-"""python -m workloads.ycsb install | run: YCSB on a running testbed (see the package)."""
+"""YCSB on a running testbed: install it (and the binding), or run a workload (see the package)."""
 
 from __future__ import annotations
 
