@@ -191,7 +191,7 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
     """fault_<cell>.{png,svg,pdf}: each write's RTT against its start, errors as red marks,
     acknowledged writes the read-back found lost (black) or on too few replicas (orange
     rings), the fault's steps as vertical lines."""
-    from .figsave import log_ticks, plt, pt, save_figure
+    from .figsave import log_ticks, plt, pt, save_figure, sized
 
     made = []
     for c in cells:
@@ -201,7 +201,7 @@ def figures(cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any
         t0 = min(r["t_start_ns"] for r in reqs)
         ok = [((r["t_start_ns"] - t0) / 1e9, r["rtt_ns"] / 1e6) for r in reqs if r["error"] is None]
         bad = [((r["t_start_ns"] - t0) / 1e9, r["rtt_ns"] / 1e6) for r in reqs if r["error"]]
-        fig, ax = plt.subplots(figsize=(8, 4))
+        fig, ax = plt.subplots(figsize=sized(8, 4))
         if ok:
             ax.scatter([p[0] for p in ok], [p[1] for p in ok], s=4, label="write")
         if bad:

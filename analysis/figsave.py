@@ -4,6 +4,7 @@ drawn, so that commands that draw nothing do not load matplotlib."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ matplotlib.use("Agg")
 # Text stays text: selectable and searchable in the SVG, TrueType in the PDF (what
 # publishers ask for), not outlines.
 matplotlib.rcParams.update({"svg.fonttype": "none", "pdf.fonttype": 42})
+import matplotlib.layout_engine  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.text  # noqa: E402
 import matplotlib.ticker  # noqa: E402, F401  (matplotlib.ticker for the figures)
@@ -73,7 +75,7 @@ MODEL_STYLE: dict[str, Any] = {"ls": (0, (1, 2)), "lw": 1.2, "marker": None}
 
 __all__ = [
     "FORMATS", "MODEL_STYLE", "STYLES", "Look", "add_look_flags", "footer", "label_overlaps",
-    "log_ticks",
+    "log_ticks", "outside", "sized", "top_legend",
     "look_from", "matplotlib", "plt", "pt", "save_figure", "series_style", "set_look",
 ]  # fmt: skip
 
@@ -160,18 +162,27 @@ def footer(text: str) -> Iterator[None]:
         _footer = before
 
 
+def sized(width: float, height: float) -> tuple[float, float]:
+    """A figure's size (inches) for its drawer's ``width`` x ``height`` at the default look:
+    as is, or scaled as a one-panel figure of DEFAULT_SIZE is to the asked ``--size``. A
+    drawer makes its figure at this size, so that what it places by measuring (labels
+    apart, a legend pinned) is measured as it will be saved."""
+    if _look.size is None:
+        return width, height
+    return width * _look.size[0] / DEFAULT_SIZE[0], height * _look.size[1] / DEFAULT_SIZE[1]
+
+
 def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
     """``fig`` as OUT/NAME in each format of the look (PNG, SVG and PDF by default),
     with the ``footer`` in force under it, then closed; the paths written."""
     box: str | None = "tight"  # the drawing's own box, whitespace trimmed
-    if _look.size is not None:  # the asked size exactly (a journal's column), laid out
-        w, h = fig.get_size_inches()  # in it; a grid's panels scaled as a one-panel figure
-        sx, sy = (_look.size[k] / DEFAULT_SIZE[k] for k in (0, 1))
-        fig.set_size_inches(w * sx, h * sy)
+    if _look.size is not None:  # the asked size exactly (a journal's column, ``sized``),
         for text in fig.findobj(matplotlib.text.Annotation):  # captions under an axis
             text.set_wrap(True)  # wrap at the figure's edge, not run past it
         strip = _footer_strip(fig)  # the rect: left, bottom, width, height
-        fig.set_layout_engine("constrained", rect=(0, strip, 1, 1 - strip))
+        fig.set_layout_engine(_AboveFooter(strip))
+        _fit_texts(fig)
+        _fit_legends(fig)
         box = None
     else:  # under everything drawn (captions included): the tight box grows to hold it
         _add_footer(fig, below=True)
@@ -185,18 +196,149 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
     return paths
 
 
+def top_legend(fig: Any, handles: list[Any], labels: list[str], **style: Any) -> Any:
+    """One legend of a grid of panels, above them, in one row where the figure is wide
+    enough; a fixed ``--size`` narrower than the row gets fewer columns (``save_figure``)."""
+    legend = fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), **style)
+    legend._made_by = (handles, labels, style)  # to be made again with fewer columns
+    return legend
+
+
+class _AboveFooter(matplotlib.layout_engine.ConstrainedLayoutEngine):
+    """Constrained layout above a strip of the figure's bottom (``strip``, a share of its
+    height) kept for the footer; the figure's x label too, which matplotlib's layout puts
+    on the bottom edge whatever the rect (under the footer)."""
+
+    def __init__(self, strip: float) -> None:
+        super().__init__(rect=(0, strip, 1, 1 - strip))
+        self.strip = strip
+
+    def execute(self, fig: Any) -> Any:
+        done = super().execute(fig)
+        label = getattr(fig, "_supxlabel", None)
+        if label is not None and getattr(label, "_autopos", False):  # set again each time
+            label.set_y(label.get_position()[1] + self.strip)
+        return done
+
+
+def _wrapped(text: str, width: float, wide: float) -> str | None:
+    """``text``, drawn ``wide`` (pixels), in lines that fit ``width``; None if it fits."""
+    if wide <= width or "\n" in text or not text.strip():
+        return None
+    return textwrap.fill(text, max(12, int(len(text) * 0.95 * width / wide)))
+
+
+def _fit_texts(fig: Any) -> None:
+    """Titles and axis labels longer than their axes at a fixed size, wrapped in lines
+    the layout then makes room for (matplotlib's own wrapping happens after the layout)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    changed = False
+    for ax in fig.axes:
+        box = ax.bbox
+        for text, room in ((ax.title, box.width), (ax.xaxis.label, box.width),
+                           (ax.yaxis.label, box.height)):  # fmt: skip
+            extent = text.get_window_extent(renderer)
+            wide = extent.height if text is ax.yaxis.label else extent.width
+            lines = _wrapped(text.get_text(), room, wide)
+            if lines is not None:
+                text.set_text(lines)
+                changed = True
+    if changed:
+        fig.canvas.draw()
+
+
+def _fit_legends(fig: Any) -> None:
+    """A ``top_legend`` wider than a fixed-size figure: its title in lines, then fewer
+    columns, until it fits (or has one column)."""
+    renderer = fig.canvas.get_renderer()
+
+    def remake(legend: Any, columns: int, style: dict[str, Any]) -> Any:
+        legend.remove()
+        handles, labels, _ = legend._made_by
+        new = fig.legend(handles, labels, loc="outside upper center", ncol=columns, **style)
+        new._made_by = (handles, labels, style)
+        fig.canvas.draw()
+        return new
+
+    for legend in [leg for leg in fig.legends if getattr(leg, "_made_by", None)]:
+        style, columns = legend._made_by[2], legend._ncols
+        title = legend.get_title()
+        lines = _wrapped(title.get_text(), fig.bbox.width, title.get_window_extent(renderer).width)
+        if lines is not None:
+            style = {**style, "title": lines}
+            legend = remake(legend, columns, style)
+        while columns > 1 and legend.get_window_extent(renderer).width > fig.bbox.width:
+            columns -= 1
+            legend = remake(legend, columns, style)
+
+
+def outside(fig: Any) -> list[str]:
+    """What of ``fig`` as laid out runs past its edges (each axes with its title, labels
+    and drawn ticks; the figure's texts and legends), or lies under its footer, each
+    named; [] when all fits (a saved figure too: it is drawn again)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    # the saved figure's edges: an asked size's (a pixel of rounding); by default the
+    # saved box is the drawing's own, which holds all of it (only overlaps count)
+    edge = fig.bbox.padded(1) if _look.size is not None else None
+    parts = [(f"axes {ax.get_title()!r}", ax.get_tightbbox(renderer)) for ax in fig.axes]
+    parts += [
+        (f"text {t.get_text()[:40]!r}", t.get_window_extent(renderer))
+        for t in fig.texts
+        if t.get_visible() and t.get_text() and not getattr(t, "_is_footer", False)
+    ]
+    parts += [("legend", leg.get_window_extent(renderer)) for leg in fig.legends]
+    over = [  # a legend inside an axes stays in its frame (not over its title)
+        f"legend of {ax.get_title()!r} past its axes"
+        for ax in fig.axes
+        if ax.get_legend() is not None
+        and not _inside(ax.get_legend().get_window_extent(renderer), ax.bbox.padded(1))
+    ]
+    feet = [t.get_window_extent(renderer) for t in fig.texts if getattr(t, "_is_footer", False)]
+    found = [
+        f"{what}: {[round(v) for v in box.extents]} past {[round(v) for v in fig.bbox.extents]}"
+        for what, box in [*parts, *(("footer", f) for f in feet)]
+        if box is not None and edge is not None and not _inside(box, edge)
+    ]
+    return (
+        found
+        + over
+        + [  # the caveat under the figure, over nothing of it
+            f"footer over {what}"
+            for what, box in parts
+            for foot in feet
+            if box is not None and foot.overlaps(box)
+        ]
+    )
+
+
+def _inside(box: Any, edge: Any) -> bool:
+    return edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1
+
+
 def _add_footer(fig: Any, below: bool) -> Any:
     """The ``footer`` as a text of ``fig``: ``below`` everything drawn so far, else on
     the bottom edge, wrapped at the figure's width; None without a footer."""
     if not _footer:
         return None
     style = {"ha": "left", "fontsize": pt(7), "color": "0.35"}
-    if not below:
-        return fig.text(0.005, 0.005, _footer, va="bottom", wrap=True, **style)
+    if not below:  # wrapped here, so that the layout knows its height
+        text = fig.text(0.005, 0.005, _footer, va="bottom", **style)
+        text._is_footer = True
+        fig.canvas.draw()
+        wide = text.get_window_extent(fig.canvas.get_renderer()).width
+        text.set_text(_wrapped(_footer, 0.99 * fig.bbox.width, wide) or _footer)
+        return text
     fig.canvas.draw()
     drawn = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
     w, h = fig.get_size_inches()
-    return fig.text(drawn.x0 / w, (drawn.y0 - 0.05) / h, _footer, va="top", wrap=True, **style)
+    text = fig.text(drawn.x0 / w, (drawn.y0 - 0.05) / h, _footer, va="top", wrap=True, **style)
+    text._is_footer = True
+    return text
 
 
 def _footer_strip(fig: Any) -> float:

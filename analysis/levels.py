@@ -23,7 +23,7 @@ import numpy as np
 from model.consistency import level_rank, required_acks, site_acks
 from testbed.topology import parse_sites, sites_topology
 
-from .figsave import MODEL_STYLE, plt, pt, save_figure, series_style
+from .figsave import MODEL_STYLE, plt, pt, save_figure, series_style, sized, top_legend
 from .phi import phi, phi_sites
 from .stats import ci_label, predicted_means
 from .stats import points as stats_points
@@ -75,7 +75,7 @@ def figures(
         rfs = sorted(by_rf)
         fig, axes = plt.subplots(
             1, len(rfs), sharey=True, squeeze=False, layout="constrained",
-            figsize=(3.4 * len(rfs) + 0.8, 3.6),
+            figsize=sized(3.4 * len(rfs) + 0.8, 3.6),
         )  # fmt: skip
         levels = sorted({lv for by_level in by_rf.values() for lv in by_level}, key=_order)
         drawn: list[dict[str, Any]] = []
@@ -92,7 +92,7 @@ def figures(
         )
         fig.supylabel("mean write RTT (ms)", fontsize=pt(9))
         handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=pt(8),
+        top_legend(fig, handles, labels, fontsize=pt(8),
                    title=f"{where}, packet loss {loss:g} %; bands: {ci_label(drawn)}",
                    title_fontsize=pt(8), frameon=False)  # fmt: skip
         name = f"levels_n{n}" + (f"_s{sites.replace(',', '_')}" if sites else "") + f"_loss{loss:g}"

@@ -161,7 +161,7 @@ def figures(stats_: Mapping[tuple, Mapping[str, Any]], out: Path, path: Path = D
     """paper_<figure>_n<nodes|all>_loss<loss>: each published curve of a panel that was
     measured, dashed, beside the measured one (solid, its 95 % CI as a band), one
     colour per curve."""
-    from .figsave import plt, pt, save_figure
+    from .figsave import plt, pt, save_figure, sized
 
     panels: dict[tuple, list[tuple[Curve, dict[float, dict]]]] = defaultdict(list)
     for curve in curves(path):
@@ -170,7 +170,7 @@ def figures(stats_: Mapping[tuple, Mapping[str, Any]], out: Path, path: Path = D
             panels[(curve.figure, curve.nodes, curve.loss_pct)].append((curve, got))
     made = []
     for (figure, nodes, loss), drawn in sorted(panels.items(), key=lambda kv: str(kv[0])):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=sized(6.4, 4.2))
         for curve, got in drawn:
             xs = sorted(got)
             (line,) = ax.plot(xs, [got[x]["mean"] for x in xs], marker="o", markersize=3,

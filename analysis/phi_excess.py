@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import phi as phi_mod
-from .figsave import matplotlib, plt, pt, save_figure, series_style
+from .figsave import matplotlib, plt, pt, save_figure, series_style, sized
 from .results import Results
 from .stats import mean_rtt
 
@@ -55,7 +55,7 @@ def phi_vs_excess(results: Results, out: Path) -> list[dict[str, Any]]:
     rows = loss_excess(results)
     if not rows:
         return []
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=sized(6.4, 4.2))
     loss_levels = sorted({r["loss"] for r in rows})
     node_counts = sorted({r["nodes"] for r in rows})
     for n, loss in sorted({(r["nodes"], r["loss"]) for r in rows}):
@@ -117,8 +117,13 @@ def _annotate_apart(ax: Any, spots: list[tuple]) -> None:
     legend = ax.get_legend()
     if legend is not None:  # pinned where "best" put it: it must not move onto a label
         box = legend.get_window_extent(renderer)
-        legend.set_loc(tuple(ax.transAxes.inverted().transform((box.x0, box.y0))))
         placed.append(box)
+        (x0, y0), (x1, y1) = ax.transAxes.inverted().transform(box.get_points())
+        # by its corner nearest the axes' edges, which a later layout keeps it inside
+        ys, y = ("upper", y1) if 1 - y1 < y0 else ("lower", y0)
+        xs, x = ("right", x1) if 1 - x1 < x0 else ("left", x0)
+        legend.set_loc(f"{ys} {xs}")
+        legend.set_bbox_to_anchor((x, y), transform=ax.transAxes)
     frame = ax.get_window_extent(renderer)
     for x, y, rfs in spots:
         text = "RF " + ", ".join(str(rf) for rf in sorted(rfs))

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .figsave import MODEL_STYLE, log_ticks, plt, pt, save_figure, series_style
+from .figsave import MODEL_STYLE, log_ticks, plt, pt, save_figure, series_style, sized, top_legend
 from .results import Results
 from .stats import ci_label, high_rf_average, pooled, predicted_means
 
@@ -40,7 +40,7 @@ def rtt_vs_latency(
     made = []
     label = _label(results.cells)
     for (n, loss), by_rf in sorted(groups.items()):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=sized(6.4, 4.2))
         bands = _draw_rfs(ax, by_rf, "mean", predicted, (n, loss))
         ax.set_xlabel("one-way latency between edge nodes (ms)")
         ax.set_ylabel("mean write RTT (ms)")
@@ -136,7 +136,7 @@ def rtt_grids(
     for name, (stat, ylabel) in FACETS.items():
         fig, axes = plt.subplots(
             len(nodes), len(losses), sharex=True, sharey=True, squeeze=False, layout="constrained",
-            figsize=(2.6 * len(losses) + 1.0, 2.2 * len(nodes) + 1.0),
+            figsize=sized(2.6 * len(losses) + 1.0, 2.2 * len(nodes) + 1.0),
         )  # fmt: skip
         bands = ""
         for r, n in enumerate(nodes):
@@ -157,8 +157,8 @@ def rtt_grids(
         labels = sorted(legend, key=lambda lb: (lb.startswith("model"), len(lb), lb))
         handles = [legend[lb] for lb in labels]
         note = f"{_label(results.cells)}" + (f"; bands: {bands}" if bands else "")
-        fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), fontsize=pt(8),
-                   title=note, title_fontsize=pt(7), frameon=False)  # fmt: skip
+        top_legend(fig, handles, labels, fontsize=pt(8), title=note, title_fontsize=pt(7),
+                   frameon=False)  # fmt: skip
         series = len({lb for lb in labels if not lb.startswith("model")})
         made.append({"name": name, "paths": save_figure(fig, out, name), "series": series})
     return made
@@ -178,7 +178,7 @@ def rtt_cdf(results: Results, out: Path) -> list[dict[str, Any]]:
             groups[(n, loss)][rf] = np.sort(rtts)
     made = []
     for (n, loss), by_rf in sorted(groups.items()):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=sized(6.4, 4.2))
         for rf, rtts in sorted(by_rf.items()):
             style = series_style(rf - 1) | {"marker": None}
             ax.step(rtts, np.arange(1, len(rtts) + 1) / len(rtts), where="post",
@@ -225,7 +225,7 @@ def high_rf(results: Results, out: Path) -> list[dict[str, Any]]:
         rfs = sorted({c["rf"] for c in results.cells if c["nodes"] == n and c["rf"] >= 3})
         if len(rfs) < 2:
             continue
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=sized(6.4, 4.2))
         for i, (loss, pts) in enumerate(sorted(by_loss.items())):
             pts.sort()
             ax.plot(

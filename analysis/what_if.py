@@ -92,7 +92,7 @@ def what_if(
 
 
 def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
-    from .figsave import plt, pt, save_figure, series_style
+    from .figsave import plt, pt, save_figure, series_style, sized
 
     groups: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -100,7 +100,7 @@ def plot_what_if(rows: list[dict[str, Any]], path: Path) -> list[Path]:
             (r["latency_ms"], r["predicted_mean_ms"], r["predicted_p99_ms"])
         )
     fig, axes = plt.subplots(
-        1, len(groups), figsize=(5.2 * len(groups), 4.0), squeeze=False, sharey=True
+        1, len(groups), figsize=sized(5.2 * len(groups), 4.0), squeeze=False, sharey=True
     )
     for ax, ((n, loss), by_rf) in zip(axes[0], sorted(groups.items()), strict=True):
         for rf, pts in sorted(by_rf.items()):

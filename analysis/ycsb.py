@@ -169,7 +169,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     """ycsb_throughput_threads.{png,svg,pdf} (throughput vs threads per workload, level and
     latency) and ycsb_latency_throughput.{png,svg,pdf} (p50 and p99 of each operation vs
     throughput). Returns plots-style entries (name, paths, series)."""
-    from .figsave import plt, pt, save_figure
+    from .figsave import plt, pt, save_figure, sized
 
     made: list[dict[str, Any]] = []
     table = pooled(ycsb_cells)
@@ -185,7 +185,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
         series[_label(s, without=("threads", "target"))].append(
             (s["threads"], fig["throughput_ops"][0])
         )
-    fig_, ax = plt.subplots(figsize=(7, 4.5))
+    fig_, ax = plt.subplots(figsize=sized(7, 4.5))
     for label, points in sorted(series.items()):
         points.sort()
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
@@ -197,7 +197,7 @@ def figures(ycsb_cells: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str
     ax.legend(fontsize=pt(7))
     made.append(_made(save_figure(fig_, out, "ycsb_throughput_threads"), len(series)))
 
-    fig_, ax = plt.subplots(figsize=(7, 4.5))
+    fig_, ax = plt.subplots(figsize=sized(7, 4.5))
     curves: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for key, figs in table.items():
         s = dict(zip((*SETTING, "read_cl", "write_cl"), key, strict=True))

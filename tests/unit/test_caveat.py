@@ -9,7 +9,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from analysis import plots, report
-from analysis.figsave import DEFAULT_SIZE, Look, footer, plt, save_figure, set_look
+from analysis.figsave import DEFAULT_SIZE, Look, footer, plt, save_figure, set_look, sized
 from analysis.results import load
 from analysis.synthetic import make_store
 
@@ -64,7 +64,7 @@ def test_the_footer_sits_under_everything_drawn_at_any_size(tmp_path, size):
     --size, constrained layout): never over a drawn text, and inside what is saved."""
     set_look(Look(size=size, formats=("png",)))
     try:
-        fig, ax = plt.subplots(figsize=DEFAULT_SIZE)
+        fig, ax = plt.subplots(figsize=sized(*DEFAULT_SIZE))
         ax.plot([0, 50, 100], [10, 60, 110])
         ax.set_xlabel("one-way latency (ms)")
         caption = ax.annotate("LOCAL_QUORUM, round-robin, profile paper; bands: 95 % CI",

@@ -26,7 +26,7 @@ def _png_size(path):
 
 
 def _one_figure(tmp_path, name):
-    fig, ax = figsave.plt.subplots(figsize=figsave.DEFAULT_SIZE)
+    fig, ax = figsave.plt.subplots(figsize=figsave.sized(*figsave.DEFAULT_SIZE))
     ax.plot([0, 50, 100], [5, 105, 205], label="RF 3")
     ax.set_xlabel("one-way link latency (ms)")
     ax.legend()
