@@ -20,7 +20,7 @@ from common.errors import ConfigError
 from ..topology import DEFAULT_RACK, Host, Topology
 from . import tls
 from .auth import AUTH_SETTINGS
-from .quiet import BUILDS, YAML_SETTINGS, CassandraBuild
+from .quiet import BUILDS, CassandraBuild
 
 CQL_PORT = 9042
 STORAGE_PORT = 7000
@@ -321,7 +321,6 @@ def node_settings(
     layer (they win over every override)."""
     return merge(
         BASE_SETTINGS,
-        YAML_SETTINGS[settings.build],
         cluster_layer(topology, settings.cluster_name),
         settings.overrides,
         node_layer(topology, host, node_dir),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .auth import system_auth_properties
 from .config import JMX_PORT, RACKDC_FILE, CassandraSettings
-from .quiet import APPROX_TIME_MS, JAR, jvm_properties
+from .quiet import JAR, jvm_properties
 
 # From Cassandra 5.0's conf/jvm17-server.options (JPMS section) and Netty options.
 JPMS_OPTIONS: tuple[str, ...] = (
@@ -101,10 +101,13 @@ FAST_LIFECYCLE_PROPERTIES: tuple[str, ...] = (
 # only where this property is set.
 READBACK_PROPERTIES: tuple[str, ...] = ("-Dcassandra.enable_nodelocal_queries=true",)
 # Cassandra refreshes its approximate clock every 2 ms (500 wake-ups a second, the largest
-# part of an idle node's CPU); it times out and expires messages (seconds), never a
-# latency the sweep records: at 20 ms an idle JVM takes 1.58 % of a core instead of
-# 2.67 % (medians of 2, benchmarks/jvm_profiles.py's idle measure); quiet nodes refresh it
-# every 100 ms (testbed.cassandra.quiet).
+# part of an idle node's CPU); at 20 ms an idle JVM takes 1.58 % of a core instead of
+# 2.67 % (medians of 2, benchmarks/jvm_profiles.py's idle measure). The clock times out and
+# expires messages (seconds), and it times the replies the dynamic snitch ranks replicas
+# by: at 20 ms a round trip under ~20 ms (links under ~10 ms) can read as 0 for every
+# replica, and reads at ONE then follow the ring's order, not the snitch's (docs/ycsb.md).
+# No write latency depends on it: a write goes to every replica.
+APPROX_TIME_MS = 20
 
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 NODETOOL_CLASS = "org.apache.cassandra.tools.NodeTool"
@@ -152,7 +155,7 @@ def jvm_args(
         "-Djava.net.preferIPv4Stack=true",
         *FAST_LIFECYCLE_PROPERTIES,
         *READBACK_PROPERTIES,
-        f"-Dcassandra.approximate_time_precision_ms={APPROX_TIME_MS[settings.build]}",
+        f"-Dcassandra.approximate_time_precision_ms={APPROX_TIME_MS}",
         *jvm_properties(settings.build),
         f"-Dcassandra.config=file://{node_dir / 'conf' / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={node_dir}",
