@@ -325,7 +325,10 @@ def main() -> int:
         if busy != default_busy:
             report += ["Not recorded: the parallel runs had a budget other than the shaper's."]
         elif not args.no_record and ps:
-            best = fidelity.record(shaper, CORES, verdicts, grid, rule, args.out, args.build)
+            max_nodes = max(int(n) for n in args.nodes.split(","))
+            best = fidelity.record(
+                shaper, CORES, verdicts, grid, rule, args.out, args.build, max_nodes=max_nodes
+            )
             report += [f"--parallel auto with the {shaper} shaper and {args.build} nodes: at "
                        f"most P={best} (every grid recorded in {fidelity.path()})"]  # fmt: skip
     text = "\n".join(report)

@@ -380,7 +380,8 @@ def auto_parallel(
     by_cpu = max(1, int(budget(cores) / idle_cores(nodes))) if idle_cores(nodes) else by_mem
     by_fidelity, source = accepted or (
         COSTS.max_parallel,
-        "the development machine's verdict: benchmarks/parallel_fidelity.py has not run here",
+        "the development machine's verdict: benchmarks/parallel_fidelity.py has not run "
+        "here on testbeds this large",
     )
     candidates = range(1, max(1, min(by_mem, by_cpu, by_fidelity)) + 1)
     times = {p: wall_s(config, cells, p, cores) for p in candidates}

@@ -74,6 +74,7 @@ def record(
     rule: str,
     out: Path,
     build: str = "stock",
+    max_nodes: int | None = None,
 ) -> int:
     """Store the benchmark's verdicts (P -> accepted) on ``grid`` for ``shaper`` and
     ``build`` on this machine, beside those of other grids (a grid measured again replaces
@@ -87,6 +88,7 @@ def record(
         "rule": rule,
         "results": str(out.resolve()),
         "measured": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
+        "max_nodes": max_nodes,  # the grid's largest testbed (``accepted``'s nodes)
     }
     best = min(
         largest_accepted({int(p): ok for p, ok in g["verdicts"].items()}) for g in grids.values()
@@ -98,18 +100,35 @@ def record(
     return best
 
 
-def accepted(shaper: str, cores: int, build: str = "stock") -> tuple[int, str] | None:
+def accepted(
+    shaper: str, cores: int, build: str = "stock", nodes: int | None = None
+) -> tuple[int, str] | None:
     """(largest accepted P, where it comes from) for ``shaper`` and ``build`` on this
-    machine, or None when the benchmark has not run here with this many cores."""
+    machine, or None when the benchmark has not run here with this many cores. With
+    ``nodes`` (a sweep's largest testbed), only grids of that many nodes or more count:
+    more JVMs load the machine more (on stock nodes P=2 passed on 3 nodes, failed on 5)."""
     entry = _read().get(key(shaper, build))
     if not isinstance(entry, dict) or entry.get("cores") != cores:
         return None
     best = entry.get("max_parallel")
+    grids = entry.get("grids") or {}
+    if nodes is not None:
+        grids = {
+            name: g for name, g in grids.items()
+            if isinstance(g, dict) and isinstance(g.get("max_nodes"), int)
+            and g["max_nodes"] >= nodes
+        }  # fmt: skip
+        if not grids:
+            return None
+        best = min(
+            largest_accepted({int(p): bool(ok) for p, ok in (g.get("verdicts") or {}).items()})
+            for g in grids.values()
+        )
     if not isinstance(best, int) or best < 1:
         return None
-    grids = entry.get("grids") or {}
     when = max((g.get("measured", "?") for g in grids.values()), default="?")
-    return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s), {when}"
+    largest = f" of {nodes} nodes or more" if nodes is not None else ""
+    return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s){largest}, {when}"
 
 
 def _read() -> dict[str, Any]:

@@ -162,7 +162,9 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
         cores=CORES,
         total_mb=info["MemTotal"],
         used_mb=used,
-        accepted=fidelity.accepted(costs_shaper(config), CORES, config.cassandra_build),
+        accepted=fidelity.accepted(
+            costs_shaper(config), CORES, config.cassandra_build, nodes=max(config.nodes)
+        ),
     )
 
 

@@ -313,6 +313,15 @@ def test_the_largest_accepted_p_is_below_the_first_rejection(tmp_path, monkeypat
     assert fidelity.record("host", 2, {2: True, 4: True, 6: True}, "5", "r", tmp_path, "quiet") == 6
     assert fidelity.accepted("host", 2, "quiet")[0] == 6  # type: ignore[index]
     assert fidelity.accepted("host", 2)[0] == 4  # type: ignore[index]
+    # a sweep's largest testbed: only grids of as many nodes or more decide (more JVMs
+    # load the machine more); a grid that does not say its nodes decides nothing
+    assert fidelity.accepted("host", 2, nodes=3) is None
+    assert fidelity.record("host", 2, {2: True, 4: False}, "n3", "r", tmp_path, max_nodes=3) == 2
+    assert fidelity.accepted("host", 2, nodes=3)[0] == 2  # type: ignore[index]
+    assert fidelity.accepted("host", 2, nodes=5) is None  # measured on 3 nodes only
+    assert fidelity.record("host", 2, {2: False}, "n5", "r", tmp_path, max_nodes=5) == 1
+    assert fidelity.accepted("host", 2, nodes=5)[0] == 1  # type: ignore[index]
+    assert fidelity.accepted("host", 2, nodes=3)[0] == 1  # type: ignore[index]
     fidelity.path().write_text("{not json")
     assert fidelity.accepted("host", 2) is None  # damaged: as if never measured
 
