@@ -196,10 +196,14 @@ def save_figure(fig: Any, out: Path, name: str) -> list[Path]:
     return paths
 
 
-def top_legend(fig: Any, handles: list[Any], labels: list[str], **style: Any) -> Any:
-    """One legend of a grid of panels, above them, in one row where the figure is wide
-    enough; a fixed ``--size`` narrower than the row gets fewer columns (``save_figure``)."""
-    legend = fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), **style)
+def top_legend(
+    fig: Any, handles: list[Any], labels: list[str], ncol: int | None = None, **style: Any
+) -> Any:
+    """One legend of a grid of panels, above them, in one row (or ``ncol`` columns) where
+    the figure is wide enough; a fixed ``--size`` narrower than the row gets fewer columns
+    (``save_figure``)."""
+    columns = len(labels) if ncol is None else ncol
+    legend = fig.legend(handles, labels, loc="outside upper center", ncol=columns, **style)
     legend._made_by = (handles, labels, style)  # to be made again with fewer columns
     return legend
 
@@ -256,8 +260,7 @@ def _fit_legends(fig: Any) -> None:
     def remake(legend: Any, columns: int, style: dict[str, Any]) -> Any:
         legend.remove()
         handles, labels, _ = legend._made_by
-        new = fig.legend(handles, labels, loc="outside upper center", ncol=columns, **style)
-        new._made_by = (handles, labels, style)
+        new = top_legend(fig, handles, labels, ncol=columns, **style)
         fig.canvas.draw()
         return new
 

@@ -90,9 +90,7 @@ def record(
         "measured": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
         "max_nodes": max_nodes,  # the grid's largest testbed (``accepted``'s nodes)
     }
-    best = min(
-        largest_accepted({int(p): ok for p, ok in g["verdicts"].items()}) for g in grids.values()
-    )
+    best = _every_grid_accepts(grids)
     data[key(shaper, build)] = {"max_parallel": best, "cores": cores, "grids": grids}
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -120,15 +118,20 @@ def accepted(
         }  # fmt: skip
         if not grids:
             return None
-        best = min(
-            largest_accepted({int(p): bool(ok) for p, ok in (g.get("verdicts") or {}).items()})
-            for g in grids.values()
-        )
+        best = _every_grid_accepts(grids)
     if not isinstance(best, int) or best < 1:
         return None
     when = max((g.get("measured", "?") for g in grids.values()), default="?")
     largest = f" of {nodes} nodes or more" if nodes is not None else ""
     return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s){largest}, {when}"
+
+
+def _every_grid_accepts(grids: dict[str, Any]) -> int:
+    """The largest P that each of ``grids`` (stored verdicts) accepted."""
+    return min(
+        largest_accepted({int(p): bool(ok) for p, ok in (g.get("verdicts") or {}).items()})
+        for g in grids.values()
+    )
 
 
 def _read() -> dict[str, Any]:
