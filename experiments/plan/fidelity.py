@@ -103,27 +103,33 @@ def accepted(
 ) -> tuple[int, str] | None:
     """(largest accepted P, where it comes from) for ``shaper`` and ``build`` on this
     machine, or None when the benchmark has not run here with this many cores. With
-    ``nodes`` (a sweep's largest testbed), only grids of that many nodes or more count:
-    more JVMs load the machine more (on stock nodes P=2 passed on 3 nodes, failed on 5)."""
+    ``nodes`` (a sweep's largest testbed), the grids of the fewest nodes that are still
+    that many or more decide: a grid of smaller testbeds loads the machine less than the
+    sweep will (on stock nodes P=2 passed on 3 nodes, failed on 5), and one of larger
+    testbeds more, so its rejection says nothing of smaller ones (on quiet nodes P=2
+    passed on 3 nodes and failed on 5: a 3-node sweep runs at 2, a 4- or 5-node one at 1)."""
     entry = _read().get(key(shaper, build))
     if not isinstance(entry, dict) or entry.get("cores") != cores:
         return None
     best = entry.get("max_parallel")
     grids = entry.get("grids") or {}
+    size = ""
     if nodes is not None:
-        grids = {
+        covering = {
             name: g for name, g in grids.items()
             if isinstance(g, dict) and isinstance(g.get("max_nodes"), int)
             and g["max_nodes"] >= nodes
         }  # fmt: skip
-        if not grids:
+        if not covering:
             return None
+        nearest = min(g["max_nodes"] for g in covering.values())
+        grids = {name: g for name, g in covering.items() if g["max_nodes"] == nearest}
         best = _every_grid_accepts(grids)
+        size = f" of {nearest} nodes"
     if not isinstance(best, int) or best < 1:
         return None
     when = max((g.get("measured", "?") for g in grids.values()), default="?")
-    largest = f" of {nodes} nodes or more" if nodes is not None else ""
-    return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s){largest}, {when}"
+    return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s){size}, {when}"
 
 
 def _every_grid_accepts(grids: dict[str, Any]) -> int:

@@ -321,6 +321,12 @@ def test_the_largest_accepted_p_is_below_the_first_rejection(tmp_path, monkeypat
     assert fidelity.accepted("host", 2, nodes=5) is None  # measured on 3 nodes only
     assert fidelity.record("host", 2, {2: False}, "n5", "r", tmp_path, max_nodes=5) == 1
     assert fidelity.accepted("host", 2, nodes=5)[0] == 1  # type: ignore[index]
+    # the nearest grid from above decides: a 5-node grid's rejection says nothing of 3
+    assert fidelity.accepted("host", 2, nodes=3)[0] == 2  # type: ignore[index]
+    assert fidelity.accepted("host", 2, nodes=4)[0] == 1  # type: ignore[index]
+    assert "1 grid(s) of 5 nodes" in fidelity.accepted("host", 2, nodes=4)[1]  # type: ignore[index]
+    # two grids of the same size: both must accept
+    assert fidelity.record("host", 2, {2: False}, "n3b", "r", tmp_path, max_nodes=3) == 1
     assert fidelity.accepted("host", 2, nodes=3)[0] == 1  # type: ignore[index]
     fidelity.path().write_text("{not json")
     assert fidelity.accepted("host", 2) is None  # damaged: as if never measured
