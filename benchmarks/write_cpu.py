@@ -17,7 +17,9 @@ round-robin writes of the paper's workload. Around the timed writes the benchmar
 
 It prints, per build and latency, CPU-ms per write of each part, SEP wake-ups per write,
 the median RTT, then the idle share of a core per JVM (``--idle`` s with nothing to do)
-and the host shaper's release lateness over the timed writes (its own counters, reset
+with its busiest threads (CPU µs and wake-ups per second), what that housekeeping costs
+a write over its median RTT (idle share × JVMs × RTT: why CPU per write grows with the
+latency), and the host shaper's release lateness over the timed writes (its own counters, reset
 before them). Medians over the repetitions. Nothing is asserted: run it alone.
 
     python benchmarks/write_cpu.py [--builds stock,quiet] [--latencies 0,5,50] [--reps 2]
@@ -152,16 +154,36 @@ def attribute(a: Snapshot, b: Snapshot, writes: int) -> dict[str, float]:
     }
 
 
-def idle_share(pids: list[int], seconds: float) -> float:
-    """Median over the JVMs of the share of one core each takes while nothing happens."""
+def idle_share(pids: list[int], seconds: float) -> tuple[float, dict[str, tuple[float, float]]]:
+    """The share of one core each JVM takes while nothing happens (median over the JVMs),
+    and per thread name (numbers stripped) what it takes on average per JVM: CPU µs and
+    wake-ups (timeslices) per second: the housekeeping a write pays for while it waits."""
 
-    def cpu(pid: int) -> float:
-        return sum(ns for _, ns, _ in threads(pid).values()) / 1e9
+    def snap() -> dict[int, dict[int, tuple[str, int, int]]]:
+        return {p: threads(p) for p in pids}
 
-    before, t0 = [cpu(p) for p in pids], time.monotonic()
+    before, t0 = snap(), time.monotonic()
     time.sleep(seconds)
-    took = time.monotonic() - t0
-    return statistics.median((cpu(p) - c) / took for p, c in zip(pids, before, strict=True))
+    after, took = snap(), time.monotonic() - t0
+    shares: list[float] = []
+    named: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for pid in pids:
+        total = 0
+        for comm, ns, slices in delta(before[pid], after[pid]):
+            total += ns
+            entry = named[comm.rstrip("0123456789:-_ ")]
+            entry[0] += ns / 1e3 / took / len(pids)
+            entry[1] += slices / took / len(pids)
+        shares.append(total / 1e9 / took)
+    return statistics.median(shares), {k: (v[0], v[1]) for k, v in named.items()}
+
+
+def fmt_idle(share: float, named: dict[str, tuple[float, float]], top: int = 8) -> str:
+    """'0.84 % of a core per JVM: ScheduledFastTa 2900 µs/s (50 wake-ups/s), ...'"""
+    busiest = sorted(named.items(), key=lambda kv: -kv[1][0])[:top]
+    return f"{100 * share:.2f} % of a core per JVM: " + ", ".join(
+        f"{name} {us:.0f} us/s ({wakes:.1f}/s)" for name, (us, wakes) in busiest
+    )
 
 
 def measure(build: str, args: argparse.Namespace, log_dir: Path) -> dict:
@@ -206,8 +228,12 @@ def measure(build: str, args: argparse.Namespace, log_dir: Path) -> dict:
             emulation_api.clear(tb)
         finally:
             worker.close()
-        results["idle"] = idle_share(jvms, args.idle)
-        print(f"  {build} idle: {100 * results['idle']:.2f} % of a core per JVM", flush=True)
+        results["idle"], results["idle_threads"] = idle_share(jvms, args.idle)
+        print(f"  {build} idle: " + fmt_idle(results["idle"], results["idle_threads"]), flush=True)
+        for latency in args.latencies:
+            # what the idle housekeeping alone costs a write that lasts its median RTT
+            f = results[latency]
+            f["housekeeping"] = results["idle"] * len(jvms) * f["median_ms"]
     return results
 
 
@@ -227,6 +253,8 @@ def fmt(f: dict) -> str:
         f"irq {f['kernel_irq']:.2f} CPU-ms/write (steal {f.get('steal', 0):.2f})",
         f"median {f['median_ms']:.2f} ms p99 {f['p99_ms']:.2f}",
     ]
+    if "housekeeping" in f:
+        parts.append(f"of which idle housekeeping over the median write {f['housekeeping']:.2f}")
     top = sorted((k for k in f if k.startswith("jvm:")), key=lambda k: -f[k])[:5]
     parts.append("other JVM: " + ", ".join(f"{k[4:]} {f[k]:.2f}" for k in top))
     if "late_p999_us" in f:
@@ -269,7 +297,15 @@ def main() -> None:
             med = {k: statistics.median(r[latency].get(k, 0.0) for r in runs[build]) for k in keys}
             print(f"{build:>6} {latency:>4g} ms: " + fmt(med))
         idle = statistics.median(r["idle"] for r in runs[build])
-        print(f"{build:>6} idle: {100 * idle:.2f} % of a core per JVM")
+        names = {n for r in runs[build] for n in r["idle_threads"]}
+        named = {
+            n: tuple(
+                statistics.median(r["idle_threads"].get(n, (0.0, 0.0))[i] for r in runs[build])
+                for i in (0, 1)
+            )
+            for n in names
+        }
+        print(f"{build:>6} idle: " + fmt_idle(idle, named))
     sys.stdout.flush()
 
 
