@@ -181,6 +181,10 @@ def dry_run_plan(
     shards = sum(sizes) if sizes else parallel
     wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
     in_cells, fixed = estimate.split_s(config, todo)
+    # one testbed in the scheduler's own order: a first pass can take a shard back to a
+    # node count it left (the quick preset: 5, 3, then 5 nodes again), one more bring-up
+    # than the plain sum's one per node count
+    fixed = max(fixed, (estimate.wall_s(config, todo, 1, cores) if todo else 0.0) - in_cells)
     first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
     return {
         "sweep": config.name,

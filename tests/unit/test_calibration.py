@@ -186,3 +186,26 @@ def test_the_dry_run_names_the_machine_its_figures_were_measured_on(home, monkey
         if "calibrated on" in x
     )
     assert line == f"  calibrated on: {here}, last {found['updated']}"
+
+
+def test_one_at_a_time_is_the_schedulers_order_with_its_extra_bring_up(home):
+    """A first pass takes one testbed back to a node count it left (the quick preset ran
+    5, 3, then 5 nodes again): the dry run's "one at a time" counts that bring-up, as
+    the scheduler's replay does, instead of one per node count."""
+    from experiments.run.summary import dry_run_plan
+
+    config = SweepConfig(
+        nodes=(3, 5), latency_ms=(0.0, 50.0, 100.0), loss_pct=(0.5,), first_pass=(0.0, 50.0)
+    )
+    estimate.use(estimate.defaults("host"))
+    todo = config.cells()
+    in_cells, per_node_count = estimate.split_s(config, todo)
+    plan = dry_run_plan(config, 1, "as asked", 2)
+    assert plan["one_at_a_time_s"] == plan["estimated_s"]
+    extra = plan["bringups_and_checks_s"] - per_node_count
+    again = [estimate.bringup_s(n) + estimate.prepare_s(config, n) for n in (3, 5)]
+    assert any(extra == pytest.approx(cost, abs=1.5) for cost in again), (extra, again)
+    single = SweepConfig(nodes=(3,), latency_ms=(0.0, 50.0), loss_pct=(0.5,))
+    assert dry_run_plan(single, 1, "as asked", 2)["bringups_and_checks_s"] == round(
+        estimate.split_s(single, single.cells())[1]
+    )
