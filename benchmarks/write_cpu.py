@@ -110,6 +110,11 @@ def is_sep(comm: str) -> bool:
     return comm.startswith(SEP_PREFIXES)
 
 
+def group(comm: str) -> str:
+    """A thread's name without its number: the threads of one pool together."""
+    return comm.rstrip("0123456789:-_ ")
+
+
 class Snapshot:
     def __init__(self, jvms: list[int], writer: int, shaper: int | None):
         self.t = time.monotonic()
@@ -136,7 +141,7 @@ def attribute(a: Snapshot, b: Snapshot, writes: int) -> dict[str, float]:
                 sep_slices += slices
             else:
                 other_ns += ns
-                named[comm.rstrip("0123456789:-_ ")] += ns
+                named[group(comm)] += ns
     writer_ns = sum(ns for p, t in b.writer.items() for _, ns, _ in delta(a.writer.get(p, {}), t))
     shaper_ns = sum(ns for _, ns, _ in delta(a.shaper, b.shaper))
     busy_ms = (b.busy - a.busy) * 1000 / TICK
@@ -171,7 +176,7 @@ def idle_share(pids: list[int], seconds: float) -> tuple[float, dict[str, tuple[
         total = 0
         for comm, ns, slices in delta(before[pid], after[pid]):
             total += ns
-            entry = named[comm.rstrip("0123456789:-_ ")]
+            entry = named[group(comm)]
             entry[0] += ns / 1e3 / took / len(pids)
             entry[1] += slices / took / len(pids)
         shares.append(total / 1e9 / took)

@@ -180,11 +180,12 @@ def dry_run_plan(
     sizes = list(machines.values()) if machines else None
     shards = sum(sizes) if sizes else parallel
     wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
-    in_cells, fixed = estimate.split_s(config, todo)
-    # one testbed in the scheduler's own order: a first pass can take a shard back to a
-    # node count it left (the quick preset: 5, 3, then 5 nodes again), one more bring-up
-    # than the plain sum's one per node count
-    fixed = max(fixed, (estimate.wall_s(config, todo, 1, cores) if todo else 0.0) - in_cells)
+    in_cells, _ = estimate.split_s(config, todo)
+    # one testbed in the scheduler's own order (the replay at P=1, the same as ``wall``
+    # when that is one testbed here): a first pass can take it back to a node count it
+    # left (the quick preset: 5, 3, then 5 nodes again), one more bring-up than
+    # split_s's one per node count
+    one = wall if shards == 1 and not sizes else estimate.wall_s(config, todo, 1, cores)
     first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
     return {
         "sweep": config.name,
@@ -199,9 +200,9 @@ def dry_run_plan(
         "workers": machines or None,
         "cores": cores,
         "estimated_s": round(wall),
-        "one_at_a_time_s": round(in_cells + fixed),
+        "one_at_a_time_s": round(one),
         "in_cells_s": round(in_cells),
-        "bringups_and_checks_s": round(fixed),
+        "bringups_and_checks_s": round(one - in_cells),
         "first_pass_s": round(estimate.wall_s(config, first, shards, cores, machines=sizes))
         if first
         else None,
