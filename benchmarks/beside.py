@@ -1,0 +1,355 @@
+"""What a testbed beside costs a write, and where the write waits for it (issue 39).
+
+``parallel_fidelity.py`` finds that two 5-node testbeds side by side slow a cell's median
+by ~0.35 ms on 2 cores, with the machine ~15 % busy. This benchmark looks for where that
+time goes. Two testbeds (A, measured; B, its neighbour) stay up for the whole run; each
+cell is measured on A in three conditions, in the order ABCCBA (the next cell CBAABC),
+so that a drift linear over a cell's minutes falls on every condition alike:
+
+- ``alone``: B's JVMs and writer stopped (SIGSTOP by PID; SIGCONT when its turn ends);
+- ``idle``: B up, nothing to do;
+- ``busy``: B writing the same cell without pause, as a parallel sweep's neighbour does.
+
+Around A's timed writes it reads, per thread, ``/proc/PID/task/TID/schedstat`` (CPU ns,
+**ns waited on a run queue**, timeslices) of A's JVMs, A's writer and A's delayer (the
+kernel's figures, not the project's), and the delayer's own release lateness. It prints
+per cell and condition the median RTT and the run-queue wait per write by thread group:
+if the neighbour's cost is queueing for a core, the wait grows by about what the median
+does; if not, the time goes elsewhere (late timers, the hypervisor).
+
+``--slice-us N`` asks the kernel (EEVDF, Linux ≥ 6.12) for an N µs slice on every thread
+of both testbeds' JVMs and writers (``sched_setattr``'s ``sched_runtime`` for
+SCHED_OTHER; new threads inherit it): a short slice gives a woken thread an earlier
+deadline, so it takes a core from a longer-running one sooner. Nothing outside the two
+testbeds is touched. Run it alone.
+
+    python benchmarks/beside.py [--nodes 5] [--rf 3] [--latency 0,20,50] [--slice-us 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from write_cpu import descendants, group, is_sep
+
+from emulation import api as emulation_api
+from emulation import links, shapers
+from experiments.settings.config import SweepConfig
+from testbed import Testbed
+from testbed.cassandra.config import CassandraSettings
+from workloads import WriteWorker
+
+CONDITIONS = ("alone", "idle", "busy")
+SYS_SCHED_SETATTR = 314  # x86_64
+
+
+def order(index: int) -> list[str]:
+    seq = list(CONDITIONS) if index % 2 == 0 else list(CONDITIONS[::-1])
+    return seq + seq[::-1]
+
+
+def thread_times(pid: int) -> dict[int, tuple[str, int, int, int]]:
+    """tid -> (comm, CPU ns, run-queue wait ns, timeslices) of ``pid``'s threads."""
+    out: dict[int, tuple[str, int, int, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run_ns, wait_ns, slices = (int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (comm, run_ns, wait_ns, slices)
+    return out
+
+
+def set_slice(pids: list[int], slice_us: int) -> int:
+    """An EEVDF slice of ``slice_us`` for every thread of ``pids`` (SCHED_OTHER, nice
+    kept); returns how many threads took it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                nice = os.getpriority(os.PRIO_PROCESS, int(tid))
+                policy = os.sched_getscheduler(int(tid))
+            except OSError:
+                continue
+            if policy not in (os.SCHED_OTHER, os.SCHED_BATCH):
+                continue
+            # struct sched_attr: size, policy, flags, nice, priority, runtime, deadline, period
+            attr = struct.pack("IIQiIQQQ", 48, policy, 0, nice, 0, slice_us * 1000, 0, 0)
+            buf = ctypes.create_string_buffer(attr, 48)
+            if libc.syscall(SYS_SCHED_SETATTR, int(tid), buf, 0) == 0:
+                done += 1
+    return done
+
+
+class Side:
+    """One testbed, its writer and its keyspaces."""
+
+    def __init__(self, name: str, cfg: SweepConfig, args: argparse.Namespace, logs: Path):
+        self.name, self.args = name, args
+        self.tb = Testbed(
+            cfg.topology(args.nodes),
+            cassandra=CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile,
+                                        build=args.build),
+            progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
+        )  # fmt: skip
+        self.worker: WriteWorker | None = None
+        self.frozen: list[int] = []
+        self.logs = logs
+
+    def __enter__(self) -> Side:
+        self.tb.__enter__()
+        try:
+            self.worker = WriteWorker(self.tb, policy="round-robin", timeout_s=12.0,
+                                      log_path=self.logs / f"{self.name}-writer.log")  # fmt: skip
+            self.shape(0.0, 0.0)
+            self.worker.schema(f"bs_rf{self.args.rf}", self.args.rf)
+            self.write("cluster-warmup", self.args.cluster_warmup, 0)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thaw()
+        if self.worker is not None:
+            self.worker.close()
+        self.tb.__exit__(*exc)
+
+    def jvms(self) -> list[int]:
+        return [n.pid for n in self.tb.nodes.values() if n.pid is not None]
+
+    def writer(self) -> list[int]:
+        assert self.worker is not None
+        return descendants(self.worker.proc.pid)
+
+    def shaper(self) -> shapers.Shaper:
+        return shapers.for_testbed(self.tb)
+
+    def delayer(self) -> int | None:
+        assert self.tb.state is not None
+        rec = self.tb.state.get(shapers.HostShaperRecord)
+        return rec.pid if rec else None
+
+    def shape(self, latency: float, loss: float) -> None:
+        matrix = links.build(self.args.profile, self.tb.topology, delay_ms=latency,
+                             loss_pct=loss)  # fmt: skip
+        emulation_api.set_links(self.tb, matrix, self.args.shaper)
+
+    def write(self, seed: str, writes: int, warmup: int, on_measuring=lambda: None) -> list[dict]:
+        assert self.worker is not None
+        return self.worker.run(keyspace=f"bs_rf{self.args.rf}", cl="LOCAL_QUORUM",
+                               writes=writes, warmup=warmup, key_seed=seed,
+                               warmup_seed=f"{seed}:w", on_measuring=on_measuring)  # fmt: skip
+
+    def freeze(self) -> None:
+        self.frozen = self.jvms() + self.writer()
+        for pid in self.frozen:
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for pid in self.frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if self.frozen:
+            self.frozen = []
+            time.sleep(self.args.settle)
+
+
+class Neighbour(threading.Thread):
+    """B writing chunk after chunk until told to stop."""
+
+    def __init__(self, side: Side, seed: str):
+        super().__init__(daemon=True)
+        self.side, self.seed, self.stop = side, seed, threading.Event()
+        self.writes = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        n = 0
+        try:
+            while not self.stop.is_set():
+                rows = self.side.write(f"{self.seed}:{n}", 25, 0)
+                self.writes += len(rows)
+                n += 1
+        except BaseException as e:  # reported by the main thread
+            self.error = e
+
+
+def snapshot(a: Side) -> dict[str, Any]:
+    pids = {"jvm": a.jvms(), "writer": a.writer()}
+    d = a.delayer()
+    if d:
+        pids["delayer"] = [d]
+    return {
+        "t": time.monotonic(),
+        "threads": {kind: {p: thread_times(p) for p in ps} for kind, ps in pids.items()},
+    }
+
+
+def waits(before: dict[str, Any], after: dict[str, Any], writes: int) -> dict[str, float]:
+    """ms of run-queue wait (and CPU) per write by thread group."""
+    out: dict[str, float] = defaultdict(float)
+    for kind, procs in after["threads"].items():
+        for pid, tids in procs.items():
+            old = before["threads"].get(kind, {}).get(pid, {})
+            for tid, (comm, run, wait, _sl) in tids.items():
+                _, run0, wait0, _ = old.get(tid, (comm, 0, 0, 0))
+                name = ("SEP" if is_sep(comm) else group(comm)) if kind == "jvm" else kind
+                out[f"wait:{name}"] += (wait - wait0) / 1e6 / writes
+                out[f"cpu:{name}"] += (run - run0) / 1e6 / writes
+                out["wait:total"] += (wait - wait0) / 1e6 / writes
+                out["cpu:total"] += (run - run0) / 1e6 / writes
+    return dict(out)
+
+
+def measure(a: Side, b: Side, cell_id: str, condition: str, rep: int) -> dict[str, Any]:
+    seed = f"{cell_id}:{condition}:{rep}"
+    neighbour = None
+    if condition == "alone":
+        b.freeze()
+    else:
+        b.thaw()
+        if condition == "busy":
+            neighbour = Neighbour(b, seed + ":b")
+            neighbour.start()
+            time.sleep(1.0)
+    shaper = a.shaper()
+    host = shaper if isinstance(shaper, shapers.HostShaper) else None
+    snap: dict[str, Any] = {}
+
+    def start() -> None:
+        if host is not None:  # its lateness counters, over the timed writes only
+            host.control.send(["resetlate"])
+        snap["a"] = snapshot(a)
+
+    try:
+        rows = a.write(seed, a.args.writes, a.args.warmup, on_measuring=start)
+        end = snapshot(a)
+    finally:
+        if neighbour is not None:
+            neighbour.stop.set()
+            neighbour.join()
+            if neighbour.error is not None:
+                raise neighbour.error
+    rtts = sorted(r["rtt_ns"] / 1e6 for r in rows if r["error"] is None)
+    m = {
+        "median": statistics.median(rtts),
+        "p99": rtts[int(0.99 * (len(rtts) - 1))],
+        "errors": sum(r["error"] is not None for r in rows),
+        **waits(snap["a"], end, len(rows)),
+    }
+    if host is not None:
+        late = host.stats()["late_us"]
+        m["late_p99"], m["late_p999"] = late["p99"], late["p999"]
+    if neighbour is not None:
+        m["b_writes"] = neighbour.writes
+    return m
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=5)
+    p.add_argument("--rf", type=int, default=3)
+    p.add_argument("--latency", default="0,20,50", help="one-way ms, comma separated")
+    p.add_argument("--loss", type=float, default=0.5)
+    p.add_argument("--profile", default="paper", choices=links.PROFILES)
+    p.add_argument("--writes", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--cluster-warmup", type=int, default=500)
+    p.add_argument("--reps", type=int, default=1, help="ABCCBA rounds per latency")
+    p.add_argument("--build", default="quiet", choices=("stock", "quiet"))
+    p.add_argument("--shaper", default="auto", choices=shapers.SHAPERS)
+    p.add_argument("--settle", type=float, default=1.0)
+    p.add_argument("--slice-us", type=int, default=0, help="EEVDF slice for both testbeds")
+    args = p.parse_args()
+    if not 1 <= args.rf <= args.nodes:
+        p.error(f"--rf must be within 1..{args.nodes}")
+    if args.slice_us and not 100 <= args.slice_us <= 100000:
+        p.error("--slice-us must be within 100..100000 (the kernel's bounds)")
+    latencies = [float(x) for x in args.latency.split(",") if x]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    cfg = SweepConfig.from_dict({"nodes": [args.nodes], "writes": args.writes})
+    cells = [(f"l{lat:g}-{r}", lat) for lat in latencies for r in range(args.reps)]
+    results: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    with tempfile.TemporaryDirectory(prefix="edgetb-beside-") as tmp, ExitStack() as stack:
+        a = stack.enter_context(Side("A", cfg, args, Path(tmp)))
+        b = stack.enter_context(Side("B", cfg, args, Path(tmp)))
+        if args.slice_us:
+            n = set_slice(a.jvms() + a.writer() + b.jvms() + b.writer(), args.slice_us)
+            print(f"slice {args.slice_us} us on {n} threads", file=sys.stderr)
+        for i, (cell_id, latency) in enumerate(cells):
+            for side in (a, b):
+                side.thaw()
+                side.shape(latency, args.loss)
+            for k, condition in enumerate(order(i)):
+                m = measure(a, b, cell_id, condition, k)
+                results[f"{latency:g}"][condition].append(m)
+                print(
+                    f"{cell_id} {condition}: median {m['median']:.3f} ms p99 "
+                    f"{m['p99']:.2f}, wait {m['wait:total']:.3f} ms/write, cpu "
+                    f"{m['cpu:total']:.3f}"
+                    + (f", B wrote {m['b_writes']}" if "b_writes" in m else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+        b.thaw()
+    print(
+        f"\n## Beside a neighbour: {args.nodes} nodes, RF {args.rf}, {args.loss:g} % loss, "
+        f"{args.build} nodes, {args.warmup} + {args.writes} writes, slice "
+        f"{args.slice_us or 'default'} us; medians over the measurements\n"
+    )
+    print("| links | condition | median RTT | Δ vs alone | p99 | run-queue wait ms/write "
+          "| Δ wait | CPU ms/write | late p99.9 µs | top waits (Δ vs alone) |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for lat, conds in results.items():
+        med = {c: {k: statistics.median(m.get(k, 0.0) for m in ms) for k in
+                   {k for m in ms for k in m}} for c, ms in conds.items()}  # fmt: skip
+        base = med["alone"]
+        for c in CONDITIONS:
+            f = med[c]
+            deltas = sorted(
+                ((k[5:], f.get(k, 0.0) - base.get(k, 0.0)) for k in f
+                 if k.startswith("wait:") and k != "wait:total"),
+                key=lambda kv: -abs(kv[1]),
+            )[:4]  # fmt: skip
+            print(
+                f"| {lat} ms | {c} | {f['median']:.3f} | {f['median'] - base['median']:+.3f} "
+                f"| {f['p99']:.2f} | {f['wait:total']:.3f} "
+                f"| {f['wait:total'] - base['wait:total']:+.3f} | {f['cpu:total']:.2f} "
+                f"| {f.get('late_p999', 0):.0f} | "
+                + ", ".join(f"{n} {d:+.3f}" for n, d in deltas)
+                + " |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
