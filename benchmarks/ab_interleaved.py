@@ -86,13 +86,15 @@ def order(index: int) -> list[tuple[str, int]]:
 class Side:
     """One build's testbed, its writer and its keyspaces; frozen between its turns."""
 
-    def __init__(self, build: str, cfg: SweepConfig, args: argparse.Namespace, logs: Path):
-        self.build, self.args = build, args
+    def __init__(
+        self, build: str, cfg: SweepConfig, args: argparse.Namespace, logs: Path, name: str = ""
+    ):
+        self.build, self.args, self.name = build, args, name or build
         self.tb = Testbed(
             cfg.topology(args.nodes),
             cassandra=CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile,
                                         build=build),  # type: ignore[arg-type]
-            progress=lambda m: print(f"  [{build}] {m}", file=sys.stderr, flush=True),
+            progress=lambda m: print(f"  [{self.name}] {m}", file=sys.stderr, flush=True),
         )  # fmt: skip
         self.worker: WriteWorker | None = None
         self.frozen: list[int] = []
@@ -100,17 +102,17 @@ class Side:
 
     def __enter__(self) -> Side:
         self.tb.__enter__()
-        self.worker = WriteWorker(self.tb, policy="round-robin", timeout_s=12.0,
-                                  log_path=self.logs / f"{self.build}-writer.log")  # fmt: skip
-        emulation_api.set_links(
-            self.tb, links.LinkMatrix(self.tb.topology, {}, profile="none"), self.args.shaper
-        )
-        for rf in self.args.rf:
-            self.worker.schema(f"ab_rf{rf}", rf)
-        # as a sweep does after each bring-up: the JIT and the driver warm
-        self.worker.run(keyspace=f"ab_rf{self.args.rf[0]}", cl="LOCAL_QUORUM",
-                        writes=1, warmup=self.args.cluster_warmup,
-                        key_seed="cluster-warmup", warmup_seed="cluster-warmup")  # fmt: skip
+        try:  # a testbed that came up is taken down again whatever fails after it
+            self.worker = WriteWorker(self.tb, policy="round-robin", timeout_s=12.0,
+                                      log_path=self.logs / f"{self.name}-writer.log")  # fmt: skip
+            self.shape(links.LinkMatrix(self.tb.topology, {}, profile="none"))
+            for rf in self.args.rf:
+                self.worker.schema(f"ab_rf{rf}", rf)
+            # as a sweep does after each bring-up: the JIT and the driver warm
+            self.write(self.args.rf[0], "cluster-warmup", 1, self.args.cluster_warmup)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,10 +121,29 @@ class Side:
             self.worker.close()
         self.tb.__exit__(*exc)
 
-    def pids(self) -> list[int]:
-        jvms = [n.pid for n in self.tb.nodes.values() if n.pid is not None]
+    def jvms(self) -> list[int]:
+        return [n.pid for n in self.tb.nodes.values() if n.pid is not None]
+
+    def writer(self) -> list[int]:
+        """The writer's process and its children."""
         assert self.worker is not None
-        return jvms + descendants(self.worker.proc.pid)
+        return descendants(self.worker.proc.pid)
+
+    def pids(self) -> list[int]:
+        return self.jvms() + self.writer()
+
+    def shape(self, matrix: links.LinkMatrix) -> None:
+        emulation_api.set_links(self.tb, matrix, self.args.shaper)
+
+    def write(
+        self, rf: int, seed: str, writes: int, warmup: int, on_measuring=lambda: None
+    ) -> list[dict[str, Any]]:
+        """``writes`` timed LOCAL_QUORUM writes round robin into RF ``rf``'s keyspace after
+        ``warmup`` unrecorded ones, fresh keys from ``seed``."""
+        assert self.worker is not None
+        return self.worker.run(keyspace=f"ab_rf{rf}", cl="LOCAL_QUORUM", writes=writes,
+                               warmup=warmup, key_seed=seed, warmup_seed=f"{seed}:warmup",
+                               on_measuring=on_measuring)  # fmt: skip
 
     def freeze(self) -> None:
         if self.args.freeze:
@@ -141,16 +162,12 @@ class Side:
             time.sleep(self.args.settle)  # timers that fell due while stopped run first
 
     def measure(self, cell: dict[str, Any], rep: int) -> dict[str, Any]:
-        assert self.worker is not None
         self.thaw()
-        matrix = links.build(self.args.profile, self.tb.topology,
-                             delay_ms=cell["latency_ms"], loss_pct=cell["loss_pct"])  # fmt: skip
-        emulation_api.set_links(self.tb, matrix, self.args.shaper)
+        self.shape(links.build(self.args.profile, self.tb.topology,
+                               delay_ms=cell["latency_ms"], loss_pct=cell["loss_pct"]))  # fmt: skip
         seed = f"{cell['cell_id']}:{self.build}:{rep}"
         t0 = time.time()
-        rows = self.worker.run(keyspace=f"ab_rf{cell['rf']}", cl="LOCAL_QUORUM",
-                               writes=self.args.writes, warmup=self.args.warmup,
-                               key_seed=seed, warmup_seed=f"{seed}:warmup")  # fmt: skip
+        rows = self.write(cell["rf"], seed, self.args.writes, self.args.warmup)
         self.freeze()
         return {
             "cell_id": cell["cell_id"], "build": self.build, "rep": rep, "started": t0,

@@ -43,14 +43,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from write_cpu import descendants, group, is_sep
+from ab_interleaved import Side
+from write_cpu import group, is_sep, thread_stats
 
-from emulation import api as emulation_api
 from emulation import links, shapers
 from experiments.settings.config import SweepConfig
-from testbed import Testbed
-from testbed.cassandra.config import CassandraSettings
-from workloads import WriteWorker
 
 CONDITIONS = ("alone", "idle", "busy")
 SYS_SCHED_SETATTR = 314  # x86_64
@@ -59,25 +56,6 @@ SYS_SCHED_SETATTR = 314  # x86_64
 def order(index: int) -> list[str]:
     seq = list(CONDITIONS) if index % 2 == 0 else list(CONDITIONS[::-1])
     return seq + seq[::-1]
-
-
-def thread_times(pid: int) -> dict[int, tuple[str, int, int, int]]:
-    """tid -> (comm, CPU ns, run-queue wait ns, timeslices) of ``pid``'s threads."""
-    out: dict[int, tuple[str, int, int, int]] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                comm = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run_ns, wait_ns, slices = (int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            continue
-        out[int(tid)] = (comm, run_ns, wait_ns, slices)
-    return out
 
 
 def set_slice(pids: list[int], slice_us: int) -> int:
@@ -106,82 +84,6 @@ def set_slice(pids: list[int], slice_us: int) -> int:
     return done
 
 
-class Side:
-    """One testbed, its writer and its keyspaces."""
-
-    def __init__(self, name: str, cfg: SweepConfig, args: argparse.Namespace, logs: Path):
-        self.name, self.args = name, args
-        self.tb = Testbed(
-            cfg.topology(args.nodes),
-            cassandra=CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile,
-                                        build=args.build),
-            progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
-        )  # fmt: skip
-        self.worker: WriteWorker | None = None
-        self.frozen: list[int] = []
-        self.logs = logs
-
-    def __enter__(self) -> Side:
-        self.tb.__enter__()
-        try:
-            self.worker = WriteWorker(self.tb, policy="round-robin", timeout_s=12.0,
-                                      log_path=self.logs / f"{self.name}-writer.log")  # fmt: skip
-            self.shape(0.0, 0.0)
-            self.worker.schema(f"bs_rf{self.args.rf}", self.args.rf)
-            self.write("cluster-warmup", self.args.cluster_warmup, 0)
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.thaw()
-        if self.worker is not None:
-            self.worker.close()
-        self.tb.__exit__(*exc)
-
-    def jvms(self) -> list[int]:
-        return [n.pid for n in self.tb.nodes.values() if n.pid is not None]
-
-    def writer(self) -> list[int]:
-        assert self.worker is not None
-        return descendants(self.worker.proc.pid)
-
-    def shaper(self) -> shapers.Shaper:
-        return shapers.for_testbed(self.tb)
-
-    def delayer(self) -> int | None:
-        assert self.tb.state is not None
-        rec = self.tb.state.get(shapers.HostShaperRecord)
-        return rec.pid if rec else None
-
-    def shape(self, latency: float, loss: float) -> None:
-        matrix = links.build(self.args.profile, self.tb.topology, delay_ms=latency,
-                             loss_pct=loss)  # fmt: skip
-        emulation_api.set_links(self.tb, matrix, self.args.shaper)
-
-    def write(self, seed: str, writes: int, warmup: int, on_measuring=lambda: None) -> list[dict]:
-        assert self.worker is not None
-        return self.worker.run(keyspace=f"bs_rf{self.args.rf}", cl="LOCAL_QUORUM",
-                               writes=writes, warmup=warmup, key_seed=seed,
-                               warmup_seed=f"{seed}:w", on_measuring=on_measuring)  # fmt: skip
-
-    def freeze(self) -> None:
-        self.frozen = self.jvms() + self.writer()
-        for pid in self.frozen:
-            os.kill(pid, signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        for pid in self.frozen:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        if self.frozen:
-            self.frozen = []
-            time.sleep(self.args.settle)
-
-
 class Neighbour(threading.Thread):
     """B writing chunk after chunk until told to stop."""
 
@@ -195,21 +97,28 @@ class Neighbour(threading.Thread):
         n = 0
         try:
             while not self.stop.is_set():
-                rows = self.side.write(f"{self.seed}:{n}", 25, 0)
+                rows = self.side.write(self.side.args.rf[0], f"{self.seed}:{n}", 25, 0)
                 self.writes += len(rows)
                 n += 1
         except BaseException as e:  # reported by the main thread
             self.error = e
 
 
+def delayer(side: Side) -> int | None:
+    """The host shaper's delayer process of ``side``'s testbed (None with another shaper)."""
+    assert side.tb.state is not None
+    rec = side.tb.state.get(shapers.HostShaperRecord)
+    return rec.pid if rec else None
+
+
 def snapshot(a: Side) -> dict[str, Any]:
     pids = {"jvm": a.jvms(), "writer": a.writer()}
-    d = a.delayer()
+    d = delayer(a)
     if d:
         pids["delayer"] = [d]
     return {
         "t": time.monotonic(),
-        "threads": {kind: {p: thread_times(p) for p in ps} for kind, ps in pids.items()},
+        "threads": {kind: {p: thread_stats(p) for p in ps} for kind, ps in pids.items()},
     }
 
 
@@ -240,7 +149,7 @@ def measure(a: Side, b: Side, cell_id: str, condition: str, rep: int) -> dict[st
             neighbour = Neighbour(b, seed + ":b")
             neighbour.start()
             time.sleep(1.0)
-    shaper = a.shaper()
+    shaper = shapers.for_testbed(a.tb)
     host = shaper if isinstance(shaper, shapers.HostShaper) else None
     snap: dict[str, Any] = {}
 
@@ -250,7 +159,7 @@ def measure(a: Side, b: Side, cell_id: str, condition: str, rep: int) -> dict[st
         snap["a"] = snapshot(a)
 
     try:
-        rows = a.write(seed, a.args.writes, a.args.warmup, on_measuring=start)
+        rows = a.write(a.args.rf[0], seed, a.args.writes, a.args.warmup, on_measuring=start)
         end = snapshot(a)
     finally:
         if neighbour is not None:
@@ -291,6 +200,7 @@ def main() -> int:
     args = p.parse_args()
     if not 1 <= args.rf <= args.nodes:
         p.error(f"--rf must be within 1..{args.nodes}")
+    args.rf, args.freeze = [args.rf], True  # as ab_interleaved.Side reads them
     if args.slice_us and not 100 <= args.slice_us <= 100000:
         p.error("--slice-us must be within 100..100000 (the kernel's bounds)")
     latencies = [float(x) for x in args.latency.split(",") if x]
@@ -300,15 +210,16 @@ def main() -> int:
     cells = [(f"l{lat:g}-{r}", lat) for lat in latencies for r in range(args.reps)]
     results: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory(prefix="edgetb-beside-") as tmp, ExitStack() as stack:
-        a = stack.enter_context(Side("A", cfg, args, Path(tmp)))
-        b = stack.enter_context(Side("B", cfg, args, Path(tmp)))
+        a = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="A"))
+        b = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="B"))
         if args.slice_us:
             n = set_slice(a.jvms() + a.writer() + b.jvms() + b.writer(), args.slice_us)
             print(f"slice {args.slice_us} us on {n} threads", file=sys.stderr)
         for i, (cell_id, latency) in enumerate(cells):
             for side in (a, b):
                 side.thaw()
-                side.shape(latency, args.loss)
+                side.shape(links.build(args.profile, side.tb.topology, delay_ms=latency,
+                                       loss_pct=args.loss))  # fmt: skip
             for k, condition in enumerate(order(i)):
                 m = measure(a, b, cell_id, condition, k)
                 results[f"{latency:g}"][condition].append(m)
@@ -322,7 +233,7 @@ def main() -> int:
                 )
         b.thaw()
     print(
-        f"\n## Beside a neighbour: {args.nodes} nodes, RF {args.rf}, {args.loss:g} % loss, "
+        f"\n## Beside a neighbour: {args.nodes} nodes, RF {args.rf[0]}, {args.loss:g} % loss, "
         f"{args.build} nodes, {args.warmup} + {args.writes} writes, slice "
         f"{args.slice_us or 'default'} us; medians over the measurements\n"
     )

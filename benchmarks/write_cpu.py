@@ -58,9 +58,10 @@ SEP_PREFIXES = (
 )
 
 
-def threads(pid: int) -> dict[int, tuple[str, int, int]]:
-    """tid -> (comm, CPU ns, timeslices) of every thread of ``pid`` that still exists."""
-    out: dict[int, tuple[str, int, int]] = {}
+def thread_stats(pid: int) -> dict[int, tuple[str, int, int, int]]:
+    """tid -> (comm, CPU ns, ns waited on a run queue, timeslices) of every thread of
+    ``pid`` that still exists (``/proc/PID/task/TID/schedstat``)."""
+    out: dict[int, tuple[str, int, int, int]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
@@ -70,11 +71,16 @@ def threads(pid: int) -> dict[int, tuple[str, int, int]]:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 comm = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run_ns, _wait, slices = (int(x) for x in f.read().split())
-        except (FileNotFoundError, ProcessLookupError, ValueError):
+                run_ns, wait_ns, slices = (int(x) for x in f.read().split())
+        except (OSError, ValueError):
             continue
-        out[int(tid)] = (comm, run_ns, slices)
+        out[int(tid)] = (comm, run_ns, wait_ns, slices)
     return out
+
+
+def threads(pid: int) -> dict[int, tuple[str, int, int]]:
+    """tid -> (comm, CPU ns, timeslices) of every thread of ``pid`` that still exists."""
+    return {tid: (c, run, sl) for tid, (c, run, _w, sl) in thread_stats(pid).items()}
 
 
 def descendants(pid: int) -> list[int]:

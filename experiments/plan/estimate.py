@@ -57,6 +57,11 @@ class Costs:
     max_busy: float
     max_parallel: int
     source: str
+    # The development machine's verdicts by testbed size: (a grid's largest testbed, the
+    # largest P accepted on it). A sweep without a verdict of this machine takes the grid
+    # of the fewest nodes that still covers its largest testbed, as ``fidelity.accepted``
+    # does with this machine's; ``max_parallel`` where none covers it.
+    parallel_by_nodes: tuple[tuple[int, int], ...] = ()
     # This machine's measurements (experiments.plan.calibration): a cell's measured over its
     # modelled time, bring-up seconds per node count, a teardown's seconds.
     cell_scale: float = 1.0
@@ -99,7 +104,9 @@ SHAPER_COSTS = {
     # of 36 cells (median +0.5 ms; P=4 +1.4 ms): the JVMs wait for the CPU, the delayer
     # does not; with 12 % it matched sequential runs as closely as they match each other.
     # On 5 nodes (RF 1,3,5, 36 cells) P=2 at 12 % was still slower in 30 of 36 cells
-    # (median +0.37 ms, sign test p < 0.001): rejected, so auto runs one testbed here.
+    # (median +0.37 ms, sign test p < 0.001): rejected. Quiet nodes the same (2026-11-29,
+    # docs/measured.md): 3 nodes P=2 accepted (+0.167 ms, CI +0.062..+0.191), P=4 not;
+    # 5 nodes P=2 rejected (+0.345 ms). So auto runs two 3-node testbeds, one of 4 or 5.
     "host": Costs(
         base_write_ms=2.6,
         cpu_ms_per_write=4.7,
@@ -111,6 +118,7 @@ SHAPER_COSTS = {
         max_parallel=1,
         source="measured on the 2-core development machine (jvm_profiles.py, host_shaper.py, "
         "parallel_fidelity.py on 3 and 5 nodes)",
+        parallel_by_nodes=((3, 2), (5, 1)),
     ),
 }
 # tc in each namespace: no process of its own, the host kernel's cost (not measured on
@@ -367,7 +375,7 @@ def auto_parallel(
 ) -> tuple[int, str]:
     """How many testbeds at once: (P, why). At most the largest P the fidelity benchmark
     accepted (``accepted``: this machine's verdict and where it comes from; default the
-    development machine's, ``Costs.max_parallel``) and what the memory allows (every
+    development machine's, ``default_verdict``) and what the memory allows (every
     testbed under MAX_MEMORY_SHARE of RAM beside what is in use already); within that,
     the P whose replayed schedule (``wall_s``: idle testbeds shrink what measurements
     may use) ends first."""
@@ -378,11 +386,7 @@ def auto_parallel(
     by_mem = max(1, int((total_mb * MAX_MEMORY_SHARE - used_mb) / each))
     # idle testbeds alone must leave the measurements some of the budget
     by_cpu = max(1, int(budget(cores) / idle_cores(nodes))) if idle_cores(nodes) else by_mem
-    by_fidelity, source = accepted or (
-        COSTS.max_parallel,
-        "the development machine's verdict: benchmarks/parallel_fidelity.py has not run "
-        "here on testbeds this large",
-    )
+    by_fidelity, source = accepted or default_verdict(nodes)
     candidates = range(1, max(1, min(by_mem, by_cpu, by_fidelity)) + 1)
     times = {p: wall_s(config, cells, p, cores) for p in candidates}
     best = min(times, key=lambda p: (round(times[p] / 60), p))  # ties: fewer testbeds
@@ -396,6 +400,17 @@ def auto_parallel(
         + ")"
     )
     return best, why
+
+
+def default_verdict(nodes: int) -> tuple[int, str]:
+    """(largest accepted P, where it comes from) by the development machine's verdicts,
+    for a sweep whose largest testbed has ``nodes`` and a machine with none of its own."""
+    covering = [(n, p) for n, p in COSTS.parallel_by_nodes if n >= nodes]
+    grid = f" on {min(covering)[0]}-node grids" if covering else ""
+    return min(covering)[1] if covering else COSTS.max_parallel, (
+        f"the development machine's verdict{grid}: benchmarks/parallel_fidelity.py has not "
+        "run here on testbeds this large"
+    )
 
 
 def prepare_s(config: SweepConfig, nodes: int) -> float:

@@ -3,6 +3,7 @@ rules replayed in virtual time for --dry-run."""
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -270,8 +271,15 @@ def test_auto_parallel_stays_within_what_the_fidelity_benchmark_accepted(costs, 
     cells = config.cells()
     kw: dict[str, Any] = {"cores": 2, "total_mb": 24000, "used_mb": 1000}
     estimate.use(estimate.defaults("host"))
+    # no verdict of this machine: the development machine's, by the sweep's largest testbed
     p, why = estimate.auto_parallel(config, cells, **kw)
-    assert p <= estimate.COSTS.max_parallel and "the development machine's" in why
+    assert p == 2 and "the development machine's verdict on 3-node grids" in why
+    for nodes in (4, 5):
+        bigger = replace(config, nodes=(3, nodes))
+        p, why = estimate.auto_parallel(bigger, bigger.cells(), **kw)
+        assert p == 1 and "on 5-node grids" in why
+    p, why = estimate.auto_parallel(replace(config, nodes=(6,)), cells, **kw)
+    assert p == estimate.COSTS.max_parallel and "verdict:" in why  # no grid that large
     p, why = estimate.auto_parallel(config, cells, **kw, accepted=(1, "here, today"))
     assert p == 1 and "fidelity accepts up to 1 (here, today)" in why
     # a larger budget (as the benchmark tries one) lets more testbeds help, up to the verdict
