@@ -48,6 +48,7 @@ from write_cpu import group, is_sep, thread_stats
 
 from emulation import links, shapers
 from experiments.settings.config import SweepConfig
+from testbed.cassandra.config import JVM_PROFILES
 
 CONDITIONS = ("alone", "idle", "busy")
 SYS_SCHED_SETATTR = 314  # x86_64
@@ -194,6 +195,7 @@ def main() -> int:
     p.add_argument("--cluster-warmup", type=int, default=500)
     p.add_argument("--reps", type=int, default=1, help="ABCCBA rounds per latency")
     p.add_argument("--build", default="quiet", choices=("stock", "quiet"))
+    p.add_argument("--jvm-profile", default="fast", choices=JVM_PROFILES)
     p.add_argument("--shaper", default="auto", choices=shapers.SHAPERS)
     p.add_argument("--settle", type=float, default=1.0)
     p.add_argument("--slice-us", type=int, default=0, help="EEVDF slice for both testbeds")
@@ -206,7 +208,9 @@ def main() -> int:
     latencies = [float(x) for x in args.latency.split(",") if x]
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    cfg = SweepConfig.from_dict({"nodes": [args.nodes], "writes": args.writes})
+    cfg = SweepConfig.from_dict(
+        {"nodes": [args.nodes], "writes": args.writes, "jvm_profile": args.jvm_profile}
+    )
     cells = [(f"l{lat:g}-{r}", lat) for lat in latencies for r in range(args.reps)]
     results: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory(prefix="edgetb-beside-") as tmp, ExitStack() as stack:
@@ -234,7 +238,8 @@ def main() -> int:
         b.thaw()
     print(
         f"\n## Beside a neighbour: {args.nodes} nodes, RF {args.rf[0]}, {args.loss:g} % loss, "
-        f"{args.build} nodes, {args.warmup} + {args.writes} writes, slice "
+        f"{args.build} nodes, JVM profile {args.jvm_profile}, {args.warmup} + {args.writes} "
+        f"writes, slice "
         f"{args.slice_us or 'default'} us; medians over the measurements\n"
     )
     print("| links | condition | median RTT | Δ vs alone | p99 | run-queue wait ms/write "
