@@ -109,17 +109,20 @@ class Side:
             for rf in self.args.rf:
                 self.worker.schema(f"ab_rf{rf}", rf)
             # as a sweep does after each bring-up: the JIT and the driver warm
-            self.write(self.args.rf[0], "cluster-warmup", 1, self.args.cluster_warmup)
+            self.write(self.args.rf[0], "cluster-warmup", 1, self.args.cluster_warmup,
+                       warmup_seed="cluster-warmup")  # fmt: skip
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.thaw()
-        if self.worker is not None:
-            self.worker.close()
-        self.tb.__exit__(*exc)
+        try:
+            self.thaw()
+            if self.worker is not None:
+                self.worker.close()
+        finally:  # the testbed goes whatever its writer did
+            self.tb.__exit__(*exc)
 
     def jvms(self) -> list[int]:
         return [n.pid for n in self.tb.nodes.values() if n.pid is not None]
@@ -136,13 +139,21 @@ class Side:
         emulation_api.set_links(self.tb, matrix, self.args.shaper)
 
     def write(
-        self, rf: int, seed: str, writes: int, warmup: int, on_measuring=lambda: None
+        self,
+        rf: int,
+        seed: str,
+        writes: int,
+        warmup: int,
+        on_measuring=lambda: None,
+        warmup_seed: str | None = None,
     ) -> list[dict[str, Any]]:
         """``writes`` timed LOCAL_QUORUM writes round robin into RF ``rf``'s keyspace after
-        ``warmup`` unrecorded ones, fresh keys from ``seed``."""
+        ``warmup`` unrecorded ones, fresh keys from ``seed`` (the warm-up's from
+        ``warmup_seed``, default ``SEED:warmup``)."""
         assert self.worker is not None
         return self.worker.run(keyspace=f"ab_rf{rf}", cl="LOCAL_QUORUM", writes=writes,
-                               warmup=warmup, key_seed=seed, warmup_seed=f"{seed}:warmup",
+                               warmup=warmup, key_seed=seed,
+                               warmup_seed=warmup_seed or f"{seed}:warmup",
                                on_measuring=on_measuring)  # fmt: skip
 
     def freeze(self) -> None:

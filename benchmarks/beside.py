@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import platform
 import signal
 import statistics
 import struct
@@ -51,7 +52,7 @@ from experiments.settings.config import SweepConfig
 from testbed.cassandra.config import JVM_PROFILES
 
 CONDITIONS = ("alone", "idle", "busy")
-SYS_SCHED_SETATTR = 314  # x86_64
+SYS_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}  # asm/unistd.h
 
 
 def order(index: int) -> list[str]:
@@ -59,11 +60,14 @@ def order(index: int) -> list[str]:
     return seq + seq[::-1]
 
 
-def set_slice(pids: list[int], slice_us: int) -> int:
+def set_slice(pids: list[int], slice_us: int) -> tuple[int, int, set[str]]:
     """An EEVDF slice of ``slice_us`` for every thread of ``pids`` (SCHED_OTHER, nice
-    kept); returns how many threads took it."""
+    kept): (threads that took it, threads tried, why the others refused)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    done = 0
+    libc.syscall.restype = ctypes.c_long
+    number = SYS_SCHED_SETATTR[platform.machine()]
+    done = tried = 0
+    refused: set[str] = set()
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -80,9 +84,12 @@ def set_slice(pids: list[int], slice_us: int) -> int:
             # struct sched_attr: size, policy, flags, nice, priority, runtime, deadline, period
             attr = struct.pack("IIQiIQQQ", 48, policy, 0, nice, 0, slice_us * 1000, 0, 0)
             buf = ctypes.create_string_buffer(attr, 48)
-            if libc.syscall(SYS_SCHED_SETATTR, int(tid), buf, 0) == 0:
+            tried += 1
+            if libc.syscall(ctypes.c_long(number), ctypes.c_long(int(tid)), buf, 0) == 0:
                 done += 1
-    return done
+            else:
+                refused.add(os.strerror(ctypes.get_errno()))
+    return done, tried, refused
 
 
 class Neighbour(threading.Thread):
@@ -166,9 +173,11 @@ def measure(a: Side, b: Side, cell_id: str, condition: str, rep: int) -> dict[st
         if neighbour is not None:
             neighbour.stop.set()
             neighbour.join()
-            if neighbour.error is not None:
-                raise neighbour.error
+    if neighbour is not None and neighbour.error is not None:
+        raise RuntimeError("the neighbour's writes failed") from neighbour.error
     rtts = sorted(r["rtt_ns"] / 1e6 for r in rows if r["error"] is None)
+    if not rtts:
+        raise RuntimeError(f"{seed}: every timed write of A failed")
     m = {
         "median": statistics.median(rtts),
         "p99": rtts[int(0.99 * (len(rtts) - 1))],
@@ -205,6 +214,8 @@ def main() -> int:
     args.rf, args.freeze = [args.rf], True  # as ab_interleaved.Side reads them
     if args.slice_us and not 100 <= args.slice_us <= 100000:
         p.error("--slice-us must be within 100..100000 (the kernel's bounds)")
+    if args.slice_us and platform.machine() not in SYS_SCHED_SETATTR:
+        p.error(f"--slice-us: sched_setattr's number on {platform.machine()} is not known here")
     latencies = [float(x) for x in args.latency.split(",") if x]
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -217,8 +228,12 @@ def main() -> int:
         a = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="A"))
         b = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="B"))
         if args.slice_us:
-            n = set_slice(a.jvms() + a.writer() + b.jvms() + b.writer(), args.slice_us)
-            print(f"slice {args.slice_us} us on {n} threads", file=sys.stderr)
+            n, tried, why = set_slice(a.jvms() + a.writer() + b.jvms() + b.writer(), args.slice_us)
+            refused = f"; refused: {', '.join(sorted(why))}" if why else ""
+            print(
+                f"slice {args.slice_us} us on {n} of {tried} threads (JVMs, writers){refused}",
+                file=sys.stderr,
+            )
         for i, (cell_id, latency) in enumerate(cells):
             for side in (a, b):
                 side.thaw()
