@@ -34,6 +34,7 @@ from testbed.backends import capabilities
 
 from ..settings.cells import Cell
 from ..settings.config import SweepConfig
+from . import fidelity
 from . import shards as plan
 
 CELL_OVERHEAD_S = 0.2
@@ -57,10 +58,6 @@ class Costs:
     max_busy: float
     max_parallel: int
     source: str
-    # The development machine's verdicts by testbed size: (a grid's largest testbed, the
-    # largest P accepted on it). A sweep without a verdict of this machine takes the grid
-    # of the fewest nodes that still covers its largest testbed, as ``fidelity.accepted``
-    # does with this machine's; ``max_parallel`` where none covers it.
     parallel_by_nodes: tuple[tuple[int, int], ...] = ()
     # This machine's measurements (experiments.plan.calibration): a cell's measured over its
     # modelled time, bring-up seconds per node count, a teardown's seconds.
@@ -104,9 +101,7 @@ SHAPER_COSTS = {
     # of 36 cells (median +0.5 ms; P=4 +1.4 ms): the JVMs wait for the CPU, the delayer
     # does not; with 12 % it matched sequential runs as closely as they match each other.
     # On 5 nodes (RF 1,3,5, 36 cells) P=2 at 12 % was still slower in 30 of 36 cells
-    # (median +0.37 ms, sign test p < 0.001): rejected. Quiet nodes the same (2026-11-29,
-    # docs/measured.md): 3 nodes P=2 accepted (+0.167 ms, CI +0.062..+0.191), P=4 not;
-    # 5 nodes P=2 rejected (+0.345 ms). So auto runs two 3-node testbeds, one of 4 or 5.
+    # (median +0.37 ms, sign test p < 0.001): rejected; on quiet nodes too (3 nodes: P=2).
     "host": Costs(
         base_write_ms=2.6,
         cpu_ms_per_write=4.7,
@@ -118,7 +113,7 @@ SHAPER_COSTS = {
         max_parallel=1,
         source="measured on the 2-core development machine (jvm_profiles.py, host_shaper.py, "
         "parallel_fidelity.py on 3 and 5 nodes)",
-        parallel_by_nodes=((3, 2), (5, 1)),
+        parallel_by_nodes=((3, 2), (5, 1)),  # (grid's nodes, P): fidelity.default_verdict
     ),
 }
 # tc in each namespace: no process of its own, the host kernel's cost (not measured on
@@ -375,7 +370,7 @@ def auto_parallel(
 ) -> tuple[int, str]:
     """How many testbeds at once: (P, why). At most the largest P the fidelity benchmark
     accepted (``accepted``: this machine's verdict and where it comes from; default the
-    development machine's, ``default_verdict``) and what the memory allows (every
+    development machine's, ``fidelity.default_verdict``) and what the memory allows (every
     testbed under MAX_MEMORY_SHARE of RAM beside what is in use already); within that,
     the P whose replayed schedule (``wall_s``: idle testbeds shrink what measurements
     may use) ends first."""
@@ -386,7 +381,8 @@ def auto_parallel(
     by_mem = max(1, int((total_mb * MAX_MEMORY_SHARE - used_mb) / each))
     # idle testbeds alone must leave the measurements some of the budget
     by_cpu = max(1, int(budget(cores) / idle_cores(nodes))) if idle_cores(nodes) else by_mem
-    by_fidelity, source = accepted or default_verdict(nodes)
+    default = fidelity.default_verdict(COSTS.parallel_by_nodes, COSTS.max_parallel, nodes)
+    by_fidelity, source = accepted or default
     candidates = range(1, max(1, min(by_mem, by_cpu, by_fidelity)) + 1)
     times = {p: wall_s(config, cells, p, cores) for p in candidates}
     best = min(times, key=lambda p: (round(times[p] / 60), p))  # ties: fewer testbeds
@@ -400,17 +396,6 @@ def auto_parallel(
         + ")"
     )
     return best, why
-
-
-def default_verdict(nodes: int) -> tuple[int, str]:
-    """(largest accepted P, where it comes from) by the development machine's verdicts,
-    for a sweep whose largest testbed has ``nodes`` and a machine with none of its own."""
-    covering = [(n, p) for n, p in COSTS.parallel_by_nodes if n >= nodes]
-    grid = f" on {min(covering)[0]}-node grids" if covering else ""
-    return min(covering)[1] if covering else COSTS.max_parallel, (
-        f"the development machine's verdict{grid}: benchmarks/parallel_fidelity.py has not "
-        "run here on testbeds this large"
-    )
 
 
 def prepare_s(config: SweepConfig, nodes: int) -> float:

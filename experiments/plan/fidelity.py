@@ -132,6 +132,22 @@ def accepted(
     return best, f"parallel_fidelity.py on this machine, {len(grids)} grid(s){size}, {when}"
 
 
+def default_verdict(
+    by_nodes: tuple[tuple[int, int], ...], fallback: int, nodes: int
+) -> tuple[int, str]:
+    """(largest accepted P, where it comes from) for a sweep whose largest testbed has
+    ``nodes`` on a machine with no verdict of its own, from the development machine's
+    (``by_nodes``: a grid's largest testbed, the largest P it accepted): the grid of the
+    fewest nodes that still covers the sweep decides, as ``accepted`` picks this machine's;
+    ``fallback`` where none covers it."""
+    covering = [(n, p) for n, p in by_nodes if n >= nodes]
+    grid = f" on {min(covering)[0]}-node grids" if covering else ""
+    return min(covering)[1] if covering else fallback, (
+        f"the development machine's verdict{grid}: benchmarks/parallel_fidelity.py has not "
+        "run here on testbeds this large"
+    )
+
+
 def _every_grid_accepts(grids: dict[str, Any]) -> int:
     """The largest P that each of ``grids`` (stored verdicts) accepted."""
     return min(
