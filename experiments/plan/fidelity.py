@@ -115,15 +115,14 @@ def accepted(
     grids = entry.get("grids") or {}
     size = ""
     if nodes is not None:
-        covering = {
+        sized = {
             name: g for name, g in grids.items()
             if isinstance(g, dict) and isinstance(g.get("max_nodes"), int)
-            and g["max_nodes"] >= nodes
         }  # fmt: skip
-        if not covering:
+        nearest = nearest_covering([g["max_nodes"] for g in sized.values()], nodes)
+        if nearest is None:
             return None
-        nearest = min(g["max_nodes"] for g in covering.values())
-        grids = {name: g for name, g in covering.items() if g["max_nodes"] == nearest}
+        grids = {name: g for name, g in sized.items() if g["max_nodes"] == nearest}
         best = _every_grid_accepts(grids)
         size = f" of {nearest} nodes"
     if not isinstance(best, int) or best < 1:
@@ -140,12 +139,19 @@ def default_verdict(
     (``by_nodes``: a grid's largest testbed, the largest P it accepted): the grid of the
     fewest nodes that still covers the sweep decides, as ``accepted`` picks this machine's;
     ``fallback`` where none covers it."""
-    covering = [(n, p) for n, p in by_nodes if n >= nodes]
-    grid = f" on {min(covering)[0]}-node grids" if covering else ""
-    return min(covering)[1] if covering else fallback, (
+    nearest = nearest_covering([n for n, _ in by_nodes], nodes)
+    grid = f" on {nearest}-node grids" if nearest is not None else ""
+    return dict(by_nodes)[nearest] if nearest is not None else fallback, (
         f"the development machine's verdict{grid}: benchmarks/parallel_fidelity.py has not "
         "run here on testbeds this large"
     )
+
+
+def nearest_covering(sizes: list[int], nodes: int) -> int | None:
+    """The fewest nodes among grid ``sizes`` that still cover a sweep's largest testbed
+    (``nodes``), None when no grid is that large."""
+    covering = [n for n in sizes if n >= nodes]
+    return min(covering) if covering else None
 
 
 def _every_grid_accepts(grids: dict[str, Any]) -> int:
