@@ -1,4 +1,6 @@
-"""Stock against quiet Cassandra nodes, interleaved cell by cell (issue 39, item 4).
+"""Stock against quiet Cassandra nodes, interleaved cell by cell (issue 39, item 4);
+with ``--compare housekeeping``, quiet nodes' standard housekeeping against the writes one
+(item 3: ``CassandraSettings.housekeeping``), the same way.
 
 ``parallel_fidelity.py --ab`` runs whole sweeps one after another (seq-a, quiet-a,
 seq-b, quiet-b): two stock runs 50 minutes apart differed by +0.36 ms there, more than
@@ -55,9 +57,20 @@ from testbed import Testbed
 from testbed.cassandra.config import CassandraSettings
 from workloads import WriteWorker
 
-BUILDS = ("stock", "quiet")
-RUNS = {("stock", 0): "seq-a", ("stock", 1): "seq-b", ("quiet", 0): "quiet-a",
-        ("quiet", 1): "quiet-b"}  # fmt: skip
+# What --compare sets against what: (label, the CassandraSettings it takes) of the
+# reference, then of the candidate. The reference's runs are seq-a and seq-b.
+COMPARISONS: dict[str, tuple[tuple[str, dict[str, str]], tuple[str, dict[str, str]]]] = {
+    "builds": (("stock", {"build": "stock"}), ("quiet", {"build": "quiet"})),
+    "housekeeping": (
+        ("standard", {"build": "quiet", "housekeeping": "standard"}),
+        ("writes", {"build": "quiet", "housekeeping": "writes"}),
+    ),
+}
+
+
+def runs_of(ref: str, new: str) -> dict[tuple[str, int], str]:
+    """(label, repetition) -> the run's name: seq-a, seq-b, NEW-a, NEW-b."""
+    return {(ref, 0): "seq-a", (ref, 1): "seq-b", (new, 0): f"{new}-a", (new, 1): f"{new}-b"}
 
 
 def grid(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -77,23 +90,30 @@ def grid(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def order(index: int) -> list[tuple[str, int]]:
-    """ABBA: (build, repetition) in the order a cell measures them."""
-    a, b = BUILDS if index % 2 == 0 else BUILDS[::-1]
+def order(index: int, labels: tuple[str, str]) -> list[tuple[str, int]]:
+    """ABBA: (label, repetition) in the order a cell measures them."""
+    a, b = labels if index % 2 == 0 else labels[::-1]
     return [(a, 0), (b, 0), (b, 1), (a, 1)]
 
 
 class Side:
-    """One build's testbed, its writer and its keyspaces; frozen between its turns."""
+    """One variant's testbed (``label``, its ``cassandra`` settings; default: the build
+    named ``label``), its writer and its keyspaces; frozen between its turns."""
 
     def __init__(
-        self, build: str, cfg: SweepConfig, args: argparse.Namespace, logs: Path, name: str = ""
+        self,
+        label: str,
+        cfg: SweepConfig,
+        args: argparse.Namespace,
+        logs: Path,
+        name: str = "",
+        cassandra: dict[str, str] | None = None,
     ):
-        self.build, self.args, self.name = build, args, name or build
+        self.build, self.args, self.name = label, args, name or label
         self.tb = Testbed(
             cfg.topology(args.nodes),
             cassandra=CassandraSettings(heap_mb=cfg.heap_mb, jvm_profile=cfg.jvm_profile,
-                                        build=build),  # type: ignore[arg-type]
+                                        **(cassandra or {"build": label})),  # type: ignore[arg-type]
             progress=lambda m: print(f"  [{self.name}] {m}", file=sys.stderr, flush=True),
         )  # fmt: skip
         self.worker: WriteWorker | None = None
@@ -198,15 +218,18 @@ def load(path: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
 
 
 def report(args: argparse.Namespace, cells: list[dict[str, Any]], done: dict) -> str:
+    (ref, _), (new, _) = COMPARISONS[args.compare]
     by_id = {c["cell_id"]: c for c in cells}
     runs = {
-        name: {c["cell_id"]: done[(c["cell_id"], build, rep)]["rtts_ms"] for c in cells}
-        for (build, rep), name in RUNS.items()
+        name: {c["cell_id"]: done[(c["cell_id"], label, rep)]["rtts_ms"] for c in cells}
+        for (label, rep), name in runs_of(ref, new).items()
     }
+    news = (f"{new}-a", f"{new}-b")
     base = runs["seq-a"]
     base_slopes = run_slopes(base, by_id)
     lines = [
-        f"## Stock against quiet, interleaved cell by cell: nodes {args.nodes}, RF "
+        f"## {ref.capitalize()} against {new} ({args.compare}), interleaved cell by cell: "
+        f"nodes {args.nodes}, RF "
         f"{','.join(map(str, args.rf))}, latency {','.join(f'{x:g}' for x in args.latency)} "
         f"ms, loss {','.join(f'{x:g}' for x in args.loss)} %, {args.profile} profile, "
         f"{args.warmup} + {args.writes} writes per measurement, ABBA per cell, the idle "
@@ -214,7 +237,7 @@ def report(args: argparse.Namespace, cells: list[dict[str, Any]], done: dict) ->
         "",
     ]
     sums = {}
-    for name in ("seq-b", "quiet-a", "quiet-b"):
+    for name in ("seq-b", *news):
         rows = compare(base, runs[name])
         sums[name] = judge(rows, base_slopes, run_slopes(runs[name], by_id))
         lines += [table(f"{name} vs seq-a", rows), ""]
@@ -236,20 +259,20 @@ def report(args: argparse.Namespace, cells: list[dict[str, Any]], done: dict) ->
     def med(run: str, cell_id: str) -> float:
         return statistics.median(runs[run][cell_id])
 
-    # per cell, each build's two medians averaged: the drift within a cell cancels (ABBA)
-    both = {c: (med("quiet-a", c) + med("quiet-b", c) - med("seq-a", c) - med("seq-b", c)) / 2
+    # per cell, each variant's two medians averaged: the drift within a cell cancels (ABBA)
+    both = {c: (med(news[0], c) + med(news[1], c) - med("seq-a", c) - med("seq-b", c)) / 2
             for c in by_id}  # fmt: skip
-    within = {b: {c: med(f"{p}-b", c) - med(f"{p}-a", c) for c in by_id}
-              for b, p in (("stock", "seq"), ("quiet", "quiet"))}  # fmt: skip
+    within = {v: {c: med(f"{p}-b", c) - med(f"{p}-a", c) for c in by_id}
+              for v, p in ((ref, "seq"), (new, new))}  # fmt: skip
     lines += ["", "| per cell, ms | shift (95 % CI) |", "|---|---:|"]
     for label, diffs in (
-        ("quiet − stock (mean of each build's two medians)", both),
-        ("stock b − a (same build, same cell, minutes apart)", within["stock"]),
-        ("quiet b − a", within["quiet"]),
+        (f"{new} − {ref} (mean of each variant's two medians)", both),
+        (f"{ref} b − a (same variant, same cell, minutes apart)", within[ref]),
+        (f"{new} b − a", within[new]),
     ):
         m, lo, hi = fidelity.shift(list(diffs.values()))
         lines.append(f"| {label} | {m:+.3f} ({lo:+.3f}, {hi:+.3f}) |")
-    lines += ["", "| cells of | quiet − stock | stock b − a | quiet b − a | median RTT stock |",
+    lines += ["", f"| cells of | {new} − {ref} | {ref} b − a | {new} b − a | median RTT {ref} |",
               "|---:|---:|---:|---:|---:|"]  # fmt: skip
     for key, value in [("latency_ms", lat) for lat in args.latency] + [
         ("rf", rf) for rf in args.rf
@@ -258,21 +281,19 @@ def report(args: argparse.Namespace, cells: list[dict[str, Any]], done: dict) ->
         label = f"{value:g} ms" if key == "latency_ms" else f"RF {value}"
         lines.append(
             f"| {label} | {statistics.median(both[c] for c in ids):+.2f} "
-            f"| {statistics.median(within['stock'][c] for c in ids):+.2f} "
-            f"| {statistics.median(within['quiet'][c] for c in ids):+.2f} "
+            f"| {statistics.median(within[ref][c] for c in ids):+.2f} "
+            f"| {statistics.median(within[new][c] for c in ids):+.2f} "
             f"| {statistics.median(med('seq-a', c) for c in ids):.2f} |"
         )
     m, lo, hi = fidelity.shift(list(both.values()))
     same = -EQUIV_MS <= lo and hi <= EQUIV_MS
-    errors = {b: sum(m["errors"] for (_, bb, _), m in done.items() if bb == b) for b in BUILDS}
+    errors = {v: sum(m["errors"] for (_, vv, _), m in done.items() if vv == v) for v in (ref, new)}
     lines += [
         "",
-        f"Errors (timed writes): stock {errors['stock']}, quiet {errors['quiet']}.",
-        "Verdict (each quiet run against seq-a by parallel_fidelity.py's rule): "
-        + ", ".join(
-            f"{n} {'accepted' if verdict[n] else 'REJECTED'}" for n in ("quiet-a", "quiet-b")
-        )
-        + f"; the per-cell shift quiet − stock {m:+.3f} ms ({lo:+.3f}, {hi:+.3f}) is "
+        f"Errors (timed writes): {ref} {errors[ref]}, {new} {errors[new]}.",
+        f"Verdict (each {new} run against seq-a by parallel_fidelity.py's rule): "
+        + ", ".join(f"{n} {'accepted' if verdict[n] else 'REJECTED'}" for n in news)
+        + f"; the per-cell shift {new} − {ref} {m:+.3f} ms ({lo:+.3f}, {hi:+.3f}) is "
         + ("inside" if same else "NOT inside")
         + f" ±{EQUIV_MS} ms.",
     ]
@@ -297,6 +318,9 @@ def main() -> int:
     p.add_argument("--settle", type=float, default=1.0, help="seconds after SIGCONT")
     p.add_argument("--no-freeze", dest="freeze", action="store_false",
                    help="leave the other testbed idle instead of stopped")  # fmt: skip
+    p.add_argument("--compare", default="builds", choices=COMPARISONS,
+                   help="builds: stock against quiet nodes; housekeeping: quiet nodes' "
+                   "standard housekeeping against the writes one")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("results/ab-interleaved"))
     args = p.parse_args()
     args.rf = [int(x) for x in args.rf.split(",") if x]
@@ -310,16 +334,19 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     jsonl = args.out / "measurements.jsonl"
     done = load(jsonl)
+    (ref, _), (new, _) = COMPARISONS[args.compare]
+    variants, labels = dict(COMPARISONS[args.compare]), (ref, new)
     todo = [(i, c) for i, c in enumerate(cells)
-            if any((c["cell_id"], b, r) not in done for b, r in order(i))]  # fmt: skip
+            if any((c["cell_id"], b, r) not in done for b, r in order(i, labels))]  # fmt: skip
     if todo:
         t_start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="edgetb-ab-") as tmp, ExitStack() as stack:
-            sides = {b: stack.enter_context(Side(b, cfg, args, Path(tmp))) for b in BUILDS}
+            sides = {v: stack.enter_context(Side(v, cfg, args, Path(tmp), cassandra=kw))
+                     for v, kw in variants.items()}  # fmt: skip
             for side in sides.values():
                 side.freeze()
             for n, (i, cell) in enumerate(todo, 1):
-                for build, rep in order(i):
+                for build, rep in order(i, labels):
                     if (cell["cell_id"], build, rep) in done:
                         continue
                     m = sides[build].measure(cell, rep)

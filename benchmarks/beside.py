@@ -49,7 +49,7 @@ from write_cpu import group, is_sep, thread_stats
 
 from emulation import links, shapers
 from experiments.settings.config import SweepConfig
-from testbed.cassandra.config import JVM_PROFILES
+from testbed.cassandra.config import HOUSEKEEPING, JVM_PROFILES
 
 CONDITIONS = ("alone", "idle", "busy")
 SYS_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}  # asm/unistd.h
@@ -205,6 +205,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=1, help="ABCCBA rounds per latency")
     p.add_argument("--build", default="quiet", choices=("stock", "quiet"))
     p.add_argument("--jvm-profile", default="fast", choices=JVM_PROFILES)
+    p.add_argument("--housekeeping", default="standard", choices=HOUSEKEEPING)
     p.add_argument("--shaper", default="auto", choices=shapers.SHAPERS)
     p.add_argument("--settle", type=float, default=1.0)
     p.add_argument("--slice-us", type=int, default=0, help="EEVDF slice for both testbeds")
@@ -225,8 +226,9 @@ def main() -> int:
     cells = [(f"l{lat:g}-{r}", lat) for lat in latencies for r in range(args.reps)]
     results: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory(prefix="edgetb-beside-") as tmp, ExitStack() as stack:
-        a = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="A"))
-        b = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="B"))
+        kw = {"build": args.build, "housekeeping": args.housekeeping}
+        a = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="A", cassandra=kw))
+        b = stack.enter_context(Side(args.build, cfg, args, Path(tmp), name="B", cassandra=kw))
         if args.slice_us:
             n, tried, why = set_slice(a.jvms() + a.writer() + b.jvms() + b.writer(), args.slice_us)
             refused = f"; refused: {', '.join(sorted(why))}" if why else ""
@@ -253,8 +255,8 @@ def main() -> int:
         b.thaw()
     print(
         f"\n## Beside a neighbour: {args.nodes} nodes, RF {args.rf[0]}, {args.loss:g} % loss, "
-        f"{args.build} nodes, JVM profile {args.jvm_profile}, {args.warmup} + {args.writes} "
-        f"writes, slice "
+        f"{args.build} nodes, {args.housekeeping} housekeeping, JVM profile "
+        f"{args.jvm_profile}, {args.warmup} + {args.writes} writes, slice "
         f"{args.slice_us or 'default'} us; medians over the measurements\n"
     )
     print("| links | condition | median RTT | Δ vs alone | p99 | run-queue wait ms/write "

@@ -23,6 +23,9 @@ latency), and the host shaper's release lateness over the timed writes (its own 
 before them). Medians over the repetitions. Nothing is asserted: run it alone.
 
     python benchmarks/write_cpu.py [--builds stock,quiet] [--latencies 0,5,50] [--reps 2]
+
+A build may name a housekeeping too: ``--builds quiet,quiet+writes`` measures quiet nodes
+with the standard housekeeping and with the writes one (``CassandraSettings.housekeeping``).
 """
 
 from __future__ import annotations
@@ -199,7 +202,8 @@ def fmt_idle(share: float, named: dict[str, tuple[float, float]], top: int = 8) 
 
 def measure(build: str, args: argparse.Namespace, log_dir: Path) -> dict:
     """One testbed of ``build``: the figures per latency, and its idle share."""
-    settings = CassandraSettings(build=build)  # type: ignore[arg-type]
+    name, _, housekeeping = build.partition("+")  # quiet+writes: that housekeeping
+    settings = CassandraSettings(build=name, housekeeping=housekeeping or "standard")  # type: ignore[arg-type]
     results: dict = {}
     with Testbed(Topology(edge_nodes=3), cassandra=settings, progress=lambda _m: None) as tb:
         jvms = [n.pid for n in tb.nodes.values() if n.pid is not None]

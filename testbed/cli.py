@@ -48,6 +48,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             heap_mb=args.heap_mb,
             jvm_profile=args.jvm_profile,
             build=args.cassandra_build,
+            housekeeping=args.housekeeping,
             overrides=dict(args.yaml),
             tls=args.tls,
             plain_text=args.plain_text,
@@ -121,7 +122,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if settings:
             print(
                 f"Cassandra: {settings['build']} build, jvm profile {settings['jvm_profile']}, "
-                f"heap {settings['heap_mb']} MB"
+                f"heap {settings['heap_mb']} MB, "
+                f"{settings.get('housekeeping', 'standard')} housekeeping"
             )
         _print_hosts(hosts)
     return 0

@@ -10,7 +10,13 @@ from common.errors import ConfigError
 
 from . import argtypes
 from .backends.libvirt_xml import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
-from .cassandra.config import DEFAULT_HEAP_MB, JVM_PROFILES, MIN_HEAP_MB, check_override
+from .cassandra.config import (
+    DEFAULT_HEAP_MB,
+    HOUSEKEEPING,
+    JVM_PROFILES,
+    MIN_HEAP_MB,
+    check_override,
+)
 from .cassandra.quiet import BUILDS
 from .cassandra.readiness import Deadlines
 from .setup_check import CHECKS, component
@@ -150,6 +156,14 @@ def _cassandra_flags(up: argparse.ArgumentParser) -> None:
         help="quiet (default): one class rebuilt so that idle executor threads stop "
         "spinning after 0.1 ms instead of 10 ms (less CPU per write, the same RTTs; "
         "docs/backends.md); stock: Apache's jars, unmodified",
+    )
+    up.add_argument(
+        "--housekeeping",
+        choices=HOUSEKEEPING,
+        default="standard",
+        help="standard (default); writes: for a testbed that takes only writes, the "
+        "approximate clock every 100 ms and the dynamic snitch every 10 s (less idle CPU; "
+        "reads at ONE then follow the ring's order; docs/backends.md)",
     )
 
 

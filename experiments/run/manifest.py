@@ -16,6 +16,7 @@ from model.rtt import tcp_from_proc
 from testbed import Testbed
 from testbed.backends.libvirt import LibvirtRecord
 from testbed.cassandra import quiet
+from testbed.cassandra.config import describe_housekeeping
 
 from ..plan.calibration import machine_facts
 from ..settings.config import SweepConfig
@@ -93,6 +94,8 @@ def cluster_entry(
         # a deliberate deviation from stock Cassandra: quiet nodes' rebuilt class, hashed
         "cassandra_build": cfg.cassandra_build,
         "quiet": quiet.describe(tb.dist) if tb.dist and cfg.cassandra_build == "quiet" else None,
+        # and, where the testbed takes only writes, coarser idle housekeeping
+        "housekeeping": describe_housekeeping(tb.settings),
         "driver": driver,
         "gateway_accel": gateway.accel if gateway else None,
         "gateway_boot_s": gateway.boot_s if gateway else None,

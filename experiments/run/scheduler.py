@@ -233,6 +233,7 @@ class Shard:
             heap_mb=cfg.heap_mb,
             jvm_profile=cfg.jvm_profile,
             build=cfg.cassandra_build,
+            housekeeping=cfg.node_housekeeping(),
             # auto: the backend's default; plain-text: off, on real hosts too
             tls={"on": True, "off": False, "plain-text": False}.get(cfg.tls),
             plain_text=cfg.tls == "plain-text",

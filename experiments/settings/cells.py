@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from emulation.trace import load as load_trace
+from testbed.cassandra.config import Housekeeping
 from testbed.topology import Topology, parse_sites
 
 from .faults import parse as parse_fault
@@ -103,6 +104,14 @@ def rfs(config: Any, nodes: int) -> tuple[int, ...]:
         return tuple(range(1, top + 1))
     wanted = {top if r == "k" else r for r in config.rf}
     return tuple(sorted(r for r in wanted if r <= top))
+
+
+def node_housekeeping(config: Any) -> Housekeeping:
+    """The testbeds' housekeeping (``CassandraSettings.housekeeping``): ``auto`` is
+    "writes" unless YCSB cells read."""
+    if config.housekeeping != "auto":
+        return config.housekeeping
+    return "standard" if config.ycsb_workloads() else "writes"
 
 
 def skipped(config: Any) -> list[tuple[int, int]]:

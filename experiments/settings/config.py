@@ -19,7 +19,7 @@ from emulation.trace import load as load_trace
 from testbed import resources
 from testbed.backends import backend_options
 from testbed.backends.libvirt_xml import MAX_MEMORY_MB, MAX_VCPUS, MIN_MEMORY_MB
-from testbed.cassandra.config import JVM_PROFILES, JvmProfile
+from testbed.cassandra.config import HOUSEKEEPING, JVM_PROFILES, JvmProfile
 from testbed.cassandra.quiet import BUILDS, CassandraBuild
 from testbed.cassandra.readiness import Deadlines
 from testbed.topology import MAX_EDGE_NODES
@@ -116,15 +116,18 @@ class SweepConfig:
         "(one class rebuilt; measures as stock does, docs/backends.md); stock: Apache's jars",
         str, choices=BUILDS, group="testbed", fingerprint="unless-default", absent_at="stock",
     )  # fmt: skip
+    housekeeping: str = knob(  # absent_at: runs stored before it existed ran standard
+        "standard", "idle nodes' periodic work: writes (less idle CPU, for write cells; "
+        "docs/backends.md), standard (what reads need), auto: writes unless YCSB cells read",
+        str, choices=("auto", *HOUSEKEEPING), group="testbed", fingerprint="unless-default",
+        absent_at="standard",
+    )  # fmt: skip
     tls: str = knob(
-        "auto",
-        "client-to-node and internode TLS with the run's own certificates (auto: on for "
-        "hosts, off for netns and libvirt; plain-text: off, on real hosts too)",
-        str,
-        choices=("auto", "on", "off", "plain-text"),
-        group="testbed",
+        "auto", "client-to-node and internode TLS with the run's own certificates (auto: on "
+        "for hosts, off for netns and libvirt; plain-text: off, on real hosts too)",
+        str, choices=("auto", "on", "off", "plain-text"), group="testbed",
         fingerprint="unless-default",
-    )
+    )  # fmt: skip
     request_timeout_s: float = knob(
         12.0, "driver request timeout in s", float, flag="--timeout", low=1, high=600
     )
@@ -169,14 +172,9 @@ class SweepConfig:
         fingerprint="unless-default",
     )
     subnet_pool: str | None = knob(
-        None,
-        "where testbeds get their subnets",
-        str,
-        metavar="CIDR",
-        shown="10.77.0.0/16",
-        group="testbed",
-        fingerprint="never",
-    )
+        None, "where testbeds get their subnets", str, metavar="CIDR", shown="10.77.0.0/16",
+        group="testbed", fingerprint="never",
+    )  # fmt: skip
     # device-sized nodes (netns: cgroups): a value, or per host "e0=1,e1=0.5"
     node_profile: str | None = node_knob("profile", "a device profile (testbed.resources.PROFILES)")
     node_cpu: float | str | None = node_knob("cpu", "cores of CPU time per edge node")
@@ -286,6 +284,7 @@ class SweepConfig:
     # -- the grid: experiments.settings.cells ------------------------------------------------------
 
     rfs = grid.rfs
+    node_housekeeping = grid.node_housekeeping
     skipped = grid.skipped
     level = grid.level
     topology = grid.topology

@@ -32,6 +32,21 @@ JVM_PROFILES = ("fast", "standard")
 DEFAULT_HEAP_MB = 256
 MIN_HEAP_MB = 128
 
+Housekeeping = Literal["standard", "writes"]
+# How often a node's periodic housekeeping runs: (approximate clock in ms, the dynamic
+# snitch's update interval; None: Cassandra's 100 ms). "standard" is what reads need:
+# the snitch ranks replicas by reply times taken with that clock (jvm.APPROX_TIME_MS).
+# "writes", for testbeds that take only writes: the clock every 100 ms and the snitch
+# every 10 s, 0.94 -> 0.63 % of a core per idle JVM (benchmarks/write_cpu.py). No write
+# is timed by either: the coordinator times a write out by the precise clock; the coarse
+# clock only stamps messages, and a message is expired only once the approximate time
+# minus its precision is past its deadline, so a coarser clock drops a late message
+# later, never sooner; a write goes to every replica whatever their scores.
+HOUSEKEEPING: dict[str, tuple[int, str | None]] = {
+    "standard": (20, None),
+    "writes": (100, "10000ms"),
+}
+
 DELETE = object()
 """Marker: a layer that sets a key to DELETE removes it from the merged result."""
 
@@ -214,6 +229,9 @@ class CassandraSettings:
         jvm_profile: "fast" (C1 only, serial GC, class-data sharing: quick start and the
             least CPU per write, default) or "standard" (stock C2 JIT and G1 GC of
             Cassandra's jvm17-server.options).
+        housekeeping: "standard" (default) or "writes": a coarser approximate clock and
+            dynamic snitch for testbeds that take only writes (reads at ONE then follow
+            the ring's order, not the replicas' reply times; :data:`HOUSEKEEPING`).
         build: "quiet" (default: one class rebuilt so that the shared executor pool
             stops spinning 0.1 ms after its work instead of 10 ms,
             ``testbed.cassandra.quiet``; it measures as stock does, docs/measured.md) or
@@ -230,6 +248,7 @@ class CassandraSettings:
     heap_mb: int = DEFAULT_HEAP_MB
     jvm_profile: JvmProfile = "fast"
     build: CassandraBuild = "quiet"
+    housekeeping: Housekeeping = "standard"
     overrides: Mapping[str, Any] = field(default_factory=dict)
     node_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tls: bool | None = None
@@ -247,6 +266,11 @@ class CassandraSettings:
         if self.jvm_profile not in JVM_PROFILES:
             raise ConfigError(
                 f"unknown jvm_profile {self.jvm_profile!r} (choose from {', '.join(JVM_PROFILES)})"
+            )
+        if self.housekeeping not in HOUSEKEEPING:
+            raise ConfigError(
+                f"unknown housekeeping {self.housekeeping!r} "
+                f"(choose from {', '.join(HOUSEKEEPING)})"
             )
         if self.build not in BUILDS:
             raise ConfigError(
@@ -295,6 +319,7 @@ class CassandraSettings:
             "heap_mb": self.heap_mb,
             "jvm_profile": self.jvm_profile,
             "build": self.build,
+            "housekeeping": self.housekeeping,
             "overrides": dict(self.overrides),
             "node_overrides": {k: dict(v) for k, v in self.node_overrides.items()},
             "tls": self.tls,
@@ -304,8 +329,21 @@ class CassandraSettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CassandraSettings:
         # a state or manifest written before builds existed, or while stock was the
-        # default, has no build: its nodes are stock
-        return cls(**{"build": "stock", **data})
+        # default, has no build: its nodes are stock; one written before housekeeping
+        # could be chosen has none: its nodes ran the standard one
+        return cls(**{"build": "stock", "housekeeping": "standard", **data})
+
+
+def describe_housekeeping(settings: CassandraSettings | None) -> dict[str, Any] | None:
+    """What a run's manifest records of its nodes' housekeeping (None: no Cassandra)."""
+    if settings is None:
+        return None
+    clock_ms, snitch = HOUSEKEEPING[settings.housekeeping]
+    return {
+        "name": settings.housekeeping,
+        "approximate_time_precision_ms": clock_ms,
+        "dynamic_snitch_update_interval": snitch or "100ms",  # Cassandra's default
+    }
 
 
 def node_settings(
@@ -319,9 +357,11 @@ def node_settings(
     """The complete cassandra.yaml settings of ``host``: base -> cluster -> node layers,
     then, with ``auth``, the authentication layer and, with ``settings.tls``, the TLS
     layer (they win over every override)."""
+    snitch_ms = HOUSEKEEPING[settings.housekeeping][1]
     return merge(
         BASE_SETTINGS,
         cluster_layer(topology, settings.cluster_name),
+        {"dynamic_snitch_update_interval": snitch_ms} if snitch_ms else {},
         settings.overrides,
         node_layer(topology, host, node_dir),
         settings.node_overrides.get(host.name, {}),
