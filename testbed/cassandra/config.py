@@ -35,7 +35,7 @@ MIN_HEAP_MB = 128
 Housekeeping = Literal["standard", "writes"]
 # How often a node's periodic housekeeping runs: (approximate clock in ms, the dynamic
 # snitch's update interval; None: Cassandra's 100 ms). "standard" is what reads need:
-# the snitch ranks replicas by reply times taken with that clock (jvm.APPROX_TIME_MS).
+# the snitch ranks replicas by reply times taken with that clock (testbed.cassandra.jvm).
 # "writes", for testbeds that take only writes: the clock every 100 ms and the snitch
 # every 10 s, 0.94 -> 0.63 % of a core per idle JVM (benchmarks/write_cpu.py). No write
 # is timed by either: the coordinator times a write out by the precise clock; the coarse

@@ -106,17 +106,11 @@ READBACK_PROPERTIES: tuple[str, ...] = ("-Dcassandra.enable_nodelocal_queries=tr
 # expires messages (seconds), and it times the replies the dynamic snitch ranks replicas
 # by: at 20 ms a round trip under ~20 ms (links under ~10 ms) can read as 0 for every
 # replica, and reads at ONE then follow the ring's order, not the snitch's (docs/ycsb.md).
-# No write latency depends on it: a write goes to every replica. Testbeds that take only
-# writes may refresh it less often (CassandraSettings.housekeeping, config.HOUSEKEEPING).
-APPROX_TIME_MS = HOUSEKEEPING["standard"][0]
+# No write latency depends on it: a write goes to every replica. The precision is
+# config.HOUSEKEEPING's: 20 ms ("standard"), less often on testbeds that take only writes.
 
 MAIN_CLASS = "org.apache.cassandra.service.CassandraDaemon"
 NODETOOL_CLASS = "org.apache.cassandra.tools.NodeTool"
-
-
-def approx_time_ms(settings: CassandraSettings) -> int:
-    """The approximate clock's precision of ``settings``' nodes, in ms."""
-    return HOUSEKEEPING[settings.housekeeping][0]
 
 
 def marker_property(run_id: str, host: str) -> str:
@@ -161,7 +155,7 @@ def jvm_args(
         "-Djava.net.preferIPv4Stack=true",
         *FAST_LIFECYCLE_PROPERTIES,
         *READBACK_PROPERTIES,
-        f"-Dcassandra.approximate_time_precision_ms={approx_time_ms(settings)}",
+        f"-Dcassandra.approximate_time_precision_ms={HOUSEKEEPING[settings.housekeeping][0]}",
         *jvm_properties(settings.build),
         f"-Dcassandra.config=file://{node_dir / 'conf' / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={node_dir}",
