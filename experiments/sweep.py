@@ -27,7 +27,7 @@ from common.errors import ConfigError
 from testbed import TestbedError, argtypes
 
 from .api import Prepared, RunOptions, prepare, run_sweep
-from .run.launch import CORES, choose_parallel, stored_cells
+from .run.launch import CORES, choose_parallel, choose_stages, stored_cells
 from .run.summary import dry_run, dry_run_plan
 from .settings.config import (
     CONFIG_DIR,
@@ -227,7 +227,9 @@ def _dry_run(args: argparse.Namespace, prepared: Prepared) -> int:
         if c is not None:
             p, why = choose_parallel(c, c.cells(), prepared.parallel)
             done = frozenset() if args.new_run else stored_cells(c)
-            plans[label] = dry_run_plan(c, p, why, CORES, machines, done)
+            todo = [x for x in c.cells() if x.cell_id not in done]
+            staged = None if machines else choose_stages(c, todo, prepared.parallel)
+            plans[label] = dry_run_plan(c, p, why, CORES, machines, done, staged)
             if not args.json:
                 print(dry_run(c, plans[label], args.verbose))
     if args.json:

@@ -376,7 +376,7 @@ def auto_parallel(
     may use) ends first."""
     if not capabilities(config.backend).namespaces:  # what the fidelity benchmark measured
         return 1, f"the {config.backend} backend: one testbed at a time"
-    nodes = max(config.nodes)
+    nodes = max((c.nodes for c in cells), default=max(config.nodes))
     each = testbed_mb(config, nodes)
     by_mem = max(1, int((total_mb * MAX_MEMORY_SHARE - used_mb) / each))
     # idle testbeds alone must leave the measurements some of the budget

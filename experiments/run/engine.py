@@ -5,16 +5,17 @@ are driven: it never asks which one it has."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..plan import estimate
+from ..plan import estimate, stages
 from ..plan.shards import Gate
 from ..settings.cells import Cell
 from ..settings.config import SweepConfig
 from ..store.db import Store
-from .launch import CORES, choose_parallel, learn_from
+from .launch import CORES, choose_stages, learn_from
 from .progress import Progress
 from .scheduler import Sweep, remove_stale_testbeds
 
@@ -63,13 +64,32 @@ class LocalEngine:
         say: Callable[[str], None],
     ):
         self.config, self.store, self.run_id, self.say = config, store, run_id, say
-        self.p, why = choose_parallel(config, todo, parallel)
+        self.stages = choose_stages(config, todo, parallel)
+        self.stage = 0  # the stage measuring (``run``)
+        self.p = max(s.parallel for s in self.stages)
         self.sweep = Sweep(config, store, run_id, progress, parallel=self.p, cores=CORES)
-        eta = estimate.fmt_duration(estimate.wall_s(config, todo, self.p, CORES))
+        self.walls: list[float] = []  # each stage's wall seconds, once it ended
+        eta = estimate.fmt_duration(stages.wall_s(config, self.stages, CORES))
         shards = "; each testbed's lines marked [s0], [s1], ..." if self.p > 1 else ""
         many = "s" if self.p > 1 else ""
-        self.intro = f"on {self.p} testbed{many} at once ({why}{shards}); estimated {eta}"
-        store.update_manifest(run_id, parallel={"p": self.p, "why": why, "cores": CORES})
+        if len(self.stages) == 1:
+            why = self.stages[0].why
+            self.intro = f"on {self.p} testbed{many} at once ({why}{shards}); estimated {eta}"
+        else:
+            why = "; ".join(f"{s.label}, {len(s.cells)} cells: P={s.parallel}" for s in self.stages)
+            self.intro = (
+                f"in {len(self.stages)} stages by testbed size, up to {self.p} testbed{many} "
+                f"at once (the fidelity verdict of each size: {why}{shards}); estimated {eta}"
+            )
+        # "p": the most at once (a run with p 1 calibrates the CPU per write)
+        store.update_manifest(
+            run_id,
+            parallel={
+                "p": self.p, "why": why, "cores": CORES,
+                "stages": [{"nodes": list(s.nodes), "cells": len(s.cells), "p": s.parallel}
+                           for s in self.stages],
+            },
+        )  # fmt: skip
 
     @property
     def on_cell(self) -> Callable[[str], None] | None:
@@ -80,7 +100,8 @@ class LocalEngine:
         self.sweep.on_cell = call
 
     def remaining_s(self, scale: float) -> float:
-        return self.sweep.remaining_s(scale)
+        later = stages.wall_s(self.config, self.stages[self.stage + 1 :], CORES)
+        return self.sweep.remaining_s(scale) + scale * later
 
     def hold(self) -> AbstractContextManager[Any]:
         gate = self.sweep.gate or Gate(1.0)
@@ -88,8 +109,15 @@ class LocalEngine:
 
     def run(self, todo: list[Cell]) -> None:
         remove_stale_testbeds(self.store, self.say)  # of a killed sweep of these results
-        if todo:
-            self.sweep.run(todo)
+        wanted = {c.cell_id for c in todo}
+        for i, stage in enumerate(self.stages):  # each stage's testbeds go down at its end
+            cells = [c for c in stage.cells if c.cell_id in wanted]
+            if not cells:
+                continue
+            self.stage, self.sweep.parallel = i, stage.parallel
+            start = time.monotonic()
+            self.sweep.run(cells)
+            self.walls.append((time.monotonic() - start) * stage.parallel)
 
     def close(self) -> None:
         learn_from(self.config, self.store, self.run_id)  # for the next dry run's estimate
@@ -97,9 +125,14 @@ class LocalEngine:
     def report(self, todo: list[Cell], wall: float, busy: float | None) -> str:
         total_rtt = self.store.total_rtt_ns(self.run_id) / 1e9
         many = "s" if self.p > 1 else ""
+        at_once = f"on {self.p} testbed{many} at once"
+        testbed_s = wall * self.p  # the time testbeds could have spent in timed writes
+        if len(self.stages) > 1:
+            at_once = f"in {len(self.stages)} stages, up to {self.p} testbed{many} at once"
+            testbed_s = sum(self.walls) or testbed_s
         return (
-            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) on "
-            f"{self.p} testbed{many} at once; recorded RTTs sum to {total_rtt:.1f} s "
-            f"(efficiency {total_rtt / (wall * self.p):.2f}: the testbeds' share of time "
-            f"in timed writes); the machine was {100 * (busy or 0):.0f} % busy ({CORES} cores)"
+            f"\n{len(todo)} cells in {estimate.fmt_duration(wall)} (this process) {at_once}; "
+            f"recorded RTTs sum to {total_rtt:.1f} s (efficiency {total_rtt / testbed_s:.2f}: "
+            "the testbeds' share of time in timed writes); the machine was "
+            f"{100 * (busy or 0):.0f} % busy ({CORES} cores)"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from common.errors import ConfigError, RunInUseError, StateError
@@ -19,7 +20,8 @@ from testbed.backends import capabilities
 from testbed.ownership import OwnerLock, describe_holder, remove_dead_sweep_entries, sweeps_dir
 from workloads.ycsb import dist as ycsb_dist
 
-from ..plan import calibration, estimate, fidelity
+from ..plan import calibration, estimate, fidelity, stages
+from ..settings.cells import Cell
 from ..settings.config import SweepConfig
 from ..store.db import DB_NAME, Store
 
@@ -151,21 +153,38 @@ def meminfo_mb() -> dict[str, float]:
 
 def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
     """P and why: as asked, or (auto) from the machine's cores and memory and what the
-    fidelity benchmark accepted here."""
+    fidelity benchmark accepted here for the sweep's largest testbed."""
     if parallel is not None:
         return parallel, "as asked"
+    return estimate.auto_parallel(
+        config, cells, cores=CORES, **_memory(),
+        accepted=stages.cap(max(config.nodes), _verdict(config)),
+    )  # fmt: skip
+
+
+def choose_stages(
+    config: SweepConfig, cells: Sequence[Cell], parallel: int | None
+) -> list[stages.Stage]:
+    """The stages a run measures ``cells`` in: one, at P as asked (or ``choose_parallel``
+    where there are no verdicts per testbed size: a backend other than namespaces, no
+    cells); else ``stages.auto``, by the verdict for each testbed size."""
+    if parallel is not None or not cells or not capabilities(config.backend).namespaces:
+        return [stages.Stage(tuple(cells), *choose_parallel(config, list(cells), parallel))]
+    return stages.auto(config, cells, cores=CORES, **_memory(), accepted=_verdict(config))
+
+
+def _memory() -> dict[str, float]:
+    """This machine's memory, in MB: all of it and what is in use."""
     info = meminfo_mb()
     used = info["MemTotal"] - info.get("MemAvailable", info["MemFree"])
-    return estimate.auto_parallel(
-        config,
-        cells,
-        cores=CORES,
-        total_mb=info["MemTotal"],
-        used_mb=used,
-        accepted=fidelity.accepted(
-            costs_shaper(config), CORES, config.cassandra_build, nodes=max(config.nodes)
-        ),
-    )
+    return {"total_mb": info["MemTotal"], "used_mb": used}
+
+
+def _verdict(config: SweepConfig) -> Callable[[int], tuple[int, str] | None]:
+    """This machine's fidelity verdict for testbeds of N nodes of ``config``'s shaper
+    and build."""
+    shaper, build = costs_shaper(config), config.cassandra_build
+    return lambda nodes: fidelity.accepted(shaper, CORES, build, nodes=nodes)
 
 
 def enter_sweep() -> tuple[OwnerLock | None, list[dict]]:

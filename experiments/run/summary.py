@@ -11,7 +11,7 @@ import numpy as np
 
 from workloads.readback import lost
 
-from ..plan import calibration, estimate
+from ..plan import calibration, estimate, stages
 from ..settings.config import SweepConfig
 from ..store.db import Store
 from .figures import REFRESH_EVERY_S
@@ -171,22 +171,31 @@ def dry_run_plan(
     cores: int = 1,
     machines: dict[str, int] | None = None,
     stored: frozenset[str] = frozenset(),
+    staged: list[stages.Stage] | None = None,
 ) -> dict[str, Any]:
     """What a dry run tells (``--json`` prints it as it is): the cells, those stored
-    already (``stored``: their ids, left out of the estimate), P and why, the estimated
-    wall time and where it goes, the model's figures and where each comes from."""
+    already (``stored``: their ids, left out of the estimate), P and why (``staged``:
+    stages by testbed size, each with its own), the estimated wall time and where it
+    goes, the model's figures and where each comes from."""
     cells = config.cells()
     todo = [c for c in cells if c.cell_id not in stored]
     sizes = list(machines.values()) if machines else None
     shards = sum(sizes) if sizes else parallel
     wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
+    first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
+    first_s = estimate.wall_s(config, first, shards, cores, machines=sizes) if first else None
+    in_stages = staged is not None and len(staged) > 1 and not machines
+    if staged is not None and in_stages:
+        shards = max(s.parallel for s in staged)
+        wall = stages.wall_s(config, staged, cores)
+        early = [s for s in staged if config.phase(s.cells[0]) == 0]
+        first_s = stages.wall_s(config, early, cores) if first else None
     in_cells, _ = estimate.split_s(config, todo)
     # one testbed in the scheduler's own order (the replay at P=1, the same as ``wall``
     # when that is one testbed here): a first pass can take it back to a node count it
     # left (the quick preset: 5, 3, then 5 nodes again), one more bring-up than
     # split_s's one per node count
     one = wall if shards == 1 and not sizes else estimate.wall_s(config, todo, 1, cores)
-    first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
     return {
         "sweep": config.name,
         "cells": len(cells),
@@ -203,14 +212,27 @@ def dry_run_plan(
         "one_at_a_time_s": round(one),
         "in_cells_s": round(in_cells),
         "bringups_and_checks_s": round(one - in_cells),
-        "first_pass_s": round(estimate.wall_s(config, first, shards, cores, machines=sizes))
-        if first
-        else None,
+        "first_pass_s": round(first_s) if first_s is not None else None,
+        "stages": _stage_rows(config, staged, cores) if staged and in_stages else None,
         "figures": model_figures(max(config.nodes)),
         "costs": estimate.COSTS.source,
         "calibrated_on": calibrated_on(),
         "this_machine": calibration.machine_of(calibration.machine_facts()),
     }
+
+
+def _stage_rows(config: SweepConfig, staged: list[stages.Stage], cores: int) -> list[dict]:
+    """A dry run's stages (``stages.auto``): each one's sizes, cells, P and estimate."""
+    return [
+        {
+            "nodes": list(s.nodes),
+            "cells": len(s.cells),
+            "parallel": s.parallel,
+            "why": s.why,
+            "estimated_s": round(estimate.wall_s(config, list(s.cells), s.parallel, cores)),
+        }
+        for s in staged
+    ]
 
 
 def calibrated_on() -> str:
@@ -257,7 +279,15 @@ def dry_run(config: SweepConfig, plan: dict[str, Any], verbose: bool = False) ->
         f" = cells {d(plan['in_cells_s'])} + bring-ups and checks "
         f"{d(plan['bringups_and_checks_s'])}",
     ]
-    if why and not machines:
+    if plan.get("stages"):
+        lines[1] = lines[1].replace(" on ", f" in {len(plan['stages'])} stages, up to ", 1)
+        for s in plan["stages"]:
+            nodes = "/".join(map(str, s["nodes"]))
+            lines.append(
+                f"  {nodes} nodes, {s['cells']} cells: {d(s['estimated_s'])} at P={s['parallel']}"
+                f" ({s['why']})"
+            )
+    elif why and not machines:
         lines.append(f"  P={plan['parallel']}: {why}")
     lines.append(_calibration_line(plan))
     lines.append(

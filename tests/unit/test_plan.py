@@ -278,7 +278,8 @@ def test_auto_parallel_stays_within_what_the_fidelity_benchmark_accepted(costs, 
         bigger = replace(config, nodes=(3, nodes))
         p, why = estimate.auto_parallel(bigger, bigger.cells(), **kw)
         assert p == 1 and "on 5-node grids" in why
-    p, why = estimate.auto_parallel(replace(config, nodes=(6,)), cells, **kw)
+    six = replace(config, nodes=(6,))
+    p, why = estimate.auto_parallel(six, six.cells(), **kw)
     assert p == estimate.COSTS.max_parallel and "verdict:" in why  # no grid that large
     p, why = estimate.auto_parallel(config, cells, **kw, accepted=(1, "here, today"))
     assert p == 1 and "fidelity accepts up to 1 (here, today)" in why

@@ -1,0 +1,97 @@
+"""A sweep of several testbed sizes in stages, each at the P the fidelity benchmark
+accepted for its own size.
+
+The benchmark's verdicts are per testbed size (quiet nodes on the development machine:
+P=2 on 3 nodes, 1 on 5). ``--parallel auto`` used to take the verdict of a sweep's
+largest testbed for all of its cells, so the paper grid's 3-node third ran one testbed
+at a time. Here the node counts whose verdicts differ are measured in stages of their
+own: during a stage only testbeds of its sizes are up, as the benchmark measured them,
+at the P that ``estimate.auto_parallel`` picks for them. A first pass stays first: the
+stages are its groups of node counts, then the rest's (one more bring-up per group).
+The staged plan is taken only where the model says it ends first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..settings.cells import Cell
+from ..settings.config import SweepConfig
+from . import estimate, fidelity
+
+Verdict = tuple[int, str]  # (largest accepted P, where it comes from)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Cells measured together, at most ``parallel`` testbeds at once (``why``)."""
+
+    cells: tuple[Cell, ...]
+    parallel: int
+    why: str
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(sorted({c.nodes for c in self.cells}))
+
+    @property
+    def label(self) -> str:
+        n = self.nodes
+        return f"{n[0]} nodes" if len(n) == 1 else f"{'/'.join(map(str, n))} nodes"
+
+
+def wall_s(config: SweepConfig, stages: Sequence[Stage], cores: int) -> float:
+    """The model's wall time of ``stages`` one after another (each starts with no
+    testbed up: the previous one's go down)."""
+    return sum(estimate.wall_s(config, list(s.cells), s.parallel, cores) for s in stages)
+
+
+def cap(nodes: int, accepted: Callable[[int], Verdict | None]) -> Verdict:
+    """The fidelity verdict for testbeds of ``nodes``: this machine's, else the
+    development machine's."""
+    costs = estimate.COSTS
+    return accepted(nodes) or fidelity.default_verdict(
+        costs.parallel_by_nodes, costs.max_parallel, nodes
+    )
+
+
+def auto(
+    config: SweepConfig,
+    cells: Sequence[Cell],
+    *,
+    cores: int,
+    total_mb: float,
+    used_mb: float,
+    accepted: Callable[[int], Verdict | None],
+) -> list[Stage]:
+    """The stages of ``cells`` for ``--parallel auto``: one stage at the largest
+    testbed's verdict, or, where testbed sizes have different verdicts and that ends
+    first by the model, a stage per group of sizes with the same verdict (most testbeds
+    at once first) within each phase."""
+
+    def choose(part: list[Cell]) -> Stage:
+        nodes = max(c.nodes for c in part)
+        p, why = estimate.auto_parallel(
+            config, part, cores=cores, total_mb=total_mb, used_mb=used_mb,
+            accepted=cap(nodes, accepted),
+        )  # fmt: skip
+        return Stage(tuple(part), p, why)
+
+    if not cells:
+        return []
+    single = [choose(list(cells))]
+    sizes = sorted({c.nodes for c in cells})
+    caps = {n: cap(n, accepted)[0] for n in sizes}
+    if len(set(caps.values())) < 2:
+        return single
+    groups = [{n for n in sizes if caps[n] == k} for k in sorted(set(caps.values()), reverse=True)]
+    staged = [
+        choose(part)
+        for phase in sorted({config.phase(c) for c in cells})
+        for group in groups
+        if (part := [c for c in cells if c.nodes in group and config.phase(c) == phase])
+    ]
+    if round(wall_s(config, staged, cores) / 60) < round(wall_s(config, single, cores) / 60):
+        return staged
+    return single

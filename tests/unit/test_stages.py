@@ -1,0 +1,88 @@
+"""A sweep of several testbed sizes in stages (experiments.plan.stages): each size at the P
+the fidelity benchmark accepted for it, every cell in exactly one stage, a first pass
+still first, and the staged plan only where the model says it ends first."""
+
+from collections import Counter
+
+import pytest
+
+from experiments.plan import estimate, stages
+from experiments.run.summary import dry_run, dry_run_plan
+from experiments.settings.config import SweepConfig
+
+KW = {"cores": 2, "total_mb": 24000, "used_mb": 1000}
+
+
+@pytest.fixture(autouse=True)
+def host_costs():
+    """The development machine's costs for the host shaper (P=2 on 3 nodes, 1 on 5)."""
+    before = estimate.COSTS
+    estimate.use(estimate.defaults("host"))
+    yield
+    estimate.use(before)
+
+
+def none(nodes: int):
+    return None  # no verdict of this machine: the development machine's
+
+
+def test_sizes_with_different_verdicts_run_in_stages_each_at_its_own_p():
+    config = SweepConfig(
+        nodes=(3, 4, 5), latency_ms=(0.0, 20.0, 50.0, 100.0), loss_pct=(0.5, 7.5),
+        first_pass=(0.0, 100.0),
+    )  # fmt: skip
+    cells = config.cells()
+    staged = stages.auto(config, cells, **KW, accepted=none)
+    # every cell once
+    assert Counter(c.cell_id for s in staged for c in s.cells) == Counter(c.cell_id for c in cells)
+    # the first pass's groups first (3 nodes, then 4 and 5), then the rest's
+    assert [(s.nodes, {config.phase(c) for c in s.cells}) for s in staged] == [
+        ((3,), {0}), ((4, 5), {0}), ((3,), {1}), ((4, 5), {1}),
+    ]  # fmt: skip
+    assert [s.parallel for s in staged if s.nodes == (4, 5)] == [1, 1]
+    assert max(s.parallel for s in staged if s.nodes == (3,)) == 2
+    assert all("5-node grids" in s.why for s in staged if s.nodes == (4, 5))
+    single = estimate.wall_s(config, cells, 1, 2)  # the largest testbed's verdict: P=1
+    assert stages.wall_s(config, staged, 2) < single - 60
+
+
+def test_one_stage_where_every_size_has_the_same_verdict():
+    config = SweepConfig(nodes=(3, 5), latency_ms=(20.0, 100.0), loss_pct=(0.5,))
+    cells = config.cells()
+    same = stages.auto(config, cells, **KW, accepted=lambda n: (1, "here"))
+    assert len(same) == 1 and same[0].parallel == 1 and len(same[0].cells) == len(cells)
+    only3 = SweepConfig(nodes=(3,), latency_ms=(20.0, 100.0), loss_pct=(0.5,))
+    (stage,) = stages.auto(only3, only3.cells(), **KW, accepted=none)
+    assert stage.label == "3 nodes" and "on 3-node grids" in stage.why
+
+
+def test_this_machines_verdict_per_size_decides():
+    config = SweepConfig(nodes=(3, 5), latency_ms=(50.0, 100.0), loss_pct=(0.5, 2.5, 7.5))
+    verdicts = {3: (3, "here: 3"), 5: (1, "here: 5")}
+    staged = stages.auto(config, config.cells(), **KW, accepted=verdicts.get)
+    assert [s.nodes for s in staged] == [(3,), (5,)]  # most testbeds at once first
+    assert "fidelity accepts up to 3 (here: 3)" in staged[0].why and staged[0].parallel > 1
+    assert "fidelity accepts up to 1 (here: 5)" in staged[1].why and staged[1].parallel == 1
+
+
+def test_a_staged_plan_only_where_it_ends_first():
+    # one 3-node cell beside the 5-node ones: a stage of its own saves less than a minute
+    config = SweepConfig(nodes=(3, 5), latency_ms=(100.0,), loss_pct=(0.5,), rf=(1,))
+    (stage,) = stages.auto(config, config.cells(), **KW, accepted=none)
+    assert stage.parallel == 1 and stage.nodes == (3, 5)
+
+
+def test_the_dry_run_shows_the_stages_and_their_sum():
+    config = SweepConfig(nodes=(3, 5), latency_ms=(20.0, 50.0, 100.0), loss_pct=(0.5, 7.5))
+    staged = stages.auto(config, config.cells(), **KW, accepted=none)
+    assert len(staged) == 2
+    plan = dry_run_plan(config, 1, "", 2, staged=staged)
+    assert plan["parallel"] == 2
+    assert plan["estimated_s"] == round(stages.wall_s(config, staged, 2))
+    assert [s["nodes"] for s in plan["stages"]] == [[3], [5]]
+    assert sum(s["cells"] for s in plan["stages"]) == plan["cells"]
+    text = dry_run(config, plan)
+    assert "in 2 stages, up to 2 testbeds at once" in text
+    assert "  5 nodes, " in text and "at P=1" in text
+    alone = dry_run_plan(config, 1, "as asked", 2)
+    assert alone["stages"] is None and alone["estimated_s"] > plan["estimated_s"]
