@@ -27,7 +27,6 @@ from .cassandra.config import CassandraSettings
 from .cassandra.java import Java
 from .cassandra.jvm import nodetool_args
 from .cassandra.node import CassandraNode
-from .client import LOCAL_DC_ENV
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class HostAccess:
         }
         site = self.topology.host(host).site
         if site is not None:  # a client uses the nodes of its own host's site
-            env[LOCAL_DC_ENV] = site
+            env["EDGETB_LOCAL_DC"] = site  # client.LOCAL_DC_ENV (not imported: see there)
         if self.settings is not None and host == self.topology.endpoint.name:
             if self.auth:
                 env[auth_mod.ENV] = str(self.credentials_path)  # copied to the endpoint only

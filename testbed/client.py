@@ -79,6 +79,8 @@ def tls_context():
 
 
 LOCAL_DC_ENV = "EDGETB_LOCAL_DC"  # set by `testbed exec` on a host of a site
+# (testbed.access spells it out: importing this module with the package would make
+# `python -m testbed.client` warn that it was imported before it ran)
 
 
 def round_robin(local_dc: str | None = None):

@@ -15,7 +15,7 @@ from common.errors import TestbedError
 from common.files import append_to
 from testbed.testbed import Testbed
 
-from .writes import ROW_FIELDS
+from .protocol import ROW_FIELDS
 
 WATCH_EVERY_S = 1.0
 IDLE_MARGIN_S = 15.0

@@ -13,7 +13,7 @@ Commands:
     {"op": "run", "keyspace": K, "cl": CL, "writes": N, "warmup": W,
      "key_seed": S, "warmup_seed": S2}             W unrecorded writes, then N recorded:
                                                    one {"r": [...]} line per request
-                                                   (see ROW_FIELDS), then {"done": ...};
+                                                   (protocol.ROW_FIELDS), then {"done": ...};
                                                    {"hb": i} lines while warming up
     {"op": "readback", "keyspace": K, "settle_s": T,
      "writes": [[seq, key, t_start_ns], ...]}      those acknowledged writes read back
@@ -46,10 +46,10 @@ from common import paths
 from common.command import Parser
 from testbed.client import LOCAL_DC_ENV, replication
 
+from .protocol import TABLE
+
 DATA = Path(__file__).resolve().parent / "data" / "nobel_laureates.json"
-ROW_FIELDS = ("seq", "key", "coordinator", "replicas", "rtt_ns", "error", "t_start_ns")
 FLUSH_EVERY_S = 0.5
-TABLE = "laureates"
 
 
 def load_records(path: Path = DATA) -> list[tuple[str, str, int, str]]:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from testbed import Testbed
 from workloads import WorkloadRefused, ycsb
-from workloads.writes import TABLE as WRITES_TABLE
+from workloads.protocol import TABLE as WRITES_TABLE
 from workloads.ycsb import client as ycsb_client
 
 from ..plan import estimate

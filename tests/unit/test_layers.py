@@ -32,7 +32,6 @@ from tests.support.source import LAYERS, MODULES
 STILL_MIXED = {
     "analysis.phi",  # φ's functions and `python -m analysis.phi`
     "analysis.report",  # write_report and `python -m analysis.report`
-    "workloads.writes",  # the writer's rows and the writer process itself
     "testbed.client",  # the endpoint client's helpers and the client process itself
 }
 MAX_INNER_IMPORTS = {"experiments": 5}

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.unit.test_layers import PROCESS_EDGES
+
 # command modules -> libraries their start must not import
 COMMANDS = {
     "edgetb.cli": ("scipy", "matplotlib", "numpy", "cassandra"),
@@ -31,3 +33,19 @@ def test_a_command_starts_without_heavy_imports(module):
     ).stdout
     loaded = set(json.loads(out))
     assert not loaded & set(COMMANDS[module]), (module, sorted(loaded & set(COMMANDS[module])))
+
+
+# the project's modules that others start with ``python -m`` (their logs are read: no
+# warning there)
+PROCESSES = sorted({module for _, module in PROCESS_EDGES})
+
+
+@pytest.mark.parametrize("module", PROCESSES)
+def test_a_process_module_is_not_imported_before_it_runs(module):
+    """runpy warns when ``python -m PKG.MOD`` finds MOD imported already (by PKG's
+    ``__init__``): the writer's log opened with that warning in every sweep."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", module, "--help"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "RuntimeWarning" not in proc.stderr, proc.stderr[-500:]
