@@ -8,7 +8,7 @@ at a time. Here the node counts whose verdicts differ are measured in stages of 
 own: during a stage only testbeds of its sizes are up, as the benchmark measured them,
 at the P that ``estimate.auto_parallel`` picks for them. A first pass stays first: the
 stages are its groups of node counts, then the rest's (one more bring-up per group).
-The staged plan is taken only where the model says it ends first.
+The staged plan is taken only where the model says it ends a minute or more sooner.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ class Stage:
     def label(self) -> str:
         n = self.nodes
         return f"{n[0]} nodes" if len(n) == 1 else f"{'/'.join(map(str, n))} nodes"
+
+
+def summary(stages: Sequence[Stage]) -> str:
+    """Each stage's sizes, cells and P, in order."""
+    return "; ".join(f"{s.label}, {len(s.cells)} cells: P={s.parallel}" for s in stages)
 
 
 def wall_s(config: SweepConfig, stages: Sequence[Stage], cores: int) -> float:
@@ -92,6 +97,6 @@ def auto(
         for group in groups
         if (part := [c for c in cells if c.nodes in group and config.phase(c) == phase])
     ]
-    if round(wall_s(config, staged, cores) / 60) < round(wall_s(config, single, cores) / 60):
+    if wall_s(config, single, cores) - wall_s(config, staged, cores) >= 60:  # a minute
         return staged
     return single

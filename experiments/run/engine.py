@@ -76,16 +76,19 @@ class LocalEngine:
             why = self.stages[0].why
             self.intro = f"on {self.p} testbed{many} at once ({why}{shards}); estimated {eta}"
         else:
-            why = "; ".join(f"{s.label}, {len(s.cells)} cells: P={s.parallel}" for s in self.stages)
+            why = stages.summary(self.stages)
             self.intro = (
                 f"in {len(self.stages)} stages by testbed size, up to {self.p} testbed{many} "
                 f"at once (the fidelity verdict of each size: {why}{shards}); estimated {eta}"
             )
-        # "p": the most at once (a run with p 1 calibrates the CPU per write)
+        # "p": the most at once over every invocation of this run (a run with p 1
+        # calibrates the CPU per write: a resume at 1 must not make it one)
+        before = next((r.manifest.get("parallel") or {} for r in store.runs()
+                       if r.run_id == run_id), {})  # fmt: skip
         store.update_manifest(
             run_id,
             parallel={
-                "p": self.p, "why": why, "cores": CORES,
+                "p": max(self.p, int(before.get("p") or 0)), "why": why, "cores": CORES,
                 "stages": [{"nodes": list(s.nodes), "cells": len(s.cells), "p": s.parallel}
                            for s in self.stages],
             },

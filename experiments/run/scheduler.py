@@ -116,8 +116,11 @@ class Sweep:
         self.planner = plan.Planner(work, estimate.bringup_s)
         shards = min(self.parallel, len(work))
         self.shards = [Shard(self, f"s{i}") for i in range(shards)]
-        # the idle testbeds beside a measurement: as many as there are shards
-        self.gate = plan.Gate(estimate.budget(self.cores))
+        # the idle testbeds beside a measurement: as many as there are shards; one gate
+        # for every run of this sweep (stages), which the figures hold too
+        if self.gate is None:
+            self.gate = plan.Gate(estimate.budget(self.cores))
+        self._eta = None  # a replay of an earlier run's units
         # Ctrl-C and SIGTERM only set flags while the shards run: a KeyboardInterrupt
         # raised anywhere in this thread (starting the shards, between two joins, a
         # second Ctrl-C) would leave this method while shards still tear testbeds down.

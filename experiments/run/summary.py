@@ -180,13 +180,15 @@ def dry_run_plan(
     cells = config.cells()
     todo = [c for c in cells if c.cell_id not in stored]
     sizes = list(machines.values()) if machines else None
+    if staged is not None and len(staged) == 1 and not machines:  # what the run will use
+        parallel, why = staged[0].parallel, staged[0].why
     shards = sum(sizes) if sizes else parallel
     wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
     first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
     first_s = estimate.wall_s(config, first, shards, cores, machines=sizes) if first else None
     in_stages = staged is not None and len(staged) > 1 and not machines
     if staged is not None and in_stages:
-        shards = max(s.parallel for s in staged)
+        shards, why = max(s.parallel for s in staged), stages.summary(staged)
         wall = stages.wall_s(config, staged, cores)
         early = [s for s in staged if config.phase(s.cells[0]) == 0]
         first_s = stages.wall_s(config, early, cores) if first else None

@@ -86,3 +86,15 @@ def test_the_dry_run_shows_the_stages_and_their_sum():
     assert "  5 nodes, " in text and "at P=1" in text
     alone = dry_run_plan(config, 1, "as asked", 2)
     assert alone["stages"] is None and alone["estimated_s"] > plan["estimated_s"]
+
+
+def test_a_resumed_dry_run_estimates_the_p_its_run_will_use():
+    # the 5-node cells stored: what is left runs at the 3-node verdict, not the 5-node one
+    config = SweepConfig(nodes=(3, 5), latency_ms=(20.0, 50.0, 100.0), loss_pct=(0.5, 7.5))
+    stored = frozenset(c.cell_id for c in config.cells() if c.nodes == 5)
+    todo = [c for c in config.cells() if c.cell_id not in stored]
+    staged = stages.auto(config, todo, **KW, accepted=none)
+    assert len(staged) == 1 and staged[0].parallel == 2
+    plan = dry_run_plan(config, 1, "the largest testbed's", 2, stored=stored, staged=staged)
+    assert plan["parallel"] == 2 and plan["why"] == staged[0].why
+    assert plan["estimated_s"] == round(stages.wall_s(config, staged, 2))
