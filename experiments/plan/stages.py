@@ -25,11 +25,13 @@ Verdict = tuple[int, str]  # (largest accepted P, where it comes from)
 
 @dataclass(frozen=True)
 class Stage:
-    """Cells measured together, at most ``parallel`` testbeds at once (``why``)."""
+    """Cells measured together, at most ``parallel`` testbeds at once (``why``), in
+    ``estimated_s`` by the model (``estimate.wall_s``, computed once)."""
 
     cells: tuple[Cell, ...]
     parallel: int
     why: str
+    estimated_s: float
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -46,10 +48,17 @@ def summary(stages: Sequence[Stage]) -> str:
     return "; ".join(f"{s.label}, {len(s.cells)} cells: P={s.parallel}" for s in stages)
 
 
-def wall_s(config: SweepConfig, stages: Sequence[Stage], cores: int) -> float:
+def measured_at(
+    config: SweepConfig, cells: Sequence[Cell], parallel: int, why: str, cores: int
+) -> Stage:
+    """``cells`` as one stage at ``parallel``, with the model's time for it."""
+    return Stage(tuple(cells), parallel, why, estimate.wall_s(config, list(cells), parallel, cores))
+
+
+def wall_s(stages: Sequence[Stage]) -> float:
     """The model's wall time of ``stages`` one after another (each starts with no
     testbed up: the previous one's go down)."""
-    return sum(estimate.wall_s(config, list(s.cells), s.parallel, cores) for s in stages)
+    return sum(s.estimated_s for s in stages)
 
 
 def cap(nodes: int, accepted: Callable[[int], Verdict | None]) -> Verdict:
@@ -79,9 +88,9 @@ def auto(
         nodes = max(c.nodes for c in part)
         p, why = estimate.auto_parallel(
             config, part, cores=cores, total_mb=total_mb, used_mb=used_mb,
-            accepted=cap(nodes, accepted),
+            accepted=accepted(nodes),
         )  # fmt: skip
-        return Stage(tuple(part), p, why)
+        return measured_at(config, part, p, why, cores)
 
     if not cells:
         return []
@@ -97,6 +106,6 @@ def auto(
         for group in groups
         if (part := [c for c in cells if c.nodes in group and config.phase(c) == phase])
     ]
-    if wall_s(config, single, cores) - wall_s(config, staged, cores) >= 60:  # a minute
+    if wall_s(single) - wall_s(staged) >= 60:  # a minute
         return staged
     return single

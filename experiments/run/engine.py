@@ -69,7 +69,7 @@ class LocalEngine:
         self.p = max(s.parallel for s in self.stages)
         self.sweep = Sweep(config, store, run_id, progress, parallel=self.p, cores=CORES)
         self.walls: list[float] = []  # each stage's wall seconds, once it ended
-        eta = estimate.fmt_duration(stages.wall_s(config, self.stages, CORES))
+        eta = estimate.fmt_duration(stages.wall_s(self.stages))
         shards = "; each testbed's lines marked [s0], [s1], ..." if self.p > 1 else ""
         many = "s" if self.p > 1 else ""
         if len(self.stages) == 1:
@@ -83,8 +83,7 @@ class LocalEngine:
             )
         # "p": the most at once over every invocation of this run (a run with p 1
         # calibrates the CPU per write: a resume at 1 must not make it one)
-        before = next((r.manifest.get("parallel") or {} for r in store.runs()
-                       if r.run_id == run_id), {})  # fmt: skip
+        before = store.run(run_id).manifest.get("parallel") or {}
         store.update_manifest(
             run_id,
             parallel={
@@ -103,7 +102,7 @@ class LocalEngine:
         self.sweep.on_cell = call
 
     def remaining_s(self, scale: float) -> float:
-        later = stages.wall_s(self.config, self.stages[self.stage + 1 :], CORES)
+        later = stages.wall_s(self.stages[self.stage + 1 :])  # the model's, from the start
         return self.sweep.remaining_s(scale) + scale * later
 
     def hold(self) -> AbstractContextManager[Any]:

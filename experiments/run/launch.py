@@ -124,7 +124,7 @@ def learn_from(config: SweepConfig, store: Store, run_id: str) -> None:
         return
     try:
         fitted = calibrate_from(config, store=store)
-        run = next(r for r in store.runs() if r.run_id == run_id)
+        run = store.run(run_id)
         one = (run.manifest.get("parallel") or {}).get("p") == 1
         cells = store.cells(run_id) if one else []
         calibration.learn(config, costs_shaper(config), CORES, run.manifest, cells, fitted)
@@ -158,7 +158,7 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
         return parallel, "as asked"
     return estimate.auto_parallel(
         config, cells, cores=CORES, **_memory(),
-        accepted=stages.cap(max(config.nodes), _verdict(config)),
+        accepted=_verdict(config)(max(config.nodes)),
     )  # fmt: skip
 
 
@@ -169,7 +169,8 @@ def choose_stages(
     where there are no verdicts per testbed size: a backend other than namespaces, no
     cells); else ``stages.auto``, by the verdict for each testbed size."""
     if parallel is not None or not cells or not capabilities(config.backend).namespaces:
-        return [stages.Stage(tuple(cells), *choose_parallel(config, list(cells), parallel))]
+        p, why = choose_parallel(config, list(cells), parallel)
+        return [stages.measured_at(config, cells, p, why, CORES)]
     return stages.auto(config, cells, cores=CORES, **_memory(), accepted=_verdict(config))
 
 

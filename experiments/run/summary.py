@@ -182,16 +182,17 @@ def dry_run_plan(
     sizes = list(machines.values()) if machines else None
     if staged is not None and len(staged) == 1 and not machines:  # what the run will use
         parallel, why = staged[0].parallel, staged[0].why
-    shards = sum(sizes) if sizes else parallel
-    wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
-    first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
-    first_s = estimate.wall_s(config, first, shards, cores, machines=sizes) if first else None
     in_stages = staged is not None and len(staged) > 1 and not machines
-    if staged is not None and in_stages:
+    first = [c for c in todo if config.phase(c) == 0] if config.first_pass is not None else []
+    if staged is not None and in_stages:  # each stage's estimate, made once
         shards, why = max(s.parallel for s in staged), stages.summary(staged)
-        wall = stages.wall_s(config, staged, cores)
+        wall = stages.wall_s(staged)
         early = [s for s in staged if config.phase(s.cells[0]) == 0]
-        first_s = stages.wall_s(config, early, cores) if first else None
+        first_s = stages.wall_s(early) if first else None
+    else:
+        shards = sum(sizes) if sizes else parallel
+        wall = estimate.wall_s(config, todo, shards, cores, machines=sizes)
+        first_s = estimate.wall_s(config, first, shards, cores, machines=sizes) if first else None
     in_cells, _ = estimate.split_s(config, todo)
     # one testbed in the scheduler's own order (the replay at P=1, the same as ``wall``
     # when that is one testbed here): a first pass can take it back to a node count it
@@ -215,7 +216,7 @@ def dry_run_plan(
         "in_cells_s": round(in_cells),
         "bringups_and_checks_s": round(one - in_cells),
         "first_pass_s": round(first_s) if first_s is not None else None,
-        "stages": _stage_rows(config, staged, cores) if staged and in_stages else None,
+        "stages": _stage_rows(staged) if staged and in_stages else None,
         "figures": model_figures(max(config.nodes)),
         "costs": estimate.COSTS.source,
         "calibrated_on": calibrated_on(),
@@ -223,7 +224,7 @@ def dry_run_plan(
     }
 
 
-def _stage_rows(config: SweepConfig, staged: list[stages.Stage], cores: int) -> list[dict]:
+def _stage_rows(staged: list[stages.Stage]) -> list[dict]:
     """A dry run's stages (``stages.auto``): each one's sizes, cells, P and estimate."""
     return [
         {
@@ -231,7 +232,7 @@ def _stage_rows(config: SweepConfig, staged: list[stages.Stage], cores: int) -> 
             "cells": len(s.cells),
             "parallel": s.parallel,
             "why": s.why,
-            "estimated_s": round(estimate.wall_s(config, list(s.cells), s.parallel, cores)),
+            "estimated_s": round(s.estimated_s),
         }
         for s in staged
     ]

@@ -43,7 +43,7 @@ def test_sizes_with_different_verdicts_run_in_stages_each_at_its_own_p():
     assert max(s.parallel for s in staged if s.nodes == (3,)) == 2
     assert all("5-node grids" in s.why for s in staged if s.nodes == (4, 5))
     single = estimate.wall_s(config, cells, 1, 2)  # the largest testbed's verdict: P=1
-    assert stages.wall_s(config, staged, 2) < single - 60
+    assert sum(estimate.wall_s(config, list(s.cells), s.parallel, 2) for s in staged) < single - 60
 
 
 def test_one_stage_where_every_size_has_the_same_verdict():
@@ -78,7 +78,9 @@ def test_the_dry_run_shows_the_stages_and_their_sum():
     assert len(staged) == 2
     plan = dry_run_plan(config, 1, "", 2, staged=staged)
     assert plan["parallel"] == 2
-    assert plan["estimated_s"] == round(stages.wall_s(config, staged, 2))
+    assert plan["estimated_s"] == round(
+        sum(estimate.wall_s(config, list(s.cells), s.parallel, 2) for s in staged)
+    )
     assert [s["nodes"] for s in plan["stages"]] == [[3], [5]]
     assert sum(s["cells"] for s in plan["stages"]) == plan["cells"]
     text = dry_run(config, plan)
@@ -97,4 +99,6 @@ def test_a_resumed_dry_run_estimates_the_p_its_run_will_use():
     assert len(staged) == 1 and staged[0].parallel == 2
     plan = dry_run_plan(config, 1, "the largest testbed's", 2, stored=stored, staged=staged)
     assert plan["parallel"] == 2 and plan["why"] == staged[0].why
-    assert plan["estimated_s"] == round(stages.wall_s(config, staged, 2))
+    assert plan["estimated_s"] == round(
+        sum(estimate.wall_s(config, list(s.cells), s.parallel, 2) for s in staged)
+    )
