@@ -42,6 +42,7 @@ from .remote.fleet import load_workers
 from .run.engine import Engine, LocalEngine
 from .run.figures import Figures
 from .run.launch import (
+    Parallel,
     calibrate_from,
     cpu_busy,
     cpu_times,
@@ -64,7 +65,7 @@ class RunOptions:
     """How and where a sweep runs (the command line's "this command" flags); not part of
     the configuration's fingerprint."""
 
-    parallel: int | str = "auto"  # testbeds at once: "auto" or P >= 1
+    parallel: int | str = "auto"  # testbeds at once: "auto", P >= 1 or "3:2,5:1" (per size)
     workers: str | None = None  # an Ansible inventory of machines to measure on
     scheduler: str | None = None  # a running Dask scheduler's tls:// (or tcp://) address
     insecure_scheduler: bool = False  # accept a tcp:// scheduler
@@ -95,7 +96,7 @@ class Prepared:
 
     config: SweepConfig
     options: RunOptions
-    parallel: int | None
+    parallel: Parallel
     specs: list | None
     security: Any
     preview: SweepConfig | None

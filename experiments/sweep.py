@@ -59,7 +59,8 @@ RUN_FLAGS: dict[str, dict[str, Any]] = {
         "default": "auto",
         "metavar": "P",
         "help": "testbeds measuring at once (default auto: what the machine's cores and "
-        "memory allow, printed; 1: one cell at a time)",
+        "memory allow, printed; 1: one cell at a time; 3:2,5:1: P per testbed size, each "
+        "size group measured as a stage of its own, e.g. your fidelity benchmark's verdicts)",
     },
     "--workers": {
         "metavar": "INVENTORY",

@@ -9,11 +9,12 @@ own: during a stage only testbeds of its sizes are up, as the benchmark measured
 at the P that ``estimate.auto_parallel`` picks for them. A first pass stays first: the
 stages are its groups of node counts, then the rest's (one more bring-up per group).
 The staged plan is taken only where the model says it ends a minute or more sooner.
+``--parallel 3:2,5:1`` asks for the stages by P per testbed size instead (``asked``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..settings.cells import Cell
@@ -40,6 +41,8 @@ class Stage:
     @property
     def label(self) -> str:
         n = self.nodes
+        if n == (1,):
+            return "1 node"
         return f"{n[0]} nodes" if len(n) == 1 else f"{'/'.join(map(str, n))} nodes"
 
 
@@ -95,17 +98,44 @@ def auto(
     if not cells:
         return []
     single = [choose(list(cells))]
-    sizes = sorted({c.nodes for c in cells})
-    caps = {n: cap(n, accepted)[0] for n in sizes}
+    caps = {n: cap(n, accepted)[0] for n in {c.nodes for c in cells}}
     if len(set(caps.values())) < 2:
         return single
-    groups = [{n for n in sizes if caps[n] == k} for k in sorted(set(caps.values()), reverse=True)]
-    staged = [
+    staged = grouped(config, cells, caps, choose)
+    if wall_s(single) - wall_s(staged) >= 60:  # a minute
+        return staged
+    return single
+
+
+def asked(
+    config: SweepConfig, cells: Sequence[Cell], per_size: Mapping[int, int], cores: int
+) -> list[Stage]:
+    """The stages of ``cells`` for ``--parallel N:P,...``: a stage per group of testbed
+    sizes given the same P, taken as asked (no model, no 60 s rule)."""
+    if not cells:
+        return []
+
+    def choose(part: list[Cell]) -> Stage:
+        p = per_size[part[0].nodes]  # one P per group
+        return measured_at(config, part, p, "as asked for its testbed size", cores)
+
+    return grouped(config, cells, per_size, choose)
+
+
+def grouped(
+    config: SweepConfig,
+    cells: Sequence[Cell],
+    caps: Mapping[int, int],
+    choose: Callable[[list[Cell]], Stage],
+) -> list[Stage]:
+    """A stage (``choose``) per group of node counts with the same cap in ``caps``, most
+    testbeds at once first, within each phase (a first pass stays first)."""
+    sizes = sorted({c.nodes for c in cells})
+    levels = sorted({caps[n] for n in sizes}, reverse=True)
+    groups = [{n for n in sizes if caps[n] == k} for k in levels]
+    return [
         choose(part)
         for phase in sorted({config.phase(c) for c in cells})
         for group in groups
         if (part := [c for c in cells if c.nodes in group and config.phase(c) == phase])
     ]
-    if wall_s(single) - wall_s(staged) >= 60:  # a minute
-        return staged
-    return single

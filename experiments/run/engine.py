@@ -15,7 +15,7 @@ from ..plan.shards import Gate
 from ..settings.cells import Cell
 from ..settings.config import SweepConfig
 from ..store.db import Store
-from .launch import CORES, choose_stages, learn_from
+from .launch import CORES, Parallel, choose_stages, learn_from
 from .progress import Progress
 from .scheduler import Sweep, remove_stale_testbeds
 
@@ -60,7 +60,7 @@ class LocalEngine:
         run_id: str,
         progress: Progress,
         todo: list[Cell],
-        parallel: int | None,
+        parallel: Parallel,
         say: Callable[[str], None],
     ):
         self.config, self.store, self.run_id, self.say = config, store, run_id, say

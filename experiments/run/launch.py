@@ -54,24 +54,57 @@ def lock_results(out: Path) -> OwnerLock:
     return lock
 
 
-def parse_parallel(text: str, config: SweepConfig) -> int | None:
-    """--parallel: None for auto, else P >= 1 (1 for the hosts backend: one set of
-    machines). ConfigError naming the value otherwise."""
-    if str(text).strip().lower() == "auto":
+Parallel = int | dict[int, int] | None  # P; P per testbed size; None: auto
+
+
+def parse_parallel(text: str, config: SweepConfig) -> Parallel:
+    """--parallel: None for auto, P >= 1, or N:P,... (P per testbed size: every size of
+    the sweep's cells, each measured as a stage of its own); 1 for the hosts backend (one
+    set of machines). ConfigError naming the value otherwise."""
+    text = str(text).strip()
+    if text.lower() == "auto":
         return None
+    if ":" in text:
+        per_size = _per_size(text, config)
+        top = max(per_size.values())
+    else:
+        per_size, top = None, _p(text, text)
+    if top > 1 and not capabilities(config.backend).owns_hosts:
+        raise ConfigError(
+            f"--parallel above 1 needs testbeds of their own: not --backend {config.backend}"
+        )
+    return per_size if per_size is not None else top
+
+
+def _p(text: str, whole: str) -> int:
     try:
         p = int(text)
     except ValueError:
         p = 0
     if p < 1 or p > MAX_PARALLEL:
         raise ConfigError(
-            f"--parallel must be auto or an integer from 1 to {MAX_PARALLEL}, got {text!r}"
-        )
-    if p > 1 and not capabilities(config.backend).owns_hosts:
-        raise ConfigError(
-            f"--parallel above 1 needs testbeds of their own: not --backend {config.backend}"
+            f"--parallel must be auto, an integer from 1 to {MAX_PARALLEL} or N:P,... "
+            f"(P per testbed size, e.g. 3:2,5:1), got {whole!r}"
         )
     return p
+
+
+def _per_size(text: str, config: SweepConfig) -> dict[int, int]:
+    per_size: dict[int, int] = {}
+    for item in text.split(","):
+        nodes, _, p = item.partition(":")
+        if not nodes.strip().isdigit():
+            raise ConfigError(f"--parallel {text!r}: {item.strip()!r} is not NODES:P")
+        if int(nodes) in per_size:
+            raise ConfigError(f"--parallel {text!r} gives {int(nodes)} nodes two Ps")
+        per_size[int(nodes)] = _p(p.strip(), text)
+    sizes = {c.nodes for c in config.cells()}
+    if sorted(per_size) != sorted(sizes):
+        raise ConfigError(
+            f"--parallel {text!r} must give a P for each testbed size of the sweep, and "
+            f"only those: {', '.join(map(str, sorted(sizes)))} nodes"
+        )
+    return per_size
 
 
 def costs_shaper(config: SweepConfig) -> str:
@@ -151,9 +184,13 @@ def meminfo_mb() -> dict[str, float]:
         return {k: int(v.split()[0]) / 1024 for k, v in (line.split(":", 1) for line in f)}
 
 
-def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> tuple[int, str]:
-    """P and why: as asked, or (auto) from the machine's cores and memory and what the
-    fidelity benchmark accepted here for the sweep's largest testbed."""
+def choose_parallel(config: SweepConfig, cells: list, parallel: Parallel) -> tuple[int, str]:
+    """P and why: as asked (per testbed size: the most of ``cells``' sizes), or (auto)
+    from the machine's cores and memory and what the fidelity benchmark accepted here for
+    the sweep's largest testbed."""
+    if isinstance(parallel, dict):
+        sizes = {c.nodes for c in cells} or set(parallel)
+        return max(parallel[n] for n in sizes), "as asked for each testbed size"
     if parallel is not None:
         return parallel, "as asked"
     return estimate.auto_parallel(
@@ -163,11 +200,14 @@ def choose_parallel(config: SweepConfig, cells: list, parallel: int | None) -> t
 
 
 def choose_stages(
-    config: SweepConfig, cells: Sequence[Cell], parallel: int | None
+    config: SweepConfig, cells: Sequence[Cell], parallel: Parallel
 ) -> list[stages.Stage]:
-    """The stages a run measures ``cells`` in: one, at P as asked (or ``choose_parallel``
-    where there are no verdicts per testbed size: a backend other than namespaces, no
-    cells); else ``stages.auto``, by the verdict for each testbed size."""
+    """The stages a run measures ``cells`` in: per testbed size as asked
+    (``stages.asked``); one, at P as asked (or ``choose_parallel`` where there are no
+    verdicts per testbed size: a backend other than namespaces, no cells); else
+    ``stages.auto``, by the verdict for each testbed size."""
+    if isinstance(parallel, dict) and cells:
+        return stages.asked(config, cells, parallel, CORES)
     if parallel is not None or not cells or not capabilities(config.backend).namespaces:
         p, why = choose_parallel(config, list(cells), parallel)
         return [stages.measured_at(config, cells, p, why, CORES)]

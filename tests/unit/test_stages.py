@@ -2,11 +2,14 @@
 the fidelity benchmark accepted for it, every cell in exactly one stage, a first pass
 still first, and the staged plan only where the model says it ends first."""
 
+import re
 from collections import Counter
 
 import pytest
 
+from common.errors import ConfigError
 from experiments.plan import estimate, stages
+from experiments.run.launch import choose_parallel, choose_stages, parse_parallel
 from experiments.run.summary import dry_run, dry_run_plan
 from experiments.settings.config import SweepConfig
 
@@ -102,3 +105,31 @@ def test_a_resumed_dry_run_estimates_the_p_its_run_will_use():
     assert plan["estimated_s"] == round(
         sum(estimate.wall_s(config, list(s.cells), s.parallel, 2) for s in staged)
     )
+
+
+def test_p_per_testbed_size_as_asked_stages_without_the_model():
+    """--parallel 3:2,4:2,5:1: sizes with the same P share a stage, most at once first,
+    within each phase; taken whatever the model says; bad values refused in one line."""
+    config = SweepConfig(
+        nodes=(3, 4, 5), latency_ms=(0.0, 20.0), loss_pct=(0.5,), first_pass=(0.0,)
+    )
+    per_size = parse_parallel("3:2, 4:2,5:1", config)
+    assert per_size == {3: 2, 4: 2, 5: 1}
+    cells = config.cells()
+    staged = choose_stages(config, cells, per_size)
+    assert [(s.nodes, s.parallel, {config.phase(c) for c in s.cells}) for s in staged] == [
+        ((3, 4), 2, {0}), ((5,), 1, {0}), ((3, 4), 2, {1}), ((5,), 1, {1}),
+    ]  # fmt: skip
+    assert Counter(c.cell_id for s in staged for c in s.cells) == Counter(c.cell_id for c in cells)
+    assert all(s.why == "as asked for its testbed size" for s in staged)
+    assert choose_parallel(config, cells, per_size) == (2, "as asked for each testbed size")
+    assert choose_parallel(config, [c for c in cells if c.nodes == 5], per_size)[0] == 1
+    for bad, says in [
+        ("3:2,5:1", "a P for each testbed size of the sweep, and only those: 3, 4, 5 nodes"),
+        ("3:2,4:2,5:1,6:1", "and only those"),
+        ("3:2,3:1,4:1,5:1", "gives 3 nodes two Ps"),
+        ("3:2,4:0,5:1", "an integer from 1 to"),
+        ("x:2,4:1,5:1", "'x:2' is not NODES:P"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            parse_parallel(bad, config)
