@@ -112,8 +112,6 @@ def asked(
 ) -> list[Stage]:
     """The stages of ``cells`` for ``--parallel N:P,...``: a stage per group of testbed
     sizes given the same P, taken as asked (no model, no 60 s rule)."""
-    if not cells:
-        return []
 
     def choose(part: list[Cell]) -> Stage:
         p = per_size[part[0].nodes]  # one P per group

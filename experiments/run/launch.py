@@ -64,16 +64,13 @@ def parse_parallel(text: str, config: SweepConfig) -> Parallel:
     text = str(text).strip()
     if text.lower() == "auto":
         return None
-    if ":" in text:
-        per_size = _per_size(text, config)
-        top = max(per_size.values())
-    else:
-        per_size, top = None, _p(text, text)
+    parallel = _per_size(text, config) if ":" in text else _p(text, text)
+    top = max(parallel.values()) if isinstance(parallel, dict) else parallel
     if top > 1 and not capabilities(config.backend).owns_hosts:
         raise ConfigError(
             f"--parallel above 1 needs testbeds of their own: not --backend {config.backend}"
         )
-    return per_size if per_size is not None else top
+    return parallel
 
 
 def _p(text: str, whole: str) -> int:
@@ -99,7 +96,7 @@ def _per_size(text: str, config: SweepConfig) -> dict[int, int]:
             raise ConfigError(f"--parallel {text!r} gives {int(nodes)} nodes two Ps")
         per_size[int(nodes)] = _p(p.strip(), text)
     sizes = {c.nodes for c in config.cells()}
-    if sorted(per_size) != sorted(sizes):
+    if set(per_size) != sizes:
         raise ConfigError(
             f"--parallel {text!r} must give a P for each testbed size of the sweep, and "
             f"only those: {', '.join(map(str, sorted(sizes)))} nodes"

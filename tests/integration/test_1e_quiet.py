@@ -28,7 +28,7 @@ SEP = ("SharedPool-Work", "Native-Transpor", "MutationStage", "RequestResponse",
 CLOCK = ("ScheduledFastTa",)
 
 
-def sep_wakeups(pids: list[int], names: tuple[str, ...] = SEP) -> int:
+def wakeups(pids: list[int], names: tuple[str, ...] = SEP) -> int:
     """Timeslices run so far by the threads named ``names`` (by default the SEP workers)
     of the JVMs ``pids`` (/proc schedstat)."""
     total = 0
@@ -45,8 +45,12 @@ def sep_wakeups(pids: list[int], names: tuple[str, ...] = SEP) -> int:
     return total
 
 
+def pids_of(tb: Testbed) -> list[int]:
+    return [n.pid for n in tb.nodes.values() if n.pid is not None]
+
+
 def wakeups_per_write(tb: Testbed, tmp_path, writes: int = 300) -> float:
-    pids = [n.pid for n in tb.nodes.values() if n.pid is not None]
+    pids = pids_of(tb)
     assert len(pids) == 3
     worker = WriteWorker(tb, policy="round-robin", timeout_s=12.0, log_path=tmp_path / "w.log")
     try:
@@ -55,17 +59,13 @@ def wakeups_per_write(tb: Testbed, tmp_path, writes: int = 300) -> float:
         rows = worker.run(
             keyspace="quiet_ab", cl="LOCAL_QUORUM", writes=writes, warmup=100,
             key_seed=f"q{tb.run_id}", warmup_seed=f"w{tb.run_id}",
-            on_measuring=lambda: before.append(sep_wakeups(pids)),
+            on_measuring=lambda: before.append(wakeups(pids)),
         )  # fmt: skip
-        after = sep_wakeups(pids)
+        after = wakeups(pids)
     finally:
         worker.close()
     assert not [r for r in rows if r["error"]], rows[:3]
     return (after - before[0]) / writes
-
-
-def pids_of(tb: Testbed) -> list[int]:
-    return [n.pid for n in tb.nodes.values() if n.pid is not None]
 
 
 def snitch_interval(tb: Testbed) -> str:
@@ -98,11 +98,11 @@ def test_quiet_nodes_wake_far_less_per_write_than_stock(cluster, tmp_path):
         assert not any(a.startswith(f"-D{quiet.PROPERTY}=") for a in argv)  # Apache's jars
         assert "-Dcassandra.approximate_time_precision_ms=100" in argv
         # both testbeds idle, side by side: clock ticks per second and JVM
-        clock0 = sep_wakeups(pids_of(tb), CLOCK), sep_wakeups(pids_of(cluster), CLOCK)
+        clock0 = wakeups(pids_of(tb), CLOCK), wakeups(pids_of(cluster), CLOCK)
         t0 = time.monotonic()
         time.sleep(6)
         elapsed = time.monotonic() - t0
-        clock1 = sep_wakeups(pids_of(tb), CLOCK), sep_wakeups(pids_of(cluster), CLOCK)
+        clock1 = wakeups(pids_of(tb), CLOCK), wakeups(pids_of(cluster), CLOCK)
         coarse, standard = ((b - a) / elapsed / 3 for a, b in zip(clock0, clock1, strict=True))
         assert snitch_interval(tb) == "10000ms"
         assert snitch_interval(cluster) == "100ms"
